@@ -1,0 +1,13 @@
+option(TQKV_BUILD_TESTS "Build the tests" ON)
+option(TQKV_BUILD_TOOLS "Build the tqkv command-line tool" ON)
+option(TQKV_BUILD_BENCHMARKS "Build the google-benchmark micro benchmarks" OFF)
+option(TQKV_BUILD_FUZZERS "Build libFuzzer targets (needs clang)" OFF)
+set(TQKV_SANITIZE "" CACHE STRING "Sanitizers to build with, e.g. address,undefined")
+
+include(CheckIncludeFileCXX)
+check_include_file_cxx(liburing.h TQKV_HAVE_LIBURING_H)
+option(TQKV_ENABLE_IO_URING "io_uring reads through liburing" ${TQKV_HAVE_LIBURING_H})
+check_include_file_cxx(hiredis/hiredis.h TQKV_HAVE_HIREDIS_H)
+option(TQKV_ENABLE_REDIS "redis:// store through hiredis" ${TQKV_HAVE_HIREDIS_H})
+check_include_file_cxx(nfsc/libnfs.h TQKV_HAVE_LIBNFS_H)
+option(TQKV_ENABLE_NFS "nfs:// store through libnfs" ${TQKV_HAVE_LIBNFS_H})

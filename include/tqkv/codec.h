@@ -1,0 +1,130 @@
+// The TurboQuant codec: pure math on head vectors. Knows no container, store or pipeline.
+//
+// A codec spec string ("tq3", "tq2.5,norm=f16", "tq:b=3,rot=haar,seed=7") is parsed once at the edge
+// into a CodecSpec; Codec::Create resolves it for one head dimension into CodecParams (every value
+// needed to decode, as stored in the container) and builds rotations and codebooks.
+//
+// Encoded layout of one vector (docs/codec.md has the byte-level description):
+//   norms:  one per subset, f32 or f16, subset order (outliers first when split)
+//   planes: per subset, `bits` bit-planes of ceil(channels/8) bytes; plane p holds bit p of each index
+//   qjl:    [f32 gamma][ceil(d/8) sign bytes] when qjl is on (unsplit codecs only)
+#ifndef TQKV_INCLUDE_TQKV_CODEC_H_
+#define TQKV_INCLUDE_TQKV_CODEC_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tqkv/status.h"
+#include "tqkv/types.h"
+
+namespace tqkv {
+
+class ThreadPool;
+
+// Serialized in the container: never renumber.
+enum class CodecKind : uint8_t { kRaw = 0, kTurboQuant = 1 };
+enum class RotationKind : uint8_t {
+  kAuto = 0,       // parse-time only: Hadamard for powers of two, Haar otherwise
+  kHadamard = 1,   // H·D/sqrt(d): random signs, one round
+  kHadamard2 = 2,  // two rounds with independent signs
+  kHaar = 3,       // dense orthogonal: QR of a Gaussian matrix from the project's PRNG
+};
+std::string_view RotationKindName(RotationKind k);
+
+// What a spec string says, before the head dimension is known.
+struct CodecSpec {
+  CodecKind kind = CodecKind::kRaw;
+  DType raw_dtype = DType::kF16;  // kRaw: stored element type
+  uint8_t bits = 3;               // bits of the regular channels (or of all channels when unsplit)
+  uint8_t outlier_bits = 0;       // 0: unsplit
+  // Outlier channel count: exact when outlier_channels > 0, else head_dim * num / den.
+  uint16_t outlier_channels = 0;
+  uint16_t outlier_num = 1, outlier_den = 4;
+  RotationKind rotation = RotationKind::kAuto;
+  uint64_t seed = 0x7471'6b76'0000'0001ull;  // "tqkv" + 1
+  DType norm_dtype = DType::kF32;             // kF32 or kF16
+  bool norm_correction = false;
+  bool qjl = false;  // TurboQuant_prod: (bits-1)-bit mse + 1-bit QJL residual
+
+  bool operator==(const CodecSpec&) const = default;
+};
+
+// Parses "fp16", "bf16", "fp32", "tq2", "tq3", "tq4", "tq2.5", "tq3.5", optionally followed by
+// ",key=value" modifiers, or the general "tq:key=value,...". Keys: b (bits), split (K@B or
+// N/D@B, e.g. 32@4 or 1/4@4), rot (auto|hd|hd2|haar), seed, norm (f32|f16), nc (0|1), qjl (0|1).
+Result<CodecSpec> ParseCodecSpec(std::string_view spec);
+// The shortest string that parses back to `spec` (a preset name where one matches).
+std::string FormatCodecSpec(const CodecSpec& spec);
+
+// One subset of channels with its own rotation and codebook.
+struct SubsetParams {
+  uint16_t channels = 0;
+  uint8_t bits = 0;  // index bits (mse part)
+  RotationKind rotation = RotationKind::kHadamard;
+  uint64_t seed = 0;               // rotation seed of this subset (derived from the spec's seed)
+  std::vector<float> centroids;    // 2^bits, ascending, unit-variance domain (x sqrt(channels))
+};
+
+// Everything needed to decode, resolved for one head dimension. Stored verbatim in the container.
+struct CodecParams {
+  CodecKind kind = CodecKind::kRaw;
+  uint32_t head_dim = 0;
+  DType raw_dtype = DType::kF16;
+  std::vector<SubsetParams> subsets;  // 1 (unsplit) or 2 (outliers, rest)
+  DType norm_dtype = DType::kF32;
+  bool norm_correction = false;
+  bool qjl = false;
+  uint64_t qjl_seed = 0;
+
+  bool split() const { return subsets.size() == 2; }
+  bool operator==(const CodecParams&) const = default;
+};
+
+// Sizes and checks that need no Codec instance (the container reader uses them on stored params).
+size_t CodeBytesOf(const CodecParams& params);
+size_t GroupMetaBytesOf(const CodecParams& params);
+// InvalidArgument unless the params are self-consistent: known kinds, 1..8 bits, subsets that
+// cover head_dim, 2^bits finite ascending centroids, rotation valid for the subset size.
+Status ValidateCodecParams(const CodecParams& params);
+
+class Codec {
+ public:
+  // Resolves the spec for head_dim (>= 16 for TurboQuant), builds rotations and codebooks.
+  static Result<std::unique_ptr<Codec>> Create(const CodecSpec& spec, uint32_t head_dim);
+  // From stored parameters (a container's codec record): uses the stored centroids as they are.
+  static Result<std::unique_ptr<Codec>> FromParams(const CodecParams& params);
+  virtual ~Codec() = default;
+
+  virtual const CodecParams& params() const = 0;
+  uint32_t head_dim() const { return params().head_dim; }
+  // Bytes of one encoded vector.
+  virtual size_t code_bytes() const = 0;
+  // Bytes of per-group metadata (the outlier channel mask of a split codec), else 0.
+  virtual size_t group_meta_bytes() const = 0;
+  // Every stored bit (norms, per-group metadata amortised over the group) per value.
+  double BitsPerValue(size_t vectors_per_group) const;
+
+  // Group metadata from the group's vectors: the outlier channels with the largest L2 norm over
+  // the n vectors (original basis), as a bitmask of ceil(d/8) bytes. No-op when unsplit.
+  // x: n vectors of head_dim elements of `dtype`, `stride` elements apart.
+  virtual Status SelectGroupMeta(const void* x, DType dtype, size_t n, size_t stride,
+                                 std::span<uint8_t> meta) const = 0;
+
+  // Encodes n vectors (x as above) into out: n * code_bytes() bytes. `pool` may be null.
+  virtual Status Encode(const void* x, DType dtype, size_t n, size_t stride,
+                        std::span<const uint8_t> meta, std::span<uint8_t> out,
+                        ThreadPool* pool = nullptr) const = 0;
+  // Decodes n codes (n * code_bytes() bytes) into n vectors of `dtype`, `stride` elements apart.
+  virtual Status Decode(std::span<const uint8_t> codes, size_t n, std::span<const uint8_t> meta,
+                        void* out, DType dtype, size_t stride,
+                        ThreadPool* pool = nullptr) const = 0;
+};
+
+}  // namespace tqkv
+
+#endif  // TQKV_INCLUDE_TQKV_CODEC_H_

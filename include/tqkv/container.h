@@ -1,0 +1,93 @@
+// The .tqkv container: a byte layout, no I/O of its own (docs/format.md is the byte-level spec).
+//
+//   [header block][layer 0: meta chunk, K chunks, V chunks][layer 1 ...]...[index][footer]
+// Every chunk payload starts 4 KiB-aligned (O_DIRECT). Each chunk, the header and the index carry
+// an XXH3-64 checksum; the fixed-size footer at the end holds the index's offset, size and checksum
+// and repeats the magic, so truncation is caught. Packed codes are stored verbatim.
+#ifndef TQKV_INCLUDE_TQKV_CONTAINER_H_
+#define TQKV_INCLUDE_TQKV_CONTAINER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tqkv/codec.h"
+#include "tqkv/kv_cache.h"
+#include "tqkv/status.h"
+#include "tqkv/store.h"
+
+namespace tqkv {
+
+inline constexpr uint32_t kContainerVersion = 1;
+inline constexpr uint32_t kContainerMinReadableVersion = 1;
+inline constexpr uint64_t kContainerAlignment = 4096;
+
+// Serialized: never renumber.
+enum class ChunkType : uint8_t {
+  kGroupMeta = 1,  // per layer: the group metadata of every (K/V, head), codec order
+  kCodes = 2,      // codes of tokens [token_begin, token_begin + token_count), all heads,
+                   // token-major: [token][kv_head][code_bytes]
+};
+
+struct ContainerHeader {
+  std::string model;            // free text, e.g. "qwen2.5-7b"
+  ModelGeometry geometry;
+  DType source_dtype = DType::kF16;  // element type the session had when checkpointed
+  uint64_t tokens = 0;
+  uint32_t token_block = 0;     // tokens per kCodes chunk (the last one of a tensor may be shorter)
+  std::vector<CodecParams> codecs;   // distinct codecs, at least one
+  std::vector<uint16_t> layer_codec; // per layer: index into codecs (per-layer overrides)
+};
+
+struct ChunkEntry {
+  ChunkType type = ChunkType::kCodes;
+  uint32_t layer = 0;
+  uint8_t kv = 0;               // 0 = K, 1 = V (kCodes only)
+  uint64_t token_begin = 0;
+  uint64_t token_count = 0;
+  uint64_t offset = 0;          // payload offset in the file, kContainerAlignment-aligned
+  uint64_t size = 0;            // payload bytes (unpadded)
+  uint64_t checksum = 0;        // XXH3-64 of the payload
+};
+
+// Writes a container to a WritableObject (which the caller commits). Chunks must come in
+// container order: for each layer, its meta chunk (when the layer's codec has group metadata),
+// then its K chunks by token, then its V chunks by token.
+class ContainerWriter {
+ public:
+  static Result<std::unique_ptr<ContainerWriter>> Create(WritableObject* out,
+                                                         const ContainerHeader& header);
+  virtual ~ContainerWriter() = default;
+  virtual Status AddChunk(const ChunkEntry& key, std::span<const uint8_t> payload) = 0;
+  // Writes index and footer. The object is complete afterwards (not yet committed).
+  virtual Status Finish() = 0;
+  virtual uint64_t BytesWritten() const = 0;
+};
+
+// Parses and verifies header, index and footer; chunk payloads are verified as they are read.
+// Never trusts a size field: a hostile file gets Corruption naming the object and offset, never
+// a crash or an allocation larger than the file.
+class ContainerReader {
+ public:
+  // `name` names the object in error messages.
+  static Result<std::unique_ptr<ContainerReader>> Open(ReadableObject* in, std::string name);
+  virtual ~ContainerReader() = default;
+  virtual const ContainerHeader& header() const = 0;
+  virtual const std::vector<ChunkEntry>& chunks() const = 0;
+  virtual uint64_t file_bytes() const = 0;
+  // Verifies a payload already read (e.g. by a batched read) against its entry.
+  virtual Status VerifyChunk(const ChunkEntry& entry, std::span<const uint8_t> payload) const = 0;
+  // Reads one chunk's payload into dst (entry.size bytes) and verifies it.
+  virtual Status ReadChunk(const ChunkEntry& entry, std::span<uint8_t> dst) = 0;
+};
+
+// Expected payload bytes of a chunk, derived from header and codecs (for validation by callers).
+Result<uint64_t> ExpectedChunkBytes(const ContainerHeader& header, const ChunkEntry& entry);
+
+}  // namespace tqkv
+
+#endif  // TQKV_INCLUDE_TQKV_CONTAINER_H_

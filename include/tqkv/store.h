@@ -1,0 +1,98 @@
+// Stores move bytes of named objects; they never parse or decode them.
+//
+// Keys: 1..200 bytes of [A-Za-z0-9._-] in '/'-separated segments; no empty, "." or ".." segment,
+// no leading '/'. ValidateKey() says why a key is refused.
+// Publish is atomic: an object created by Create() becomes visible to Open() only when Commit()
+// returns OK, with all its bytes durable; a writer destroyed or aborted before that leaves nothing
+// readable and nothing that breaks the next Create() of the same key. The last committed writer wins.
+#ifndef TQKV_INCLUDE_TQKV_STORE_H_
+#define TQKV_INCLUDE_TQKV_STORE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tqkv/status.h"
+
+namespace tqkv {
+
+enum class IoMode : uint8_t {
+  kBuffered = 0,  // pread/pwrite through the page cache
+  kDirect = 1,    // O_DIRECT, aligned buffers, synchronous
+  kUring = 2,     // O_DIRECT through io_uring, several requests in flight
+};
+std::string_view IoModeName(IoMode mode);
+Result<IoMode> ParseIoMode(std::string_view name);  // "buffered" | "direct" | "uring"
+
+struct StoreCaps {
+  size_t io_alignment = 1;     // buffers, offsets and lengths aligned to this read fastest
+  bool atomic_publish = true;
+  bool drop_cache = false;     // ReadableObject::DropCache() can evict the object from RAM caches
+};
+
+struct ReadRequest {
+  uint64_t offset = 0;
+  std::span<uint8_t> dst;  // filled completely, or the request fails
+};
+
+class ReadableObject {
+ public:
+  virtual ~ReadableObject() = default;
+  virtual uint64_t Size() const = 0;
+  // Reads exactly dst.size() bytes at offset. Past the end: Corruption naming object and offset.
+  virtual Status ReadAt(uint64_t offset, std::span<uint8_t> dst) = 0;
+  // Reads all requests, possibly concurrently (io_uring keeps several in flight); returns the
+  // first error. Default: ReadAt in order.
+  virtual Status ReadBatch(std::span<const ReadRequest> reqs);
+  // Evicts the object's bytes from the page cache so the next read comes from storage.
+  virtual Status DropCache() { return Status::Unsupported("drop cache"); }
+  // Bytes actually moved from storage by this object so far (excluding alignment padding reuse).
+  virtual uint64_t BytesRead() const { return 0; }
+};
+
+class WritableObject {
+ public:
+  // Destroying an object that was not committed aborts it.
+  virtual ~WritableObject() = default;
+  virtual Status Append(std::span<const uint8_t> src) = 0;
+  // Makes every appended byte durable, then publishes the object atomically under its key.
+  virtual Status Commit() = 0;
+  // Discards the object; nothing becomes visible.
+  virtual Status Abort() = 0;
+  virtual uint64_t BytesWritten() const = 0;
+};
+
+struct ObjectInfo {
+  std::string key;
+  uint64_t size = 0;
+  int64_t mtime_ns = 0;  // last publish time
+};
+
+class Store {
+ public:
+  virtual ~Store() = default;
+  virtual std::string_view Name() const = 0;  // "posix", "memory", "fault", ...
+  virtual std::string Uri() const = 0;
+  virtual StoreCaps Caps() const = 0;
+  virtual Result<std::unique_ptr<WritableObject>> Create(std::string_view key) = 0;
+  // NotFound when no committed object has this key.
+  virtual Result<std::unique_ptr<ReadableObject>> Open(std::string_view key) = 0;
+  virtual Status Remove(std::string_view key) = 0;  // NotFound if absent
+  virtual Result<std::vector<ObjectInfo>> List(std::string_view prefix = {}) = 0;
+};
+
+// Refuses path traversal, absolute paths, empty or over-long keys and odd characters.
+Status ValidateKey(std::string_view key);
+
+// Opens a store by URI: "file:///abs/dir?io=direct", a plain directory path, "memory://".
+// Options (query parameters): io=buffered|direct|uring, qd=N (uring queue depth),
+// chunk=BYTES (I/O request size), create=0|1 (create the directory; default 1).
+Result<std::unique_ptr<Store>> OpenStore(std::string_view uri);
+
+}  // namespace tqkv
+
+#endif  // TQKV_INCLUDE_TQKV_STORE_H_

@@ -1,0 +1,76 @@
+#include "tqkv/kv_cache.h"
+
+#include <cstdlib>
+#include <cstring>
+
+namespace tqkv {
+
+const std::vector<ModelPreset>& ModelPresets() {
+  static const std::vector<ModelPreset> presets = {
+      {"qwen2.5-7b", {28, 4, 128}},
+      {"llama-3.1-8b", {32, 8, 128}},
+      {"qwen2.5-0.5b", {24, 2, 64}},
+      {"smollm2-135m", {30, 3, 64}},
+  };
+  return presets;
+}
+
+Result<ModelPreset> FindModelPreset(std::string_view name) {
+  std::string known;
+  for (const auto& p : ModelPresets()) {
+    if (p.name == name) return p;
+    known.append(known.empty() ? "" : ", ").append(p.name);
+  }
+  return Status::InvalidArgument("unknown model preset '" + std::string(name) + "' (known: " +
+                                 known + ")");
+}
+
+KvCache::KvCache(std::string model, ModelGeometry geometry, DType dtype, uint64_t tokens)
+    : model_(std::move(model)),
+      geometry_(geometry),
+      dtype_(dtype),
+      tokens_(tokens),
+      k_(geometry.layers, nullptr),
+      v_(geometry.layers, nullptr) {}
+
+void KvCache::SetLayer(uint32_t layer, void* k, void* v) {
+  TQKV_CHECK(layer < geometry_.layers);
+  k_[layer] = k;
+  v_[layer] = v;
+}
+
+Status KvCache::Validate() const {
+  if (geometry_.layers == 0 || geometry_.kv_heads == 0 || geometry_.head_dim == 0) {
+    return Status::InvalidArgument("KvCache: empty geometry");
+  }
+  for (uint32_t l = 0; l < geometry_.layers; ++l) {
+    if (tokens_ > 0 && (k_[l] == nullptr || v_[l] == nullptr)) {
+      return Status::InvalidArgument("KvCache: layer " + std::to_string(l) + " has no K or V");
+    }
+  }
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<KvCacheBuffer>> KvCacheBuffer::Allocate(std::string model,
+                                                               ModelGeometry geometry, DType dtype,
+                                                               uint64_t tokens) {
+  std::unique_ptr<KvCacheBuffer> buf(new KvCacheBuffer());
+  buf->cache_ = KvCache(std::move(model), geometry, dtype, tokens);
+  const size_t bytes = buf->cache_.tensor_bytes();
+  const size_t alloc = (bytes + 63) / 64 * 64;
+  for (uint32_t l = 0; l < geometry.layers; ++l) {
+    void* p[2];
+    for (int kv = 0; kv < 2; ++kv) {
+      p[kv] = std::aligned_alloc(64, alloc == 0 ? 64 : alloc);
+      if (p[kv] == nullptr) {
+        return Status::NoSpace("KvCacheBuffer: cannot allocate " + std::to_string(alloc) + " bytes");
+      }
+      buf->blocks_.emplace_back(static_cast<uint8_t*>(p[kv]),
+                                [](uint8_t* q) { std::free(q); });
+    }
+    buf->cache_.SetLayer(l, p[0], p[1]);
+  }
+  return buf;
+}
+
+}  // namespace tqkv

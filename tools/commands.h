@@ -1,0 +1,25 @@
+// Registration of the tool's subcommands; each Register* lives in its own file.
+#ifndef TQKV_TOOLS_COMMANDS_H_
+#define TQKV_TOOLS_COMMANDS_H_
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+
+#include "tqkv/status.h"
+
+namespace tqkv::tools {
+
+void RegisterCommands(CLI::App& app);
+
+// Subcommand callbacks report their outcome here; main returns it.
+void SetExitCode(int code);
+int ExitCode();
+// Prints "tqkv <command>: <status>" to stderr and sets exit code 1 when status is not OK.
+void Report(const std::string& command, const Status& status);
+
+void RegisterBenchCommands(CLI::App& app);  // bench/
+
+}  // namespace tqkv::tools
+
+#endif  // TQKV_TOOLS_COMMANDS_H_
