@@ -1,0 +1,101 @@
+// Kernel layer of the codec: plain functions over spans, one table per SIMD level.
+//
+// The scalar reference (ref.cc) is the source of truth; every SIMD kernel produces bit-identical
+// codes AND bit-identical decoded floats. That is possible because the reference fixes the order
+// of every floating-point operation (no FMA contraction: the project builds with -ffp-contract=off):
+//
+//   Sum8(v[0..m)):  acc[k] = 0 for k in 0..7; for i in 0..m-1: acc[i % 8] += v[i] * v[i]
+//                   (a product rounded to float, then added); then
+//                   ((acc0 + acc4) + (acc2 + acc6)) + ((acc1 + acc5) + (acc3 + acc7)).
+//   Fwht(y[0..m)):  unnormalised, in place, stages h = 1, 2, 4, ..., m/2 in that order; in each
+//                   stage, for every pair (i, i + h) with (i & h) == 0: (a, b) -> (a + b, a - b).
+//   MatVec(M, x):   y = 0; for i in 0..m-1: for j: y[j] = fma(M[j][i], x[i], y[j])   (std::fma,
+//                   i.e. column-by-column accumulation; M given as its transpose, row-major).
+//
+// Encoding one subset vector x[0..m) (already converted to float and gathered):
+//   ss = Sum8(x^2); norm = sqrtf(ss)
+//   if norm == 0 or !isfinite(norm): every index 0; stored norm = 0 (zero vector) or NaN.
+//   Hadamard:  y = Fwht(signs1 * x)                       (sign multiply by +-1.0f is exact)
+//   Hadamard2: y = Fwht(signs2 * Fwht(signs1 * x))
+//   Haar:      y = MatVec(Q, x)
+//   s = enc_scale / norm;  z[j] = y[j] * s                 (z ~ N(0,1) per coordinate)
+//   idx[j] = number of thresholds t_k with t_k < z[j]      (strict; NaN gives 0)
+//   stored norm = norm, or with norm correction norm * sqrtf(float(m) / Sum8(centroid[idx]^2))
+//   stored as f32 (memcpy, little-endian) or f16 (FloatToHalf)
+//   planes: plane p (p = 0..bits-1) is ceil(m/8) bytes; bit (j % 8) of byte j / 8 = bit p of idx[j]
+//
+// Decoding: n = stored norm (f16 -> HalfToFloat); a = n * dec_scale; v[j] = centroid[idx[j]] * a
+//   Hadamard:  out = signs1 * Fwht(v)
+//   Hadamard2: out = signs1 * Fwht(signs2 * Fwht(v))
+//   Haar:      out = MatVec(Q^T, v)
+// enc_scale/dec_scale are per rotation kind (computed in double, rounded to float once):
+//   Hadamard: 1 and 1/m;  Hadamard2: 1/sqrt(m) and 1/(m*sqrt(m));  Haar: sqrt(m) and 1/sqrt(m).
+#ifndef TQKV_SRC_CODEC_KERNELS_KERNELS_H_
+#define TQKV_SRC_CODEC_KERNELS_KERNELS_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "tqkv/codec.h"
+#include "tqkv/simd.h"
+#include "tqkv/types.h"
+
+namespace tqkv::kernels {
+
+// Everything a kernel needs to encode or decode one subset; built once by the codec.
+struct SubsetPlan {
+  uint32_t dim = 0;           // m: channels of the subset
+  uint32_t bits = 0;          // 1..8
+  RotationKind rotation = RotationKind::kHadamard;
+  const float* signs1 = nullptr;     // m entries of +-1.0f (Hadamard, Hadamard2)
+  const float* signs2 = nullptr;     // m entries (Hadamard2)
+  const float* haar_t = nullptr;     // Q^T, m*m row-major: row i = column i of Q (encode)
+  const float* haar = nullptr;       // Q, m*m row-major: row j of Q (decode uses Q^T x = sum_j x_j Q[j])
+  const float* centroids = nullptr;  // 2^bits ascending (unit-variance domain)
+  const float* thresholds = nullptr; // 2^bits - 1 midpoints: t_k = 0.5f * (c_k + c_{k+1})
+  float enc_scale = 1.0f;
+  float dec_scale = 1.0f;
+  bool norm_correction = false;
+  DType norm_dtype = DType::kF32;    // kF32 or kF16
+
+  size_t plane_bytes() const { return (dim + 7) / 8; }
+  size_t planes_bytes() const { return bits * plane_bytes(); }
+};
+
+struct KernelTable {
+  const char* name;
+  // dst[i] = float(src[i]) for n elements.
+  void (*to_f32)(const void* src, DType dtype, size_t n, float* dst);
+  // dst[i] = dtype(src[i]) for n elements, round to nearest even.
+  void (*from_f32)(const float* src, size_t n, DType dtype, void* dst);
+  // Encodes n vectors: vector i is x + i * x_stride (plan.dim floats); its norm goes to
+  // norm_out + i * code_stride (4 or 2 bytes) and its planes to planes_out + i * code_stride.
+  void (*encode)(const SubsetPlan& plan, const float* x, size_t x_stride, size_t n,
+                 uint8_t* norm_out, uint8_t* planes_out, size_t code_stride);
+  // Inverse of encode: vector i goes to out + i * out_stride (plan.dim floats).
+  void (*decode)(const SubsetPlan& plan, const uint8_t* norm_in, const uint8_t* planes_in,
+                 size_t code_stride, size_t n, float* out, size_t out_stride);
+};
+
+// Scalar reference: always built.
+const KernelTable& ScalarKernels();
+// AVX2+FMA+F16C kernels, or null when not built or not supported by this CPU. They handle any plan
+// (falling back to the reference internally for shapes they do not vectorise).
+const KernelTable* Avx2Kernels();
+const KernelTable& KernelsFor(SimdLevel level);
+// The table for ActiveSimdLevel().
+const KernelTable& ActiveKernels();
+
+// Reference primitives (also used by the codec outside the hot path and by tests).
+namespace ref {
+float Sum8Squares(const float* v, size_t m);
+void Fwht(float* y, size_t m);  // m a power of two
+void MatVecT(const float* mt, const float* x, size_t m, float* y);  // y = M x, mt = M^T row-major
+uint32_t Quantize(float z, const float* thresholds, uint32_t bits);
+void PackPlanes(const uint8_t* idx, size_t m, uint32_t bits, uint8_t* planes);
+void UnpackPlanes(const uint8_t* planes, size_t m, uint32_t bits, uint8_t* idx);
+}  // namespace ref
+
+}  // namespace tqkv::kernels
+
+#endif  // TQKV_SRC_CODEC_KERNELS_KERNELS_H_
