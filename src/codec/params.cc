@@ -1,0 +1,80 @@
+// Sizes and validation of resolved codec parameters (no Codec instance needed).
+#include <cmath>
+#include <string>
+
+#include "tqkv/codec.h"
+
+namespace tqkv {
+
+std::string_view RotationKindName(RotationKind k) {
+  switch (k) {
+    case RotationKind::kAuto: return "auto";
+    case RotationKind::kHadamard: return "hd";
+    case RotationKind::kHadamard2: return "hd2";
+    case RotationKind::kHaar: return "haar";
+  }
+  return "unknown";
+}
+
+size_t CodeBytesOf(const CodecParams& p) {
+  if (p.kind == CodecKind::kRaw) return static_cast<size_t>(p.head_dim) * DTypeSize(p.raw_dtype);
+  size_t bytes = 0;
+  for (const auto& s : p.subsets) {
+    bytes += DTypeSize(p.norm_dtype) + static_cast<size_t>(s.bits) * ((s.channels + 7) / 8);
+  }
+  if (p.qjl) bytes += 4 + (p.head_dim + 7) / 8;
+  return bytes;
+}
+
+size_t GroupMetaBytesOf(const CodecParams& p) {
+  return p.kind == CodecKind::kTurboQuant && p.split() ? (p.head_dim + 7) / 8 : 0;
+}
+
+Status ValidateCodecParams(const CodecParams& p) {
+  auto bad = [](const std::string& why) { return Status::InvalidArgument("codec params: " + why); };
+  if (p.head_dim == 0 || p.head_dim > 65535) return bad("head_dim " + std::to_string(p.head_dim));
+  if (p.kind == CodecKind::kRaw) {
+    if (p.raw_dtype != DType::kF16 && p.raw_dtype != DType::kBF16 && p.raw_dtype != DType::kF32) {
+      return bad("raw dtype");
+    }
+    if (!p.subsets.empty()) return bad("raw codec with subsets");
+    return Status::Ok();
+  }
+  if (p.kind != CodecKind::kTurboQuant) return bad("unknown codec kind");
+  if (p.head_dim < 16) return bad("TurboQuant needs head_dim >= 16");
+  if (p.subsets.empty() || p.subsets.size() > 2) return bad("1 or 2 subsets");
+  if (p.norm_dtype != DType::kF32 && p.norm_dtype != DType::kF16) return bad("norm dtype");
+  if (p.qjl && p.split()) return bad("qjl with a split codec");
+  uint32_t total = 0;
+  for (const auto& s : p.subsets) {
+    if (s.channels == 0) return bad("empty subset");
+    if (s.bits < 1 || s.bits > 8) return bad("bits " + std::to_string(s.bits));
+    const bool pow2 = (s.channels & (s.channels - 1)) == 0;
+    switch (s.rotation) {
+      case RotationKind::kHadamard:
+      case RotationKind::kHadamard2:
+        if (!pow2) return bad("Hadamard rotation on " + std::to_string(s.channels) + " channels");
+        break;
+      case RotationKind::kHaar: break;
+      default: return bad("rotation kind");
+    }
+    if (s.centroids.size() != (size_t{1} << s.bits)) return bad("centroid count");
+    for (size_t i = 0; i < s.centroids.size(); ++i) {
+      if (!std::isfinite(s.centroids[i])) return bad("non-finite centroid");
+      if (i > 0 && !(s.centroids[i] > s.centroids[i - 1])) return bad("centroids not ascending");
+    }
+    total += s.channels;
+  }
+  if (total != p.head_dim) return bad("subsets cover " + std::to_string(total) + " of " +
+                                      std::to_string(p.head_dim) + " channels");
+  return Status::Ok();
+}
+
+double Codec::BitsPerValue(size_t vectors_per_group) const {
+  const double d = head_dim();
+  double bits = 8.0 * code_bytes() / d;
+  if (vectors_per_group > 0) bits += 8.0 * group_meta_bytes() / (d * vectors_per_group);
+  return bits;
+}
+
+}  // namespace tqkv
