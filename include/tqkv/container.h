@@ -30,7 +30,8 @@ inline constexpr uint64_t kContainerAlignment = 4096;
 enum class ChunkType : uint8_t {
   kGroupMeta = 1,  // per layer: the group metadata of every (K/V, head), codec order
   kCodes = 2,      // codes of tokens [token_begin, token_begin + token_count), all heads,
-                   // token-major: [token][kv_head][code_bytes]
+                   // head-major: [kv_head][token][code_bytes] (a head's codes are contiguous,
+                   // so one Codec::Decode call per head writes straight into the canonical layout)
 };
 
 struct ContainerHeader {
