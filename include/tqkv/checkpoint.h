@@ -1,0 +1,113 @@
+// Checkpoint a session's KV cache to a store, and restore it: the pipelines
+//   checkpoint: source -> select group metadata -> encode -> container writer -> store (atomic)
+//   restore:    store -> container reader (verify) -> decode -> sink (host memory or per layer)
+// Reads run ahead of decoding (several chunks in flight) so a restore takes about
+// max(read time, decode time), not their sum.
+#ifndef TQKV_INCLUDE_TQKV_CHECKPOINT_H_
+#define TQKV_INCLUDE_TQKV_CHECKPOINT_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tqkv/codec.h"
+#include "tqkv/kv_cache.h"
+#include "tqkv/status.h"
+#include "tqkv/store.h"
+
+namespace tqkv {
+
+class ThreadPool;
+
+// Produces a session one layer at a time (so a session larger than memory can be checkpointed).
+class KvSource {
+ public:
+  virtual ~KvSource() = default;
+  virtual const std::string& model() const = 0;
+  virtual const ModelGeometry& geometry() const = 0;
+  virtual DType dtype() const = 0;
+  virtual uint64_t tokens() const = 0;
+  // Fills k and v (tokens * kv_heads * head_dim elements of dtype() each) with layer `layer`.
+  virtual Status ReadLayer(uint32_t layer, void* k, void* v) = 0;
+};
+
+// A KvSource over a KvCache in memory (no copy when the caller can take pointers: see
+// Checkpoint(), which encodes straight from the cache).
+std::unique_ptr<KvSource> MakeCacheSource(const KvCache& cache);
+
+struct LayerCodec {
+  uint32_t layer = 0;
+  CodecSpec spec;
+};
+
+struct CheckpointOptions {
+  CodecSpec codec;                          // default codec for every layer
+  std::vector<LayerCodec> layer_overrides;  // e.g. first and last layers at more bits
+  uint32_t token_block = 0;                 // tokens per chunk; 0: about 2 MiB chunks
+  ThreadPool* pool = nullptr;               // encode threads; null: the calling thread
+};
+
+struct CheckpointStats {
+  uint64_t bytes_written = 0;   // the whole container
+  uint64_t fp16_bytes = 0;      // the session's tensors at FP16
+  double seconds = 0;           // wall time, first byte produced to committed
+  double encode_seconds = 0;    // time spent selecting metadata and encoding
+  double write_seconds = 0;     // time spent in Append and Commit
+};
+
+// Parses "L:SPEC" (e.g. "0:tq4") into a LayerCodec.
+Result<LayerCodec> ParseLayerCodec(std::string_view text);
+
+// Encodes and writes the session under `key`, published atomically. On any failure nothing
+// readable is left under `key` (a previous object with the key stays as it was).
+Result<CheckpointStats> Checkpoint(KvSource& source, const CheckpointOptions& options, Store& store,
+                                   std::string_view key);
+Result<CheckpointStats> Checkpoint(const KvCache& cache, const CheckpointOptions& options,
+                                   Store& store, std::string_view key);
+
+struct RestoreOptions {
+  DType dtype = DType::kF16;          // element type of the restored tensors
+  ThreadPool* pool = nullptr;         // decode threads; null: the calling thread
+  uint64_t inflight_bytes = 32 << 20; // read-ahead budget
+  // When set, the stored geometry must equal it (else InvalidArgument saying what differs).
+  const ModelGeometry* expect_geometry = nullptr;
+  bool drop_cache = false;            // evict the object from the page cache before reading
+};
+
+struct RestoreStats {
+  uint64_t bytes_read = 0;      // bytes moved from the store
+  uint64_t fp16_bytes = 0;      // the session's tensors at FP16
+  uint64_t tokens = 0;
+  std::string model;
+  ModelGeometry geometry;
+  double seconds = 0;           // first read to the whole session decoded and verified
+  double read_busy_seconds = 0;    // time the reader spent in store reads
+  double decode_busy_seconds = 0;  // time spent decoding (wall, on the pool)
+  double first_layer_seconds = 0;  // until layer 0 was ready
+  bool drop_cache_ok = true;
+  std::string drop_cache_error;
+};
+
+// Restores into `dst`, whose geometry, token count and dtype must match the stored session.
+Status RestoreInto(Store& store, std::string_view key, KvCache& dst, const RestoreOptions& options,
+                   RestoreStats* stats = nullptr);
+// Allocates and restores the whole session.
+Result<std::unique_ptr<KvCacheBuffer>> Restore(Store& store, std::string_view key,
+                                               const RestoreOptions& options,
+                                               RestoreStats* stats = nullptr);
+// Streams: calls on_layer(layer, k, v) as soon as each layer is decoded and verified (tensors of
+// options.dtype in the canonical layout); the buffers are reused after the callback returns, so
+// memory stays at about one layer whatever the session length.
+using LayerCallback = std::function<Status(uint32_t layer, const void* k, const void* v)>;
+Status RestoreStreaming(Store& store, std::string_view key, const RestoreOptions& options,
+                        const LayerCallback& on_layer, RestoreStats* stats = nullptr);
+
+// Reads and checks every checksum of a stored session without decoding.
+Status VerifyObject(Store& store, std::string_view key);
+
+}  // namespace tqkv
+
+#endif  // TQKV_INCLUDE_TQKV_CHECKPOINT_H_
