@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Every test: the build's ctest suite, the same suite under AddressSanitizer + UBSan, and a short
+# libFuzzer run of the container reader. Exit status non-zero on any failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-deps.sh
+jobs=$(nproc)
+
+echo "== build + ctest"
+bash scripts/build.sh
+ctest --test-dir build --output-on-failure -j "$jobs"
+
+echo "== AddressSanitizer + UndefinedBehaviorSanitizer build + ctest"
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTQKV_SANITIZE=address,undefined \
+  -DTQKV_BUILD_TOOLS=ON >/dev/null
+ninja -C build-asan
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ctest --test-dir build-asan --output-on-failure -j "$jobs" -LE slow
+
+if [ -f fuzz/container_fuzz.cc ]; then
+  echo "== libFuzzer: container reader, ${TQKV_FUZZ_SECONDS:-60} s"
+  CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DTQKV_BUILD_FUZZERS=ON -DTQKV_SANITIZE=address,undefined -DTQKV_BUILD_TOOLS=OFF \
+    -DTQKV_BUILD_TESTS=OFF >/dev/null
+  ninja -C build-fuzz container_fuzz
+  mkdir -p build-fuzz/corpus
+  ./build-fuzz/container_fuzz -max_total_time="${TQKV_FUZZ_SECONDS:-60}" -print_final_stats=1 \
+    build-fuzz/corpus fuzz/corpus
+fi
+echo "== all tests passed"
