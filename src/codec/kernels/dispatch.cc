@@ -1,0 +1,22 @@
+// Picks the kernel table for a SIMD level.
+#include "codec/kernels/internal.h"
+#include "codec/kernels/kernels.h"
+
+namespace tqkv::kernels {
+
+const KernelTable* Avx2Kernels() {
+  // BestSimdLevel checks AVX2, FMA and F16C, everything the _avx2.cc files are compiled for.
+  if (BestSimdLevel() < SimdLevel::kAvx2) return nullptr;
+  return &internal::Avx2Table();
+}
+
+const KernelTable& KernelsFor(SimdLevel level) {
+  if (level == SimdLevel::kAvx2) {
+    if (const KernelTable* t = Avx2Kernels()) return *t;
+  }
+  return ScalarKernels();
+}
+
+const KernelTable& ActiveKernels() { return KernelsFor(ActiveSimdLevel()); }
+
+}  // namespace tqkv::kernels

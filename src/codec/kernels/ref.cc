@@ -1,0 +1,198 @@
+// Scalar reference kernels: the arithmetic kernels.h fixes, written out plainly.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "codec/kernels/kernels.h"
+
+namespace tqkv::kernels {
+namespace ref {
+
+float Sum8Squares(const float* v, size_t m) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (size_t i = 0; i < m; ++i) {
+    const float p = v[i] * v[i];  // rounded before the add: no contraction
+    acc[i % 8] += p;
+  }
+  return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+}
+
+void Fwht(float* y, size_t m) {
+  for (size_t h = 1; h < m; h <<= 1) {
+    for (size_t i = 0; i + h < m; ++i) {  // the bound only guards a misuse with m not 2^k
+      if (i & h) continue;
+      const float a = y[i];
+      const float b = y[i + h];
+      y[i] = a + b;
+      y[i + h] = a - b;
+    }
+  }
+}
+
+void MatVecT(const float* mt, const float* x, size_t m, float* y) {
+  std::fill(y, y + m, 0.0f);
+  for (size_t i = 0; i < m; ++i) {
+    const float xi = x[i];
+    const float* row = mt + i * m;
+    for (size_t j = 0; j < m; ++j) y[j] = std::fma(row[j], xi, y[j]);
+  }
+}
+
+uint32_t Quantize(float z, const float* thresholds, uint32_t bits) {
+  const uint32_t count = (1u << bits) - 1;
+  if (bits >= 5) {
+    // Thresholds ascend, so the count of t < z is the first index with !(t < z); NaN gives 0.
+    uint32_t lo = 0, hi = count;
+    while (lo < hi) {
+      const uint32_t mid = (lo + hi) / 2;
+      if (thresholds[mid] < z) {
+        lo = mid + 1;
+      } else {
+        hi = mid;
+      }
+    }
+    return lo;
+  }
+  uint32_t n = 0;
+  for (uint32_t k = 0; k < count; ++k) n += thresholds[k] < z ? 1u : 0u;
+  return n;
+}
+
+void PackPlanes(const uint8_t* idx, size_t m, uint32_t bits, uint8_t* planes) {
+  const size_t pb = (m + 7) / 8;
+  std::memset(planes, 0, bits * pb);
+  for (uint32_t p = 0; p < bits; ++p) {
+    uint8_t* plane = planes + p * pb;
+    for (size_t j = 0; j < m; ++j) {
+      plane[j / 8] |= static_cast<uint8_t>(((idx[j] >> p) & 1u) << (j % 8));
+    }
+  }
+}
+
+void UnpackPlanes(const uint8_t* planes, size_t m, uint32_t bits, uint8_t* idx) {
+  const size_t pb = (m + 7) / 8;
+  std::memset(idx, 0, m);
+  for (uint32_t p = 0; p < bits; ++p) {
+    const uint8_t* plane = planes + p * pb;
+    for (size_t j = 0; j < m; ++j) {
+      idx[j] |= static_cast<uint8_t>(((plane[j / 8] >> (j % 8)) & 1u) << p);
+    }
+  }
+}
+
+}  // namespace ref
+
+namespace {
+
+void StoreNorm(float norm, DType dtype, uint8_t* out) {
+  if (dtype == DType::kF16) {
+    const uint16_t h = FloatToHalf(norm);
+    std::memcpy(out, &h, 2);
+  } else {
+    std::memcpy(out, &norm, 4);
+  }
+}
+
+float LoadNorm(const uint8_t* in, DType dtype) {
+  if (dtype == DType::kF16) {
+    uint16_t h;
+    std::memcpy(&h, in, 2);
+    return HalfToFloat(h);
+  }
+  float f;
+  std::memcpy(&f, in, 4);
+  return f;
+}
+
+void MulSigns(float* y, const float* signs, size_t m) {
+  for (size_t j = 0; j < m; ++j) y[j] *= signs[j];
+}
+
+void ToF32(const void* src, DType dtype, size_t n, float* dst) {
+  for (size_t i = 0; i < n; ++i) dst[i] = LoadAsFloat(src, dtype, i);
+}
+
+void FromF32(const float* src, size_t n, DType dtype, void* dst) {
+  for (size_t i = 0; i < n; ++i) StoreFromFloat(dst, dtype, i, src[i]);
+}
+
+void Encode(const SubsetPlan& plan, const float* x, size_t x_stride, size_t n, uint8_t* norm_out,
+            uint8_t* planes_out, size_t code_stride) {
+  const size_t m = plan.dim;
+  std::vector<float> y(m), tmp(m);
+  std::vector<uint8_t> idx(m);
+  for (size_t v = 0; v < n; ++v) {
+    const float* xv = x + v * x_stride;
+    const float norm = std::sqrt(ref::Sum8Squares(xv, m));
+    float stored = norm;
+    if (norm == 0.0f || !std::isfinite(norm)) {
+      std::fill(idx.begin(), idx.end(), uint8_t{0});
+      stored = norm == 0.0f ? 0.0f : std::numeric_limits<float>::quiet_NaN();
+    } else {
+      switch (plan.rotation) {
+        case RotationKind::kHaar:
+          ref::MatVecT(plan.haar_t, xv, m, y.data());
+          break;
+        case RotationKind::kHadamard2:
+        case RotationKind::kHadamard:
+        default:
+          for (size_t j = 0; j < m; ++j) y[j] = xv[j] * plan.signs1[j];
+          ref::Fwht(y.data(), m);
+          if (plan.rotation == RotationKind::kHadamard2) {
+            MulSigns(y.data(), plan.signs2, m);
+            ref::Fwht(y.data(), m);
+          }
+          break;
+      }
+      const float s = plan.enc_scale / norm;
+      for (size_t j = 0; j < m; ++j) {
+        idx[j] = static_cast<uint8_t>(ref::Quantize(y[j] * s, plan.thresholds, plan.bits));
+      }
+      if (plan.norm_correction) {
+        for (size_t j = 0; j < m; ++j) tmp[j] = plan.centroids[idx[j]];
+        stored = norm * std::sqrt(static_cast<float>(m) / ref::Sum8Squares(tmp.data(), m));
+      }
+    }
+    StoreNorm(stored, plan.norm_dtype, norm_out + v * code_stride);
+    ref::PackPlanes(idx.data(), m, plan.bits, planes_out + v * code_stride);
+  }
+}
+
+void Decode(const SubsetPlan& plan, const uint8_t* norm_in, const uint8_t* planes_in,
+            size_t code_stride, size_t n, float* out, size_t out_stride) {
+  const size_t m = plan.dim;
+  std::vector<float> v(m);
+  std::vector<uint8_t> idx(m);
+  for (size_t k = 0; k < n; ++k) {
+    float* o = out + k * out_stride;
+    const float a = LoadNorm(norm_in + k * code_stride, plan.norm_dtype) * plan.dec_scale;
+    ref::UnpackPlanes(planes_in + k * code_stride, m, plan.bits, idx.data());
+    for (size_t j = 0; j < m; ++j) v[j] = plan.centroids[idx[j]] * a;
+    switch (plan.rotation) {
+      case RotationKind::kHaar:
+        ref::MatVecT(plan.haar, v.data(), m, o);
+        break;
+      case RotationKind::kHadamard2:
+      case RotationKind::kHadamard:
+      default:
+        ref::Fwht(v.data(), m);
+        if (plan.rotation == RotationKind::kHadamard2) {
+          MulSigns(v.data(), plan.signs2, m);
+          ref::Fwht(v.data(), m);
+        }
+        for (size_t j = 0; j < m; ++j) o[j] = v[j] * plan.signs1[j];
+        break;
+    }
+  }
+}
+
+}  // namespace
+
+const KernelTable& ScalarKernels() {
+  static const KernelTable table{"scalar", ToF32, FromF32, Encode, Decode};
+  return table;
+}
+
+}  // namespace tqkv::kernels
