@@ -1,0 +1,461 @@
+// Kernel layer: the reference primitives, and every SIMD table bit-for-bit against the reference.
+#include "codec/kernels/kernels.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace tqkv::kernels {
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+// Equal bit patterns, or both NaN: NaN payloads may legitimately depend on which operand the
+// compiler put first in a commutative scalar operation.
+bool SameFloat(float a, float b) {
+  return std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b) ||
+         (std::isnan(a) && std::isnan(b));
+}
+
+// Owns the arrays a SubsetPlan points into.
+struct TestPlan {
+  std::vector<float> signs1, signs2, haar, haar_t, centroids, thresholds;
+  SubsetPlan plan;
+};
+
+TestPlan MakePlan(uint32_t dim, uint32_t bits, RotationKind rot, DType norm_dtype, bool nc,
+                  std::mt19937& rng) {
+  TestPlan t;
+  std::normal_distribution<double> gauss;
+  std::uniform_int_distribution<int> coin(0, 1);
+  for (uint32_t i = 0; i < dim; ++i) {
+    t.signs1.push_back(coin(rng) ? 1.0f : -1.0f);
+    t.signs2.push_back(coin(rng) ? 1.0f : -1.0f);
+  }
+  if (rot == RotationKind::kHaar) {
+    // Gram-Schmidt on a Gaussian matrix (in double); rows of Q are orthonormal.
+    std::vector<double> q(size_t{dim} * dim);
+    for (auto& v : q) v = gauss(rng);
+    for (uint32_t r = 0; r < dim; ++r) {
+      double* row = &q[size_t{r} * dim];
+      for (uint32_t p = 0; p < r; ++p) {
+        const double* prev = &q[size_t{p} * dim];
+        double dot = 0;
+        for (uint32_t k = 0; k < dim; ++k) dot += row[k] * prev[k];
+        for (uint32_t k = 0; k < dim; ++k) row[k] -= dot * prev[k];
+      }
+      double nn = 0;
+      for (uint32_t k = 0; k < dim; ++k) nn += row[k] * row[k];
+      nn = std::sqrt(nn);
+      for (uint32_t k = 0; k < dim; ++k) row[k] /= nn;
+    }
+    t.haar.resize(q.size());
+    t.haar_t.resize(q.size());
+    for (uint32_t r = 0; r < dim; ++r) {
+      for (uint32_t c = 0; c < dim; ++c) {
+        t.haar[size_t{r} * dim + c] = static_cast<float>(q[size_t{r} * dim + c]);
+        t.haar_t[size_t{c} * dim + r] = static_cast<float>(q[size_t{r} * dim + c]);
+      }
+    }
+  }
+  const size_t levels = size_t{1} << bits;
+  while (t.centroids.size() < levels) {
+    t.centroids.clear();
+    for (size_t k = 0; k < levels; ++k) t.centroids.push_back(static_cast<float>(gauss(rng)));
+    std::sort(t.centroids.begin(), t.centroids.end());
+    t.centroids.erase(std::unique(t.centroids.begin(), t.centroids.end()), t.centroids.end());
+  }
+  for (size_t k = 0; k + 1 < levels; ++k) {
+    t.thresholds.push_back(0.5f * (t.centroids[k] + t.centroids[k + 1]));
+  }
+  const double m = dim;
+  double enc = 1, dec = 1 / m;
+  if (rot == RotationKind::kHadamard2) {
+    enc = 1 / std::sqrt(m);
+    dec = 1 / (m * std::sqrt(m));
+  } else if (rot == RotationKind::kHaar) {
+    enc = std::sqrt(m);
+    dec = 1 / std::sqrt(m);
+  }
+  SubsetPlan& p = t.plan;
+  p.dim = dim;
+  p.bits = bits;
+  p.rotation = rot;
+  p.signs1 = t.signs1.data();
+  p.signs2 = t.signs2.data();
+  p.haar = t.haar.empty() ? nullptr : t.haar.data();
+  p.haar_t = t.haar_t.empty() ? nullptr : t.haar_t.data();
+  p.centroids = t.centroids.data();
+  p.thresholds = t.thresholds.data();
+  p.enc_scale = static_cast<float>(enc);
+  p.dec_scale = static_cast<float>(dec);
+  p.norm_correction = nc;
+  p.norm_dtype = norm_dtype;
+  return t;
+}
+
+// Random Gaussian vectors followed by the edge cases, `stride` floats apart.
+std::vector<float> MakeInputs(uint32_t dim, size_t stride, size_t* n, std::mt19937& rng) {
+  std::normal_distribution<float> gauss;
+  std::vector<std::vector<float>> vecs;
+  for (int i = 0; i < 24; ++i) {
+    std::vector<float> v(dim);
+    const float scale = std::ldexp(1.0f, static_cast<int>(rng() % 40) - 20);
+    for (auto& x : v) x = gauss(rng) * scale;
+    vecs.push_back(v);
+  }
+  auto filled = [&](float value) { return std::vector<float>(dim, value); };
+  vecs.push_back(filled(0.0f));
+  vecs.push_back(filled(-0.0f));
+  vecs.push_back(filled(1.0f));
+  vecs.push_back(filled(-3.5f));
+  vecs.push_back(filled(1e-40f));                  // denormal: squares underflow to 0
+  vecs.push_back(filled(1e-20f));                  // squares denormal-ish
+  vecs.push_back(filled(1e18f));                   // squares overflow
+  vecs.push_back(filled(3e37f));
+  vecs.push_back(filled(std::numeric_limits<float>::denorm_min()));
+  for (float special : {kInf, -kInf, kNaN, 1e30f, 1e-38f}) {
+    std::vector<float> v(dim);
+    for (auto& x : v) x = gauss(rng);
+    v[rng() % dim] = special;
+    vecs.push_back(v);
+  }
+  {  // one large coordinate among small ones
+    std::vector<float> v(dim, 1e-3f);
+    v[0] = 1e6f;
+    vecs.push_back(v);
+  }
+  {  // only denormals, random signs
+    std::vector<float> v(dim);
+    for (auto& x : v) x = (rng() & 1 ? -1.0f : 1.0f) * 1e-41f * static_cast<float>(rng() % 100);
+    vecs.push_back(v);
+  }
+  *n = vecs.size();
+  std::vector<float> out(*n * stride, 12345.0f);
+  for (size_t i = 0; i < *n; ++i) std::copy(vecs[i].begin(), vecs[i].end(), &out[i * stride]);
+  return out;
+}
+
+std::vector<uint32_t> DimsFor(RotationKind rot) {
+  if (rot == RotationKind::kHaar) return {3, 8, 16, 20, 32, 64, 96, 128, 256};
+  return {8, 16, 32, 64, 128, 256};
+}
+
+std::vector<const KernelTable*> SimdTables() {
+  std::vector<const KernelTable*> tables;
+  for (SimdLevel level : SupportedSimdLevels()) tables.push_back(&KernelsFor(level));
+  return tables;
+}
+
+std::string Describe(const SubsetPlan& p, const KernelTable& t) {
+  return std::string(t.name) + " dim=" + std::to_string(p.dim) + " bits=" + std::to_string(p.bits) +
+         " rot=" + std::to_string(static_cast<int>(p.rotation)) +
+         " norm=" + std::string(DTypeName(p.norm_dtype)) + " nc=" + std::to_string(p.norm_correction);
+}
+
+TEST(KernelsDispatch, TablesMatchLevels) {
+  EXPECT_STREQ(KernelsFor(SimdLevel::kScalar).name, "scalar");
+  EXPECT_STREQ(ScalarKernels().name, "scalar");
+  if (BestSimdLevel() >= SimdLevel::kAvx2) {
+    ASSERT_NE(Avx2Kernels(), nullptr);
+    EXPECT_EQ(&KernelsFor(SimdLevel::kAvx2), Avx2Kernels());
+  } else {
+    EXPECT_EQ(Avx2Kernels(), nullptr);
+    EXPECT_EQ(&KernelsFor(SimdLevel::kAvx2), &ScalarKernels());
+  }
+  ForceSimdLevel(SimdLevel::kScalar);
+  EXPECT_EQ(&ActiveKernels(), &ScalarKernels());
+  ResetSimdLevel();
+  EXPECT_EQ(&ActiveKernels(), &KernelsFor(ActiveSimdLevel()));
+}
+
+TEST(KernelsRef, Sum8SquaresOrder) {
+  std::vector<float> v(21);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = 0.1f * static_cast<float>(i) - 0.7f;
+  float acc[8] = {};
+  for (size_t i = 0; i < v.size(); ++i) acc[i % 8] += v[i] * v[i];
+  const float want =
+      ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+  EXPECT_EQ(std::bit_cast<uint32_t>(ref::Sum8Squares(v.data(), v.size())),
+            std::bit_cast<uint32_t>(want));
+  EXPECT_EQ(ref::Sum8Squares(v.data(), 0), 0.0f);
+}
+
+TEST(KernelsRef, FwhtOfBasisVectorIsHadamardRow) {
+  for (size_t m : {1u, 2u, 8u, 64u, 256u}) {
+    for (size_t k = 0; k < m; k += (m > 8 ? 7 : 1)) {
+      std::vector<float> y(m, 0.0f);
+      y[k] = 1.0f;
+      ref::Fwht(y.data(), m);
+      for (size_t j = 0; j < m; ++j) {
+        const float want = std::popcount(j & k) % 2 ? -1.0f : 1.0f;
+        ASSERT_EQ(y[j], want) << "m=" << m << " k=" << k << " j=" << j;
+      }
+    }
+  }
+}
+
+TEST(KernelsRef, FwhtTwiceScalesByM) {
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<int> small(-50, 50);
+  std::vector<float> x(128), y(128);
+  for (auto& v : x) v = static_cast<float>(small(rng));
+  y = x;
+  ref::Fwht(y.data(), y.size());
+  ref::Fwht(y.data(), y.size());
+  for (size_t j = 0; j < x.size(); ++j) EXPECT_EQ(y[j], 128.0f * x[j]);  // small ints: exact
+}
+
+TEST(KernelsRef, MatVecTIsColumnAccumulationWithFma) {
+  std::mt19937 rng(4);
+  std::normal_distribution<float> gauss;
+  const size_t m = 13;
+  std::vector<float> mt(m * m), x(m), y(m), want(m, 0.0f);
+  for (auto& v : mt) v = gauss(rng);
+  for (auto& v : x) v = gauss(rng);
+  for (size_t i = 0; i < m; ++i) {
+    for (size_t j = 0; j < m; ++j) want[j] = std::fma(mt[i * m + j], x[i], want[j]);
+  }
+  ref::MatVecT(mt.data(), x.data(), m, y.data());
+  for (size_t j = 0; j < m; ++j) EXPECT_EQ(y[j], want[j]);
+}
+
+TEST(KernelsRef, QuantizeCountsThresholdsStrictlyBelow) {
+  std::mt19937 rng(5);
+  for (uint32_t bits = 1; bits <= 8; ++bits) {
+    std::vector<float> t((1u << bits) - 1);
+    for (size_t k = 0; k < t.size(); ++k) t[k] = static_cast<float>(k) - t.size() / 2.0f;
+    std::vector<float> zs = {kNaN, -kNaN, kInf, -kInf, 0.0f, -0.0f};
+    for (float v : t) {
+      zs.push_back(v);
+      zs.push_back(std::nextafter(v, kInf));
+      zs.push_back(std::nextafter(v, -kInf));
+    }
+    std::uniform_real_distribution<float> uni(-200.0f, 200.0f);
+    for (int i = 0; i < 200; ++i) zs.push_back(uni(rng));
+    for (float z : zs) {
+      uint32_t want = 0;
+      for (float v : t) want += v < z;
+      ASSERT_EQ(ref::Quantize(z, t.data(), bits), want) << "bits=" << bits << " z=" << z;
+    }
+  }
+}
+
+TEST(KernelsRef, PackPlanesLayoutAndRoundTrip) {
+  // Known layout: idx[j] = j for 8 entries at 3 bits.
+  uint8_t idx8[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+  uint8_t planes[3];
+  ref::PackPlanes(idx8, 8, 3, planes);
+  EXPECT_EQ(planes[0], 0xAA);
+  EXPECT_EQ(planes[1], 0xCC);
+  EXPECT_EQ(planes[2], 0xF0);
+
+  std::mt19937 rng(6);
+  for (size_t m = 1; m <= 41; ++m) {
+    for (uint32_t bits = 1; bits <= 8; ++bits) {
+      std::vector<uint8_t> idx(m), back(m);
+      for (auto& v : idx) v = static_cast<uint8_t>(rng() & ((1u << bits) - 1));
+      const size_t pb = (m + 7) / 8;
+      std::vector<uint8_t> pl(bits * pb, 0x5A);
+      ref::PackPlanes(idx.data(), m, bits, pl.data());
+      for (uint32_t p = 0; p < bits; ++p) {  // padding bits of the last byte are zero
+        if (m % 8) {
+          ASSERT_EQ(pl[p * pb + pb - 1] >> (m % 8), 0);
+        }
+      }
+      ref::UnpackPlanes(pl.data(), m, bits, back.data());
+      ASSERT_EQ(idx, back) << "m=" << m << " bits=" << bits;
+    }
+  }
+}
+
+TEST(KernelsRef, EncodeZeroAndNonFiniteNorms) {
+  std::mt19937 rng(7);
+  for (DType nd : {DType::kF32, DType::kF16}) {
+    TestPlan t = MakePlan(16, 3, RotationKind::kHadamard, nd, true, rng);
+    const size_t nb = DTypeSize(nd), stride = nb + t.plan.planes_bytes();
+    std::vector<float> x(3 * 16, 0.0f);
+    x[16 + 5] = kNaN;
+    x[32 + 1] = kInf;
+    std::vector<uint8_t> code(3 * stride, 0xEE);
+    ScalarKernels().encode(t.plan, x.data(), 16, 3, code.data(), code.data() + nb, stride);
+    for (int v = 0; v < 3; ++v) {
+      const uint8_t* c = &code[v * stride];
+      const float norm = nd == DType::kF32 ? std::bit_cast<float>(
+                                                 uint32_t{c[0]} | uint32_t{c[1]} << 8 |
+                                                 uint32_t{c[2]} << 16 | uint32_t{c[3]} << 24)
+                                           : HalfToFloat(uint16_t(c[0] | c[1] << 8));
+      if (v == 0) {
+        EXPECT_EQ(std::bit_cast<uint32_t>(norm), 0u);
+      } else {
+        EXPECT_TRUE(std::isnan(norm));
+      }
+      for (size_t b = nb; b < stride; ++b) EXPECT_EQ(c[b], 0) << v;
+    }
+  }
+}
+
+// Decode(Encode(x)) stays close to x at 8 bits: catches scale or rotation mix-ups that a
+// ref-vs-SIMD comparison cannot.
+TEST(KernelsRef, RoundTripIsAccurate) {
+  std::mt19937 rng(8);
+  std::normal_distribution<float> gauss;
+  for (RotationKind rot : {RotationKind::kHadamard, RotationKind::kHadamard2, RotationKind::kHaar}) {
+    TestPlan t = MakePlan(64, 8, rot, DType::kF32, false, rng);
+    for (size_t k = 0; k < t.centroids.size(); ++k) {  // uniform grid over [-4, 4]
+      t.centroids[k] = -4.0f + 8.0f * static_cast<float>(k) / 255.0f;
+    }
+    for (size_t k = 0; k + 1 < t.centroids.size(); ++k) {
+      t.thresholds[k] = 0.5f * (t.centroids[k] + t.centroids[k + 1]);
+    }
+    std::vector<float> x(64), y(64);
+    for (auto& v : x) v = gauss(rng) * 3.0f;
+    std::vector<uint8_t> code(4 + t.plan.planes_bytes());
+    ScalarKernels().encode(t.plan, x.data(), 64, 1, code.data(), code.data() + 4, code.size());
+    ScalarKernels().decode(t.plan, code.data(), code.data() + 4, code.size(), 1, y.data(), 64);
+    double err = 0, ref = 0;
+    for (size_t j = 0; j < 64; ++j) {
+      err += (x[j] - y[j]) * (x[j] - y[j]);
+      ref += x[j] * x[j];
+    }
+    EXPECT_LT(err / ref, 1e-3) << static_cast<int>(rot);
+  }
+}
+
+TEST(KernelsSimd, EncodeDecodeMatchReferenceBitForBit) {
+  std::mt19937 rng(42);
+  const KernelTable& scalar = ScalarKernels();
+  for (RotationKind rot : {RotationKind::kHadamard, RotationKind::kHadamard2, RotationKind::kHaar}) {
+    for (uint32_t dim : DimsFor(rot)) {
+      for (uint32_t bits = 1; bits <= 8; ++bits) {
+        for (DType nd : {DType::kF32, DType::kF16}) {
+          for (bool nc : {false, true}) {
+            TestPlan t = MakePlan(dim, bits, rot, nd, nc, rng);
+            const SubsetPlan& p = t.plan;
+            const size_t x_stride = dim + 3;
+            size_t n = 0;
+            const std::vector<float> x = MakeInputs(dim, x_stride, &n, rng);
+            const size_t nb = DTypeSize(nd);
+            const size_t code_stride = nb + p.planes_bytes() + 5;
+            std::vector<uint8_t> want(n * code_stride, 0xCD);
+            scalar.encode(p, x.data(), x_stride, n, want.data(), want.data() + nb, code_stride);
+
+            // Extra decode inputs: all-zero and all-one planes with assorted norms.
+            std::vector<uint8_t> codes = want;
+            for (uint8_t fill : {0x00, 0xFF}) {
+              for (float norm : {1.0f, 0.0f, 7.5e-5f, 6e4f, kInf, kNaN, 1e-45f}) {
+                std::vector<uint8_t> c(code_stride, fill);
+                if (nd == DType::kF32) {
+                  std::memcpy(c.data(), &norm, 4);
+                } else {
+                  const uint16_t h = FloatToHalf(norm);
+                  std::memcpy(c.data(), &h, 2);
+                }
+                codes.insert(codes.end(), c.begin(), c.end());
+              }
+            }
+            const size_t n_dec = codes.size() / code_stride;
+            const size_t out_stride = dim + 1;
+            std::vector<float> want_out(n_dec * out_stride, -1.0f);
+            scalar.decode(p, codes.data(), codes.data() + nb, code_stride, n_dec, want_out.data(),
+                          out_stride);
+
+            for (const KernelTable* table : SimdTables()) {
+              SCOPED_TRACE(Describe(p, *table));
+              std::vector<uint8_t> got(n * code_stride, 0xCD);
+              table->encode(p, x.data(), x_stride, n, got.data(), got.data() + nb, code_stride);
+              for (size_t v = 0; v < n; ++v) {
+                ASSERT_EQ(0, std::memcmp(&got[v * code_stride], &want[v * code_stride],
+                                         code_stride))
+                    << "vector " << v;
+              }
+              std::vector<float> got_out(n_dec * out_stride, -1.0f);
+              table->decode(p, codes.data(), codes.data() + nb, code_stride, n_dec,
+                            got_out.data(), out_stride);
+              for (size_t i = 0; i < got_out.size(); ++i) {
+                ASSERT_TRUE(SameFloat(got_out[i], want_out[i]))
+                    << "vector " << i / out_stride << " lane " << i % out_stride << ": "
+                    << got_out[i] << " vs " << want_out[i];
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(KernelsSimd, HalfToFloatAllPatterns) {
+  std::vector<uint16_t> h(65536 + 5);
+  for (size_t i = 0; i < h.size(); ++i) h[i] = static_cast<uint16_t>(i);
+  for (const KernelTable* table : SimdTables()) {
+    SCOPED_TRACE(table->name);
+    std::vector<float> out(h.size());
+    table->to_f32(h.data(), DType::kF16, h.size(), out.data());
+    for (size_t i = 0; i < h.size(); ++i) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(out[i]), std::bit_cast<uint32_t>(HalfToFloat(h[i])))
+          << std::hex << h[i];
+    }
+    table->to_f32(h.data(), DType::kBF16, h.size(), out.data());
+    for (size_t i = 0; i < h.size(); ++i) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(out[i]), std::bit_cast<uint32_t>(BF16ToFloat(h[i])));
+    }
+    // Round trip of every half: from_f32 must give the pattern back (NaNs come back quiet).
+    std::vector<uint16_t> back(h.size());
+    table->to_f32(h.data(), DType::kF16, h.size(), out.data());
+    table->from_f32(out.data(), out.size(), DType::kF16, back.data());
+    for (size_t i = 0; i < h.size(); ++i) {
+      const bool nan = (h[i] & 0x7C00) == 0x7C00 && (h[i] & 0x3FF);
+      ASSERT_EQ(back[i], nan ? (h[i] | 0x200) : h[i]) << std::hex << h[i];
+    }
+  }
+}
+
+TEST(KernelsSimd, FloatConversionsMatchScalar) {
+  std::mt19937 rng(9);
+  std::vector<float> f;
+  for (int i = 0; i < 200000; ++i) f.push_back(std::bit_cast<float>(static_cast<uint32_t>(rng())));
+  std::uniform_real_distribution<float> uni(-70000.0f, 70000.0f);
+  for (int i = 0; i < 50000; ++i) f.push_back(uni(rng));
+  for (float v : {0.0f, -0.0f, kInf, -kInf, kNaN, -kNaN, 65504.0f, 65519.99f, 65520.0f, 1e-45f,
+                  5.96e-8f, 2.98e-8f, 2.9802322e-8f, 6.1e-5f, 1e-40f, 3.4e38f, 1.0f, -1.0f}) {
+    f.push_back(v);
+  }
+  f.push_back(std::bit_cast<float>(0x7F800001u));  // signalling NaN
+  f.push_back(std::bit_cast<float>(0xFFBFFFFFu));
+  // Every exact halfway point between neighbouring halves and bf16s around 1.
+  for (uint32_t b = 0x3F800000u; b < 0x3F800000u + 0x10000u; b += 0x1000u) {
+    f.push_back(std::bit_cast<float>(b));
+    f.push_back(std::bit_cast<float>(b | 0x8000u));
+  }
+  for (size_t n : {f.size(), size_t{7}, size_t{9}, size_t{0}}) {
+    for (const KernelTable* table : SimdTables()) {
+      SCOPED_TRACE(std::string(table->name) + " n=" + std::to_string(n));
+      std::vector<uint16_t> h(n + 1, 0xBEEF), b(n + 1, 0xBEEF);
+      table->from_f32(f.data(), n, DType::kF16, h.data());
+      table->from_f32(f.data(), n, DType::kBF16, b.data());
+      for (size_t i = 0; i < n; ++i) {
+        ASSERT_EQ(h[i], FloatToHalf(f[i])) << std::hex << std::bit_cast<uint32_t>(f[i]);
+        ASSERT_EQ(b[i], FloatToBF16(f[i])) << std::hex << std::bit_cast<uint32_t>(f[i]);
+      }
+      EXPECT_EQ(h[n], 0xBEEF);
+      EXPECT_EQ(b[n], 0xBEEF);
+      std::vector<float> copy(n + 1, 1.5f), back(n + 1, 2.5f);
+      table->from_f32(f.data(), n, DType::kF32, copy.data());
+      table->to_f32(copy.data(), DType::kF32, n, back.data());
+      EXPECT_EQ(0, std::memcmp(back.data(), f.data(), n * 4));
+      EXPECT_EQ(back[n], 2.5f);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tqkv::kernels
