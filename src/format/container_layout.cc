@@ -1,0 +1,441 @@
+// The container's byte layout: header encoding/decoding, preamble, footer, index records, order.
+#include "format/container_layout.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <limits>
+#include <utility>
+
+namespace tqkv::format {
+namespace {
+
+bool MulOverflows(uint64_t a, uint64_t b, uint64_t* out) { return __builtin_mul_overflow(a, b, out); }
+
+bool ValidDType(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
+
+// Bounds-checked little-endian reads from a header body; the first failure sticks.
+class BodyReader {
+ public:
+  BodyReader(std::span<const uint8_t> body, uint64_t base, std::string_view name)
+      : body_(body), base_(base), name_(name) {}
+
+  uint64_t offset() const { return base_ + pos_; }
+  size_t remaining() const { return body_.size() - pos_; }
+  const Status& status() const { return status_; }
+  bool ok() const { return status_.ok(); }
+
+  // True when `n` more bytes exist; else records Corruption for `what`.
+  bool Need(uint64_t n, std::string_view what) {
+    if (!ok()) return false;
+    if (n > remaining()) {
+      status_ = CorruptionAt(name_, std::string("header field ") + std::string(what), offset(),
+                             std::to_string(n) + " bytes", std::to_string(remaining()) + " left");
+      return false;
+    }
+    return true;
+  }
+  uint8_t U8(std::string_view what) { return Need(1, what) ? body_[pos_++] : 0; }
+  uint16_t U16(std::string_view what) { return Take<uint16_t>(2, what, LoadU16); }
+  uint32_t U32(std::string_view what) { return Take<uint32_t>(4, what, LoadU32); }
+  uint64_t U64(std::string_view what) { return Take<uint64_t>(8, what, LoadU64); }
+  float F32(std::string_view what) { return std::bit_cast<float>(U32(what)); }
+  std::span<const uint8_t> Bytes(uint64_t n, std::string_view what) {
+    if (!Need(n, what)) return {};
+    auto s = body_.subspan(pos_, n);
+    pos_ += n;
+    return s;
+  }
+  // A byte that must be 0 or 1.
+  bool Bool(std::string_view what) {
+    const uint64_t at = offset();
+    const uint8_t v = U8(what);
+    if (ok() && v > 1) Fail(what, at, "0 or 1", std::to_string(v));
+    return v == 1;
+  }
+  void Fail(std::string_view what, uint64_t at, std::string_view expected, std::string_view got) {
+    if (ok()) status_ = CorruptionAt(name_, std::string("header field ") + std::string(what), at,
+                                     expected, got);
+  }
+
+ private:
+  template <typename T, typename F>
+  T Take(size_t n, std::string_view what, F load) {
+    if (!Need(n, what)) return 0;
+    const T v = load(body_.data() + pos_);
+    pos_ += n;
+    return v;
+  }
+
+  std::span<const uint8_t> body_;
+  uint64_t base_;
+  std::string_view name_;
+  size_t pos_ = 0;
+  Status status_;
+};
+
+}  // namespace
+
+uint64_t Checksum(std::span<const uint8_t> bytes) { return XXH3_64bits(bytes.data(), bytes.size()); }
+
+void ByteWriter::U16(uint16_t v) {
+  uint8_t b[2];
+  StoreU16(b, v);
+  out_->insert(out_->end(), b, b + 2);
+}
+void ByteWriter::U32(uint32_t v) {
+  uint8_t b[4];
+  StoreU32(b, v);
+  out_->insert(out_->end(), b, b + 4);
+}
+void ByteWriter::U64(uint64_t v) {
+  uint8_t b[8];
+  StoreU64(b, v);
+  out_->insert(out_->end(), b, b + 8);
+}
+void ByteWriter::F32(float v) { U32(std::bit_cast<uint32_t>(v)); }
+
+std::string Hex(uint64_t v) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string s = "0x";
+  bool started = false;
+  for (int shift = 60; shift >= 0; shift -= 4) {
+    const unsigned d = (v >> shift) & 0xF;
+    if (d != 0 || started || shift == 0) {
+      s.push_back(kDigits[d]);
+      started = true;
+    }
+  }
+  return s;
+}
+
+Status CorruptionAt(std::string_view name, std::string_view what, uint64_t offset,
+                    std::string_view expected, std::string_view got) {
+  std::string msg;
+  msg.append(name).append(": ").append(what).append(" at offset ").append(std::to_string(offset));
+  msg.append(": expected ").append(expected).append(", got ").append(got);
+  return Status::Corruption(std::move(msg));
+}
+
+Status ValidateHeader(const ContainerHeader& h) {
+  auto bad = [](std::string why) { return Status::InvalidArgument("container header: " + why); };
+  if (h.model.size() > kMaxModelBytes) {
+    return bad("model name of " + std::to_string(h.model.size()) + " bytes (at most " +
+               std::to_string(kMaxModelBytes) + ")");
+  }
+  const ModelGeometry& g = h.geometry;
+  if (g.layers == 0 || g.kv_heads == 0 || g.head_dim == 0) {
+    return bad("geometry " + std::to_string(g.layers) + "x" + std::to_string(g.kv_heads) + "x" +
+               std::to_string(g.head_dim) + " has a zero dimension");
+  }
+  if (!ValidDType(h.source_dtype)) {
+    return bad("source dtype " + std::to_string(static_cast<unsigned>(h.source_dtype)));
+  }
+  if (h.token_block == 0) return bad("token_block 0");
+  if (h.codecs.empty()) return bad("no codecs");
+  if (h.codecs.size() > std::numeric_limits<uint16_t>::max()) {
+    return bad(std::to_string(h.codecs.size()) + " codecs (at most 65535)");
+  }
+  const uint64_t block = std::min<uint64_t>(h.tokens, h.token_block);
+  for (size_t i = 0; i < h.codecs.size(); ++i) {
+    const CodecParams& c = h.codecs[i];
+    Status s = ValidateCodecParams(c);
+    if (!s.ok()) return bad("codec " + std::to_string(i) + ": " + s.message());
+    if (c.head_dim != g.head_dim) {
+      return bad("codec " + std::to_string(i) + " head_dim " + std::to_string(c.head_dim) +
+                 " differs from the geometry's " + std::to_string(g.head_dim));
+    }
+    // The largest chunks must have a size that fits 64 bits.
+    uint64_t bytes = 0;
+    if (MulOverflows(block, g.kv_heads, &bytes) || MulOverflows(bytes, CodeBytesOf(c), &bytes) ||
+        MulOverflows(2ull * g.kv_heads, GroupMetaBytesOf(c), &bytes)) {
+      return bad("codec " + std::to_string(i) + ": chunk size overflows 64 bits");
+    }
+  }
+  if (h.layer_codec.size() != g.layers) {
+    return bad("layer_codec has " + std::to_string(h.layer_codec.size()) + " entries for " +
+               std::to_string(g.layers) + " layers");
+  }
+  for (size_t l = 0; l < h.layer_codec.size(); ++l) {
+    if (h.layer_codec[l] >= h.codecs.size()) {
+      return bad("layer " + std::to_string(l) + " uses codec " + std::to_string(h.layer_codec[l]) +
+                 " of " + std::to_string(h.codecs.size()));
+    }
+  }
+  return Status::Ok();
+}
+
+std::vector<uint8_t> EncodeHeaderBody(const ContainerHeader& h) {
+  std::vector<uint8_t> out;
+  ByteWriter w(&out);
+  w.U16(static_cast<uint16_t>(h.model.size()));
+  w.Bytes({reinterpret_cast<const uint8_t*>(h.model.data()), h.model.size()});
+  w.U32(h.geometry.layers);
+  w.U32(h.geometry.kv_heads);
+  w.U32(h.geometry.head_dim);
+  w.U8(static_cast<uint8_t>(h.source_dtype));
+  w.U64(h.tokens);
+  w.U32(h.token_block);
+  w.U16(static_cast<uint16_t>(h.codecs.size()));
+  for (const CodecParams& c : h.codecs) {
+    w.U8(static_cast<uint8_t>(c.kind));
+    w.U8(static_cast<uint8_t>(c.raw_dtype));
+    w.U8(static_cast<uint8_t>(c.norm_dtype));
+    w.U8(c.norm_correction ? 1 : 0);
+    w.U8(c.qjl ? 1 : 0);
+    w.U8(static_cast<uint8_t>(c.subsets.size()));
+    w.U16(0);  // reserved
+    w.U32(c.head_dim);
+    w.U64(c.qjl_seed);
+    for (const SubsetParams& s : c.subsets) {
+      w.U16(s.channels);
+      w.U8(s.bits);
+      w.U8(static_cast<uint8_t>(s.rotation));
+      w.U64(s.seed);
+      w.U16(static_cast<uint16_t>(s.centroids.size()));
+      for (float f : s.centroids) w.F32(f);
+    }
+  }
+  for (uint16_t idx : h.layer_codec) w.U16(idx);
+  return out;
+}
+
+Result<ContainerHeader> DecodeHeaderBody(std::span<const uint8_t> body, uint64_t base,
+                                         std::string_view name) {
+  BodyReader r(body, base, name);
+  ContainerHeader h;
+  const uint16_t model_len = r.U16("model length");
+  if (r.ok() && model_len > kMaxModelBytes) {
+    r.Fail("model length", r.offset() - 2, "at most " + std::to_string(kMaxModelBytes),
+           std::to_string(model_len));
+  }
+  auto model = r.Bytes(model_len, "model");
+  h.model.assign(model.begin(), model.end());
+  h.geometry.layers = r.U32("layers");
+  h.geometry.kv_heads = r.U32("kv_heads");
+  h.geometry.head_dim = r.U32("head_dim");
+  h.source_dtype = static_cast<DType>(r.U8("source dtype"));
+  h.tokens = r.U64("tokens");
+  h.token_block = r.U32("token_block");
+  const uint16_t codec_count = r.U16("codec count");
+  // Each codec record has at least 20 fixed bytes: the count cannot ask for more than is there.
+  constexpr uint64_t kCodecFixedBytes = 20;
+  if (!r.Need(uint64_t{codec_count} * kCodecFixedBytes, "codec records")) return r.status();
+  h.codecs.reserve(codec_count);
+  for (uint16_t i = 0; i < codec_count && r.ok(); ++i) {
+    CodecParams c;
+    c.kind = static_cast<CodecKind>(r.U8("codec kind"));
+    c.raw_dtype = static_cast<DType>(r.U8("codec raw dtype"));
+    c.norm_dtype = static_cast<DType>(r.U8("codec norm dtype"));
+    c.norm_correction = r.Bool("codec norm_correction");
+    c.qjl = r.Bool("codec qjl");
+    const uint64_t subsets_at = r.offset();
+    const uint8_t subset_count = r.U8("codec subset count");
+    if (r.ok() && subset_count > 2) r.Fail("codec subset count", subsets_at, "0..2",
+                                           std::to_string(subset_count));
+    const uint64_t reserved_at = r.offset();
+    const uint16_t reserved = r.U16("codec reserved");
+    if (r.ok() && reserved != 0) r.Fail("codec reserved", reserved_at, "0", Hex(reserved));
+    c.head_dim = r.U32("codec head_dim");
+    c.qjl_seed = r.U64("codec qjl_seed");
+    for (uint8_t j = 0; j < subset_count && r.ok(); ++j) {
+      SubsetParams s;
+      s.channels = r.U16("subset channels");
+      s.bits = r.U8("subset bits");
+      s.rotation = static_cast<RotationKind>(r.U8("subset rotation"));
+      s.seed = r.U64("subset seed");
+      const uint64_t count_at = r.offset();
+      const uint16_t centroid_count = r.U16("subset centroid count");
+      if (r.ok() && centroid_count > 256) {
+        r.Fail("subset centroid count", count_at, "at most 256", std::to_string(centroid_count));
+      }
+      if (!r.Need(uint64_t{centroid_count} * 4, "subset centroids")) break;
+      s.centroids.resize(centroid_count);
+      for (float& f : s.centroids) f = r.F32("subset centroid");
+      c.subsets.push_back(std::move(s));
+    }
+    h.codecs.push_back(std::move(c));
+  }
+  if (!r.Need(uint64_t{h.geometry.layers} * 2, "layer codec indices")) return r.status();
+  h.layer_codec.resize(h.geometry.layers);
+  for (uint16_t& idx : h.layer_codec) idx = r.U16("layer codec index");
+  if (!r.ok()) return r.status();
+  if (r.remaining() != 0) {
+    return CorruptionAt(name, "header body end", r.offset(), "end of header",
+                        std::to_string(r.remaining()) + " more bytes");
+  }
+  return h;
+}
+
+std::array<uint8_t, kPreambleBytes> EncodePreamble(uint32_t header_size) {
+  std::array<uint8_t, kPreambleBytes> p{};
+  std::memcpy(p.data(), kMagic.data(), kMagic.size());
+  StoreU32(p.data() + 8, kContainerVersion);
+  StoreU32(p.data() + 12, 0);  // flags
+  p[16] = kChecksumXxh3;
+  // 17..19 reserved, zero
+  StoreU32(p.data() + 20, header_size);
+  // 24..31: header checksum, filled by the caller
+  return p;
+}
+
+uint64_t HeaderChecksum(std::span<const uint8_t> preamble_and_body) {
+  XXH3_state_t* state = XXH3_createState();
+  if (state == nullptr) {  // cannot happen in practice; fall back to a copy
+    std::vector<uint8_t> copy(preamble_and_body.begin(), preamble_and_body.end());
+    std::memset(copy.data() + kHeaderChecksumOffset, 0, 8);
+    return Checksum(copy);
+  }
+  static constexpr uint8_t kZero[8] = {};
+  XXH3_64bits_reset(state);
+  XXH3_64bits_update(state, preamble_and_body.data(), kHeaderChecksumOffset);
+  XXH3_64bits_update(state, kZero, 8);
+  XXH3_64bits_update(state, preamble_and_body.data() + kPreambleBytes,
+                     preamble_and_body.size() - kPreambleBytes);
+  const uint64_t h = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
+  return h;
+}
+
+std::array<uint8_t, kFooterBytes> EncodeFooter(const Footer& f) {
+  std::array<uint8_t, kFooterBytes> b{};
+  StoreU64(b.data() + 0, f.index_offset);
+  StoreU64(b.data() + 8, f.index_size);
+  StoreU64(b.data() + 16, f.index_checksum);
+  StoreU64(b.data() + 24, f.file_size);
+  StoreU64(b.data() + 32, f.header_checksum);
+  StoreU32(b.data() + 40, f.format_version);
+  StoreU32(b.data() + 44, 0);  // reserved
+  StoreU64(b.data() + 48, Checksum({b.data(), 48}));
+  std::memcpy(b.data() + 56, kMagic.data(), kMagic.size());
+  return b;
+}
+
+void EncodeIndexRecord(const ChunkEntry& e, uint8_t* out) {
+  out[0] = static_cast<uint8_t>(e.type);
+  out[1] = e.kv;
+  StoreU16(out + 2, 0);  // reserved
+  StoreU32(out + 4, e.layer);
+  StoreU64(out + 8, e.token_begin);
+  StoreU64(out + 16, e.token_count);
+  StoreU64(out + 24, e.offset);
+  StoreU64(out + 32, e.size);
+  StoreU64(out + 40, e.checksum);
+}
+
+std::string DescribeChunk(ChunkType type, uint32_t layer, uint8_t kv, uint64_t token_begin,
+                          uint64_t token_count) {
+  std::string s = "layer " + std::to_string(layer);
+  if (type == ChunkType::kGroupMeta) return s + " group-meta";
+  if (type != ChunkType::kCodes) {
+    return s + " type " + std::to_string(static_cast<unsigned>(type));
+  }
+  s += kv == 0 ? " K" : (kv == 1 ? " V" : " kv=" + std::to_string(kv));
+  s += " tokens [" + std::to_string(token_begin) + ", +" + std::to_string(token_count) + ")";
+  return s;
+}
+
+ChunkSequence::ChunkSequence(const ContainerHeader& header) : header_(&header) { Settle(); }
+
+ChunkKey ChunkSequence::current() const {
+  ChunkKey k;
+  k.layer = layer_;
+  if (phase_ == kMeta) {
+    k.type = ChunkType::kGroupMeta;
+    return k;
+  }
+  k.type = ChunkType::kCodes;
+  k.kv = phase_ == kK ? 0 : 1;
+  k.token_begin = token_begin_;
+  k.token_count = std::min<uint64_t>(header_->token_block, header_->tokens - token_begin_);
+  return k;
+}
+
+void ChunkSequence::Advance() {
+  if (done()) return;
+  if (phase_ == kMeta) {
+    phase_ = kK;
+    token_begin_ = 0;
+  } else {
+    const uint64_t left = header_->tokens - token_begin_;
+    token_begin_ += std::min<uint64_t>(header_->token_block, left);
+  }
+  Settle();
+}
+
+// Moves past empty phases: a layer without group metadata, and K/V with no tokens left.
+void ChunkSequence::Settle() {
+  while (!done()) {
+    if (phase_ == kMeta) {
+      const CodecParams& c = header_->codecs[header_->layer_codec[layer_]];
+      if (GroupMetaBytesOf(c) > 0) return;
+      phase_ = kK;
+      token_begin_ = 0;
+      continue;
+    }
+    if (token_begin_ < header_->tokens) return;
+    token_begin_ = 0;
+    if (phase_ == kK) {
+      phase_ = kV;
+    } else {
+      phase_ = kMeta;
+      ++layer_;
+    }
+  }
+}
+
+Result<uint64_t> CountChunks(const ContainerHeader& h) {
+  const uint64_t blocks = h.tokens / h.token_block + (h.tokens % h.token_block != 0 ? 1 : 0);
+  uint64_t per_layer = 0;
+  if (MulOverflows(blocks, 2, &per_layer)) return Status::InvalidArgument("chunk count overflows");
+  uint64_t total = 0;
+  for (uint32_t l = 0; l < h.geometry.layers; ++l) {
+    const uint64_t meta = GroupMetaBytesOf(h.codecs[h.layer_codec[l]]) > 0 ? 1 : 0;
+    if (__builtin_add_overflow(total, per_layer + meta, &total)) {  // per_layer is even: no wrap
+      return Status::InvalidArgument("chunk count overflows");
+    }
+  }
+  return total;
+}
+
+}  // namespace tqkv::format
+
+namespace tqkv {
+
+Result<uint64_t> ExpectedChunkBytes(const ContainerHeader& header, const ChunkEntry& entry) {
+  if (entry.layer >= header.geometry.layers || entry.layer >= header.layer_codec.size()) {
+    return Status::InvalidArgument("chunk layer " + std::to_string(entry.layer) + " of " +
+                                   std::to_string(header.geometry.layers));
+  }
+  const uint16_t idx = header.layer_codec[entry.layer];
+  if (idx >= header.codecs.size()) {
+    return Status::InvalidArgument("layer " + std::to_string(entry.layer) + " codec index " +
+                                   std::to_string(idx) + " out of range");
+  }
+  const CodecParams& c = header.codecs[idx];
+  uint64_t bytes = 0;
+  switch (entry.type) {
+    case ChunkType::kGroupMeta: {
+      const uint64_t meta = GroupMetaBytesOf(c);
+      if (meta == 0) {
+        return Status::InvalidArgument("layer " + std::to_string(entry.layer) +
+                                       " has no group metadata");
+      }
+      if (__builtin_mul_overflow(2ull * header.geometry.kv_heads, meta, &bytes)) {
+        return Status::InvalidArgument("group-meta chunk size overflows");
+      }
+      return bytes;
+    }
+    case ChunkType::kCodes:
+      if (__builtin_mul_overflow(entry.token_count, uint64_t{header.geometry.kv_heads}, &bytes) ||
+          __builtin_mul_overflow(bytes, uint64_t{CodeBytesOf(c)}, &bytes)) {
+        return Status::InvalidArgument("code chunk size overflows");
+      }
+      return bytes;
+  }
+  return Status::InvalidArgument("chunk type " + std::to_string(static_cast<unsigned>(entry.type)));
+}
+
+}  // namespace tqkv
