@@ -2,7 +2,10 @@
 // order, only several lanes at a time.
 #include <immintrin.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "codec/kernels/internal.h"
 #include "codec/kernels/kernels.h"
@@ -66,14 +69,377 @@ void FromF32(const float* src, size_t n, DType dtype, void* dst) {
   ScalarKernels().from_f32(src + i, n - i, dtype, d + i);
 }
 
+// ---- encode / decode ----
+//
+// Shapes handled here: dim a multiple of 8 up to kMaxDim (Hadamard kinds also need a power of two).
+// Each vector goes load -> norm -> rotate -> scale -> quantize -> pack through 32-byte aligned
+// stack buffers, so everything stays in registers or L1.
+
+constexpr size_t kMaxDim = 1024;
+
+bool Vectorised(const SubsetPlan& p) {
+  if (p.dim == 0 || p.dim % 8 != 0 || p.dim > kMaxDim || p.bits < 1 || p.bits > 8) return false;
+  if (p.rotation == RotationKind::kHaar) return p.haar != nullptr && p.haar_t != nullptr;
+  if (p.rotation != RotationKind::kHadamard && p.rotation != RotationKind::kHadamard2) return false;
+  return (p.dim & (p.dim - 1)) == 0;
+}
+
+// The reference's reduction tree ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)).
+inline float ReduceSum8(__m256 acc) {
+  const __m128 t = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+  const __m128 u = _mm_add_ps(t, _mm_movehl_ps(t, t));
+  return _mm_cvtss_f32(_mm_add_ss(u, _mm_movehdup_ps(u)));
+}
+
+// Sum8 of m floats at an aligned or unaligned pointer, m a multiple of 8: lane k takes i % 8 == k.
+inline float Sum8Squares(const float* v, size_t m) {
+  __m256 acc = _mm256_setzero_ps();
+  for (size_t i = 0; i < m; i += 8) {
+    const __m256 x = _mm256_loadu_ps(v + i);
+    acc = _mm256_add_ps(acc, _mm256_mul_ps(x, x));
+  }
+  return ReduceSum8(acc);
+}
+
+// In-register FWHT stages h = 1, 2, 4. For lane i the reference computes a + b (low) or a - b
+// (high); here partner + (+-self): b + a equals a + b and a + (-b) equals a - b bit for bit.
+inline __m256 FwhtIn8(__m256 x) {
+  const __m256 n1 = _mm256_castsi256_ps(_mm256_setr_epi32(0, INT32_MIN, 0, INT32_MIN, 0, INT32_MIN, 0,
+                                                          INT32_MIN));
+  const __m256 n2 =
+      _mm256_castsi256_ps(_mm256_setr_epi32(0, 0, INT32_MIN, INT32_MIN, 0, 0, INT32_MIN, INT32_MIN));
+  const __m256 n4 =
+      _mm256_castsi256_ps(_mm256_setr_epi32(0, 0, 0, 0, INT32_MIN, INT32_MIN, INT32_MIN, INT32_MIN));
+  x = _mm256_add_ps(_mm256_permute_ps(x, 0xB1), _mm256_xor_ps(x, n1));
+  x = _mm256_add_ps(_mm256_permute_ps(x, 0x4E), _mm256_xor_ps(x, n2));
+  x = _mm256_add_ps(_mm256_permute2f128_ps(x, x, 0x01), _mm256_xor_ps(x, n4));
+  return x;
+}
+
+// Unnormalised FWHT of 8 * R floats held as R registers; stages between registers follow.
+template <int R>
+inline void FwhtRegs(__m256* x) {
+#pragma GCC unroll 128
+  for (int r = 0; r < R; ++r) x[r] = FwhtIn8(x[r]);
+#pragma GCC unroll 8
+  for (int k = 1; k < R; k <<= 1) {
+#pragma GCC unroll 64
+    for (int r = 0; r < R; ++r) {
+      if (r & k) continue;
+      const __m256 a = x[r], b = x[r + k];
+      x[r] = _mm256_add_ps(a, b);
+      x[r + k] = _mm256_sub_ps(a, b);
+    }
+  }
+}
+
+// Per-call constants: broadcast thresholds and centroid registers.
+struct Tables {
+  alignas(32) float thr[31][8];
+  __m256 cent_lo, cent_hi;
+  uint32_t nthr;
+};
+
+void InitTables(const SubsetPlan& p, Tables* t) {
+  t->nthr = (1u << p.bits) - 1;
+  if (p.bits <= 5) {
+    for (uint32_t k = 0; k < t->nthr; ++k) {
+      for (int l = 0; l < 8; ++l) t->thr[k][l] = p.thresholds[k];
+    }
+  }
+  alignas(32) float c[16] = {};
+  const uint32_t nc = p.bits <= 4 ? (1u << p.bits) : 0;
+  for (uint32_t k = 0; k < nc; ++k) c[k] = p.centroids[k];
+  t->cent_lo = _mm256_load_ps(c);
+  t->cent_hi = _mm256_load_ps(c + 8);
+}
+
+// Index of each lane: the number of thresholds strictly below z (ordered compare: NaN counts 0).
+inline __m256i Quantize8(const SubsetPlan& p, const Tables& t, __m256 z) {
+  if (p.bits <= 5) {
+    __m256i cnt = _mm256_setzero_si256();
+    for (uint32_t k = 0; k < t.nthr; ++k) {
+      const __m256 lt = _mm256_cmp_ps(_mm256_load_ps(t.thr[k]), z, _CMP_LT_OQ);
+      cnt = _mm256_sub_epi32(cnt, _mm256_castps_si256(lt));
+    }
+    return cnt;
+  }
+  // Binary search (thresholds ascend), the same answer as counting.
+  __m256i idx = _mm256_setzero_si256();
+  for (int step = 1 << (p.bits - 1); step > 0; step >>= 1) {
+    const __m256i cand = _mm256_add_epi32(idx, _mm256_set1_epi32(step));
+    const __m256 tv = _mm256_i32gather_ps(p.thresholds - 1, cand, 4);
+    const __m256 lt = _mm256_cmp_ps(tv, z, _CMP_LT_OQ);
+    idx = _mm256_castps_si256(
+        _mm256_blendv_ps(_mm256_castsi256_ps(idx), _mm256_castsi256_ps(cand), lt));
+  }
+  return idx;
+}
+
+inline __m256 Lookup8(const SubsetPlan& p, const Tables& t, __m256i idx) {
+  if (p.bits <= 3) return _mm256_permutevar8x32_ps(t.cent_lo, idx);
+  if (p.bits == 4) {
+    const __m256 lo = _mm256_permutevar8x32_ps(t.cent_lo, idx);
+    const __m256 hi = _mm256_permutevar8x32_ps(t.cent_hi, idx);
+    return _mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
+  }
+  return _mm256_i32gather_ps(p.centroids, idx, 4);
+}
+
+// Four registers of int32 indices (0..255) -> 32 bytes in lane order.
+inline __m256i PackIdx32(__m256i a, __m256i b, __m256i c, __m256i d) {
+  const __m256i ab = _mm256_packs_epi32(a, b);  // a0-3 b0-3 | a4-7 b4-7
+  const __m256i cd = _mm256_packs_epi32(c, d);
+  const __m256i abcd = _mm256_packus_epi16(ab, cd);  // a0-3 b0-3 c0-3 d0-3 | a4-7 b4-7 ...
+  return _mm256_permutevar8x32_epi32(abcd, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+// Bit planes of m indices (m a multiple of 8; idx padded with zeros to a multiple of 32).
+inline void PackPlanesFromBytes(const uint8_t* idx, size_t m, uint32_t bits, uint8_t* planes) {
+  const size_t pb = m / 8;
+  for (size_t c = 0; c < m; c += 32) {
+    const __m256i v = _mm256_load_si256(reinterpret_cast<const __m256i*>(idx + c));
+    const size_t nbytes = std::min<size_t>(4, pb - c / 8);
+    for (uint32_t p = 0; p < bits; ++p) {
+      // Bit p of every byte to bit 7 of that byte (16-bit shift: bit p of the high byte lands on 15).
+      const uint32_t mask = static_cast<uint32_t>(
+          _mm256_movemask_epi8(_mm256_sll_epi16(v, _mm_cvtsi32_si128(static_cast<int>(7 - p)))));
+      std::memcpy(planes + p * pb + c / 8, &mask, nbytes);
+    }
+  }
+}
+
+// Inverse: 32 indices per step, a byte shuffle spreads plane byte j / 8 to byte j.
+inline void UnpackPlanesToBytes(const uint8_t* planes, size_t m, uint32_t bits, uint8_t* idx) {
+  const size_t pb = m / 8;
+  const __m256i sel = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2,
+                                       2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+  const __m256i bit = _mm256_set1_epi64x(0x8040201008040201LL);
+  for (size_t c = 0; c < m; c += 32) {
+    const size_t nbytes = std::min<size_t>(4, pb - c / 8);
+    __m256i acc = _mm256_setzero_si256();
+    for (uint32_t p = 0; p < bits; ++p) {
+      uint32_t w = 0;
+      std::memcpy(&w, planes + p * pb + c / 8, nbytes);
+      const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(w)), sel);
+      const __m256i on = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+      acc = _mm256_or_si256(acc, _mm256_and_si256(on, _mm256_set1_epi8(static_cast<char>(1 << p))));
+    }
+    _mm256_store_si256(reinterpret_cast<__m256i*>(idx + c), acc);
+  }
+}
+
+void StoreNorm(float norm, DType dtype, uint8_t* out) {
+  if (dtype == DType::kF16) {
+    const uint16_t h = static_cast<uint16_t>(
+        _mm_extract_epi16(_mm_cvtps_ph(_mm_set_ss(norm), _MM_FROUND_TO_NEAREST_INT), 0));
+    std::memcpy(out, &h, 2);
+  } else {
+    std::memcpy(out, &norm, 4);
+  }
+}
+
+float LoadNorm(const uint8_t* in, DType dtype) {
+  if (dtype == DType::kF16) {
+    uint16_t h;
+    std::memcpy(&h, in, 2);
+    return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
+  }
+  float f;
+  std::memcpy(&f, in, 4);
+  return f;
+}
+
+// y = M x with mt = M^T row-major (column i of M at mt + i * m); fma per column, columns in order.
+// Blocks of 64 outputs keep the accumulators in registers; blocking does not change any lane's order.
+void MatVecT(const float* mt, const float* x, size_t m, float* y) {
+  size_t j0 = 0;
+  for (; j0 + 64 <= m; j0 += 64) {
+    __m256 acc[8];
+    for (int r = 0; r < 8; ++r) acc[r] = _mm256_setzero_ps();
+    for (size_t i = 0; i < m; ++i) {
+      const __m256 xi = _mm256_broadcast_ss(x + i);
+      const float* row = mt + i * m + j0;
+#pragma GCC unroll 8
+      for (int r = 0; r < 8; ++r) acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(row + 8 * r), xi, acc[r]);
+    }
+    for (int r = 0; r < 8; ++r) _mm256_storeu_ps(y + j0 + 8 * r, acc[r]);
+  }
+  for (; j0 < m; j0 += 8) {
+    __m256 acc = _mm256_setzero_ps();
+    for (size_t i = 0; i < m; ++i) {
+      acc = _mm256_fmadd_ps(_mm256_loadu_ps(mt + i * m + j0), _mm256_broadcast_ss(x + i), acc);
+    }
+    _mm256_storeu_ps(y + j0, acc);
+  }
+}
+
+// Hadamard rotation of x into z (aligned), optionally scaled: z = Fwht(s2 * Fwht(s1 * x)) * scale.
+template <int R>
+inline void HadamardForward(const SubsetPlan& p, const float* x, float scale, float* z) {
+  __m256 v[R];
+#pragma GCC unroll 128
+  for (int r = 0; r < R; ++r) {
+    v[r] = _mm256_mul_ps(_mm256_loadu_ps(x + 8 * r), _mm256_loadu_ps(p.signs1 + 8 * r));
+  }
+  FwhtRegs<R>(v);
+  if (p.rotation == RotationKind::kHadamard2) {
+#pragma GCC unroll 128
+    for (int r = 0; r < R; ++r) v[r] = _mm256_mul_ps(v[r], _mm256_loadu_ps(p.signs2 + 8 * r));
+    FwhtRegs<R>(v);
+  }
+  const __m256 s = _mm256_set1_ps(scale);
+#pragma GCC unroll 128
+  for (int r = 0; r < R; ++r) _mm256_store_ps(z + 8 * r, _mm256_mul_ps(v[r], s));
+}
+
+// out = s1 * Fwht(s2 * Fwht(v)) (Hadamard2) or s1 * Fwht(v).
+template <int R>
+inline void HadamardInverse(const SubsetPlan& p, const float* v_in, float* out) {
+  __m256 v[R];
+#pragma GCC unroll 128
+  for (int r = 0; r < R; ++r) v[r] = _mm256_load_ps(v_in + 8 * r);
+  FwhtRegs<R>(v);
+  if (p.rotation == RotationKind::kHadamard2) {
+#pragma GCC unroll 128
+    for (int r = 0; r < R; ++r) v[r] = _mm256_mul_ps(v[r], _mm256_loadu_ps(p.signs2 + 8 * r));
+    FwhtRegs<R>(v);
+  }
+#pragma GCC unroll 128
+  for (int r = 0; r < R; ++r) {
+    _mm256_storeu_ps(out + 8 * r, _mm256_mul_ps(v[r], _mm256_loadu_ps(p.signs1 + 8 * r)));
+  }
+}
+
+using ForwardFn = void (*)(const SubsetPlan&, const float*, float, float*);
+using InverseFn = void (*)(const SubsetPlan&, const float*, float*);
+
+template <int R>
+void HadamardForwardFn(const SubsetPlan& p, const float* x, float scale, float* z) {
+  HadamardForward<R>(p, x, scale, z);
+}
+template <int R>
+void HadamardInverseFn(const SubsetPlan& p, const float* v, float* out) {
+  HadamardInverse<R>(p, v, out);
+}
+
+ForwardFn PickForward(uint32_t dim) {
+  switch (dim / 8) {
+    case 1: return HadamardForwardFn<1>;
+    case 2: return HadamardForwardFn<2>;
+    case 4: return HadamardForwardFn<4>;
+    case 8: return HadamardForwardFn<8>;
+    case 16: return HadamardForwardFn<16>;
+    case 32: return HadamardForwardFn<32>;
+    case 64: return HadamardForwardFn<64>;
+    case 128: return HadamardForwardFn<128>;
+  }
+  return nullptr;
+}
+
+InverseFn PickInverse(uint32_t dim) {
+  switch (dim / 8) {
+    case 1: return HadamardInverseFn<1>;
+    case 2: return HadamardInverseFn<2>;
+    case 4: return HadamardInverseFn<4>;
+    case 8: return HadamardInverseFn<8>;
+    case 16: return HadamardInverseFn<16>;
+    case 32: return HadamardInverseFn<32>;
+    case 64: return HadamardInverseFn<64>;
+    case 128: return HadamardInverseFn<128>;
+  }
+  return nullptr;
+}
+
 void Encode(const SubsetPlan& plan, const float* x, size_t x_stride, size_t n, uint8_t* norm_out,
             uint8_t* planes_out, size_t code_stride) {
-  ScalarKernels().encode(plan, x, x_stride, n, norm_out, planes_out, code_stride);
+  if (!Vectorised(plan)) {
+    ScalarKernels().encode(plan, x, x_stride, n, norm_out, planes_out, code_stride);
+    return;
+  }
+  const size_t m = plan.dim;
+  const bool haar = plan.rotation == RotationKind::kHaar;
+  const ForwardFn forward = haar ? nullptr : PickForward(plan.dim);
+  Tables t;
+  InitTables(plan, &t);
+  alignas(32) float z[kMaxDim];
+  alignas(32) uint8_t idx[kMaxDim + 32];
+  for (size_t v = 0; v < n; ++v) {
+    const float* xv = x + v * x_stride;
+    uint8_t* planes = planes_out + v * code_stride;
+    const float norm = _mm_cvtss_f32(_mm_sqrt_ss(_mm_set_ss(Sum8Squares(xv, m))));
+    if (norm == 0.0f || !std::isfinite(norm)) {
+      StoreNorm(norm == 0.0f ? 0.0f : std::numeric_limits<float>::quiet_NaN(), plan.norm_dtype,
+                norm_out + v * code_stride);
+      std::memset(planes, 0, plan.planes_bytes());
+      continue;
+    }
+    const float s = plan.enc_scale / norm;
+    if (haar) {
+      MatVecT(plan.haar_t, xv, m, z);
+      const __m256 sv = _mm256_set1_ps(s);
+      for (size_t j = 0; j < m; j += 8) {
+        _mm256_store_ps(z + j, _mm256_mul_ps(_mm256_load_ps(z + j), sv));
+      }
+    } else {
+      forward(plan, xv, s, z);
+    }
+    // Quantize 32 lanes at a time; pad the last group with zero indices.
+    __m256 csum = _mm256_setzero_ps();
+    for (size_t j = 0; j < m; j += 32) {
+      __m256i q[4];
+      for (int r = 0; r < 4; ++r) {
+        if (j + 8 * r < m) {
+          q[r] = Quantize8(plan, t, _mm256_load_ps(z + j + 8 * r));
+          if (plan.norm_correction) {
+            const __m256 c = Lookup8(plan, t, q[r]);
+            csum = _mm256_add_ps(csum, _mm256_mul_ps(c, c));
+          }
+        } else {
+          q[r] = _mm256_setzero_si256();
+        }
+      }
+      _mm256_store_si256(reinterpret_cast<__m256i*>(idx + j), PackIdx32(q[0], q[1], q[2], q[3]));
+    }
+    float stored = norm;
+    if (plan.norm_correction) {
+      stored = norm * _mm_cvtss_f32(_mm_sqrt_ss(
+                          _mm_set_ss(static_cast<float>(m) / ReduceSum8(csum))));
+    }
+    StoreNorm(stored, plan.norm_dtype, norm_out + v * code_stride);
+    PackPlanesFromBytes(idx, m, plan.bits, planes);
+  }
 }
 
 void Decode(const SubsetPlan& plan, const uint8_t* norm_in, const uint8_t* planes_in,
             size_t code_stride, size_t n, float* out, size_t out_stride) {
-  ScalarKernels().decode(plan, norm_in, planes_in, code_stride, n, out, out_stride);
+  if (!Vectorised(plan)) {
+    ScalarKernels().decode(plan, norm_in, planes_in, code_stride, n, out, out_stride);
+    return;
+  }
+  const size_t m = plan.dim;
+  const bool haar = plan.rotation == RotationKind::kHaar;
+  const InverseFn inverse = haar ? nullptr : PickInverse(plan.dim);
+  Tables t;
+  InitTables(plan, &t);
+  alignas(32) float vbuf[kMaxDim];
+  alignas(32) uint8_t idx[kMaxDim + 32];
+  for (size_t k = 0; k < n; ++k) {
+    const float a = LoadNorm(norm_in + k * code_stride, plan.norm_dtype) * plan.dec_scale;
+    const __m256 av = _mm256_set1_ps(a);
+    UnpackPlanesToBytes(planes_in + k * code_stride, m, plan.bits, idx);
+    for (size_t j = 0; j < m; j += 8) {
+      const __m256i q =
+          _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(idx + j)));
+      _mm256_store_ps(vbuf + j, _mm256_mul_ps(Lookup8(plan, t, q), av));
+    }
+    float* o = out + k * out_stride;
+    if (haar) {
+      MatVecT(plan.haar, vbuf, m, o);
+    } else {
+      inverse(plan, vbuf, o);
+    }
+  }
 }
 
 }  // namespace
