@@ -1,0 +1,36 @@
+// Random rotations of one subset: Hadamard sign vectors and dense Haar matrices, generated
+// deterministically from (kind, seed, dim) with the project's PRNG.
+#ifndef TQKV_SRC_CODEC_ROTATION_H_
+#define TQKV_SRC_CODEC_ROTATION_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "tqkv/codec.h"
+
+namespace tqkv::codec {
+
+struct Rotation {
+  RotationKind kind = RotationKind::kHadamard;
+  uint32_t dim = 0;
+  std::vector<float> signs1;  // Hadamard, Hadamard2: dim entries of +-1.0f
+  std::vector<float> signs2;  // Hadamard2
+  std::vector<float> q;       // Haar: Q, dim*dim row-major
+  std::vector<float> qt;      // Haar: Q^T, dim*dim row-major
+};
+
+// Sign vector of Hadamard round `round` (0 or 1): bit i % 64 of the (i / 64)-th output of
+// Prng(DeriveSeed(seed, round)); bit 1 -> -1.0f.
+std::vector<float> HadamardSigns(uint64_t seed, uint32_t dim, uint32_t round);
+
+// Haar-distributed orthogonal matrix Q (dim*dim, row-major, rounded to float): the Q factor of
+// G = QR with R's diagonal positive, G[i][j] = the (i*dim + j)-th Gaussian of Prng(seed), computed
+// by modified Gram-Schmidt over G's columns in double (with one re-orthogonalisation pass).
+std::vector<float> HaarMatrix(uint64_t seed, uint32_t dim);
+
+// Builds the rotation. kind must be kHadamard/kHadamard2 (dim a power of two) or kHaar.
+Rotation MakeRotation(RotationKind kind, uint64_t seed, uint32_t dim);
+
+}  // namespace tqkv::codec
+
+#endif  // TQKV_SRC_CODEC_ROTATION_H_

@@ -1,0 +1,331 @@
+// TurboQuant_mse (and optional TurboQuant_prod) over one or two channel subsets.
+//
+// Per vector, the code is: the norm of every subset (subset order), then every subset's bit-planes
+// (subset order), then, with qjl, [f32 gamma][ceil(d/8) sign bytes]. The kernels do the per-subset
+// arithmetic; this file converts dtypes, gathers/scatters the outlier split, runs QJL, and splits
+// the work into batches over the thread pool.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "codec/codec_internal.h"
+#include "codec/kernels/kernels.h"
+#include "codec/prng.h"
+#include "codec/rotation.h"
+#include "tqkv/thread_pool.h"
+
+namespace tqkv::codec {
+namespace {
+
+struct Subset {
+  Rotation rotation;
+  std::vector<float> centroids;
+  std::vector<float> thresholds;
+  kernels::SubsetPlan plan;
+  size_t norm_offset = 0;    // within one code
+  size_t planes_offset = 0;  // within one code
+};
+
+void Scales(RotationKind kind, uint32_t m, float* enc, float* dec) {
+  const double md = m;
+  switch (kind) {
+    case RotationKind::kHadamard:
+      *enc = 1.0f;
+      *dec = static_cast<float>(1.0 / md);
+      break;
+    case RotationKind::kHadamard2:
+      *enc = static_cast<float>(1.0 / std::sqrt(md));
+      *dec = static_cast<float>(1.0 / (md * std::sqrt(md)));
+      break;
+    default:
+      *enc = static_cast<float>(std::sqrt(md));
+      *dec = static_cast<float>(1.0 / std::sqrt(md));
+      break;
+  }
+}
+
+class TurboQuantCodec final : public Codec {
+ public:
+  explicit TurboQuantCodec(const CodecParams& params) : params_(params) {
+    const size_t d = params_.head_dim;
+    code_bytes_ = CodeBytesOf(params_);
+    meta_bytes_ = GroupMetaBytesOf(params_);
+    const size_t norm_bytes = DTypeSize(params_.norm_dtype);
+    subsets_.resize(params_.subsets.size());
+    size_t planes_at = norm_bytes * subsets_.size();
+    for (size_t i = 0; i < subsets_.size(); ++i) {
+      const SubsetParams& sp = params_.subsets[i];
+      Subset& s = subsets_[i];
+      s.rotation = MakeRotation(sp.rotation, sp.seed, sp.channels);
+      s.centroids = sp.centroids;
+      for (size_t k = 0; k + 1 < s.centroids.size(); ++k) {
+        s.thresholds.push_back(0.5f * (s.centroids[k] + s.centroids[k + 1]));
+      }
+      kernels::SubsetPlan& p = s.plan;
+      p.dim = sp.channels;
+      p.bits = sp.bits;
+      p.rotation = sp.rotation;
+      p.signs1 = s.rotation.signs1.empty() ? nullptr : s.rotation.signs1.data();
+      p.signs2 = s.rotation.signs2.empty() ? nullptr : s.rotation.signs2.data();
+      p.haar = s.rotation.q.empty() ? nullptr : s.rotation.q.data();
+      p.haar_t = s.rotation.qt.empty() ? nullptr : s.rotation.qt.data();
+      p.centroids = s.centroids.data();
+      p.thresholds = s.thresholds.data();
+      Scales(sp.rotation, sp.channels, &p.enc_scale, &p.dec_scale);
+      p.norm_correction = params_.norm_correction;
+      p.norm_dtype = params_.norm_dtype;
+      s.norm_offset = i * norm_bytes;
+      s.planes_offset = planes_at;
+      planes_at += p.planes_bytes();
+    }
+    qjl_offset_ = planes_at;
+    if (params_.qjl) {
+      Prng prng(params_.qjl_seed);
+      qjl_s_.resize(d * d);
+      for (auto& v : qjl_s_) v = static_cast<float>(prng.Gaussian());
+    }
+  }
+
+  const CodecParams& params() const override { return params_; }
+  size_t code_bytes() const override { return code_bytes_; }
+  size_t group_meta_bytes() const override { return meta_bytes_; }
+
+  Status SelectGroupMeta(const void* x, DType dtype, size_t n, size_t stride,
+                         std::span<uint8_t> meta) const override {
+    TQKV_RETURN_IF_ERROR(CheckVectors("SelectGroupMeta", x, dtype, n, stride, params_.head_dim));
+    if (!params_.split()) return Status::Ok();
+    if (meta.size() != meta_bytes_) {
+      return Status::InvalidArgument("SelectGroupMeta: meta has " + std::to_string(meta.size()) +
+                                     " bytes, need " + std::to_string(meta_bytes_));
+    }
+    const size_t d = params_.head_dim;
+    const auto& k = kernels::ActiveKernels();
+    std::vector<double> energy(d, 0.0);
+    std::vector<float> row(d);
+    const auto* src = static_cast<const uint8_t*>(x);
+    for (size_t i = 0; i < n; ++i) {
+      k.to_f32(src + i * stride * DTypeSize(dtype), dtype, d, row.data());
+      for (size_t c = 0; c < d; ++c) energy[c] += static_cast<double>(row[c]) * row[c];
+    }
+    // NaN energies rank as +inf so the comparison stays a strict weak order.
+    for (auto& e : energy) {
+      if (std::isnan(e)) e = HUGE_VAL;
+    }
+    std::vector<uint32_t> order(d);
+    std::iota(order.begin(), order.end(), 0u);
+    const size_t outliers = params_.subsets[0].channels;
+    std::partial_sort(order.begin(), order.begin() + outliers, order.end(),
+                      [&](uint32_t a, uint32_t b) {
+                        return energy[a] > energy[b] || (energy[a] == energy[b] && a < b);
+                      });
+    std::fill(meta.begin(), meta.end(), uint8_t{0});
+    for (size_t i = 0; i < outliers; ++i) meta[order[i] / 8] |= uint8_t(1u << (order[i] % 8));
+    return Status::Ok();
+  }
+
+  Status Encode(const void* x, DType dtype, size_t n, size_t stride, std::span<const uint8_t> meta,
+                std::span<uint8_t> out, ThreadPool* pool) const override {
+    TQKV_RETURN_IF_ERROR(CheckVectors("Encode", x, dtype, n, stride, params_.head_dim));
+    TQKV_RETURN_IF_ERROR(CheckSpan("Encode output", out.size(), n, code_bytes_));
+    std::vector<uint32_t> channels[2];
+    TQKV_RETURN_IF_ERROR(Channels("Encode", meta, channels));
+    const auto& k = kernels::ActiveKernels();
+    const size_t d = params_.head_dim;
+    const size_t in_pitch = stride * DTypeSize(dtype);
+    const auto* src = static_cast<const uint8_t*>(x);
+    uint8_t* codes = out.data();
+    // f32 input of an unsplit codec goes straight to the kernel (no copy).
+    const bool direct = dtype == DType::kF32 && !params_.split();
+    ParallelFor(pool, n, kGrain, [&](size_t b, size_t e) {
+      std::vector<float> xf(direct ? 0 : kBatch * d);
+      std::vector<float> gathered(params_.split() ? kBatch * d : 0);
+      std::vector<float> qjl_scratch(params_.qjl ? 2 * d : 0);
+      for (size_t start = b; start < e; start += kBatch) {
+        const size_t cnt = std::min(kBatch, e - start);
+        const float* xs;
+        size_t xs_stride;
+        if (direct) {
+          xs = reinterpret_cast<const float*>(src + start * in_pitch);
+          xs_stride = stride;
+        } else {
+          for (size_t i = 0; i < cnt; ++i) {
+            k.to_f32(src + (start + i) * in_pitch, dtype, d, xf.data() + i * d);
+          }
+          xs = xf.data();
+          xs_stride = d;
+        }
+        uint8_t* code = codes + start * code_bytes_;
+        if (params_.split()) {
+          float* g = gathered.data();
+          for (size_t s = 0; s < 2; ++s) {
+            const size_t m = channels[s].size();
+            for (size_t i = 0; i < cnt; ++i) {
+              const float* xv = xs + i * xs_stride;
+              float* gv = g + i * m;
+              for (size_t j = 0; j < m; ++j) gv[j] = xv[channels[s][j]];
+            }
+            const Subset& sub = subsets_[s];
+            k.encode(sub.plan, g, m, cnt, code + sub.norm_offset, code + sub.planes_offset,
+                     code_bytes_);
+            g += cnt * m;
+          }
+        } else {
+          const Subset& sub = subsets_[0];
+          k.encode(sub.plan, xs, xs_stride, cnt, code + sub.norm_offset, code + sub.planes_offset,
+                   code_bytes_);
+        }
+        if (params_.qjl) {
+          for (size_t i = 0; i < cnt; ++i) {
+            QjlEncode(k, xs + i * xs_stride, code + i * code_bytes_, qjl_scratch.data());
+          }
+        }
+      }
+    });
+    return Status::Ok();
+  }
+
+  Status Decode(std::span<const uint8_t> codes, size_t n, std::span<const uint8_t> meta, void* out,
+                DType dtype, size_t stride, ThreadPool* pool) const override {
+    TQKV_RETURN_IF_ERROR(CheckVectors("Decode", out, dtype, n, stride, params_.head_dim));
+    TQKV_RETURN_IF_ERROR(CheckSpan("Decode input", codes.size(), n, code_bytes_));
+    std::vector<uint32_t> channels[2];
+    TQKV_RETURN_IF_ERROR(Channels("Decode", meta, channels));
+    const auto& k = kernels::ActiveKernels();
+    const size_t d = params_.head_dim;
+    const size_t out_pitch = stride * DTypeSize(dtype);
+    auto* dst = static_cast<uint8_t*>(out);
+    const uint8_t* in = codes.data();
+    const bool direct = dtype == DType::kF32 && !params_.split();
+    ParallelFor(pool, n, kGrain, [&](size_t b, size_t e) {
+      std::vector<float> xf(direct ? 0 : kBatch * d);
+      std::vector<float> gathered(params_.split() ? kBatch * d : 0);
+      for (size_t start = b; start < e; start += kBatch) {
+        const size_t cnt = std::min(kBatch, e - start);
+        const uint8_t* code = in + start * code_bytes_;
+        float* xs;
+        size_t xs_stride;
+        if (direct) {
+          xs = reinterpret_cast<float*>(dst + start * out_pitch);
+          xs_stride = stride;
+        } else {
+          xs = xf.data();
+          xs_stride = d;
+        }
+        if (params_.split()) {
+          float* g = gathered.data();
+          for (size_t s = 0; s < 2; ++s) {
+            const size_t m = channels[s].size();
+            const Subset& sub = subsets_[s];
+            k.decode(sub.plan, code + sub.norm_offset, code + sub.planes_offset, code_bytes_, cnt,
+                     g, m);
+            for (size_t i = 0; i < cnt; ++i) {
+              float* xv = xs + i * xs_stride;
+              const float* gv = g + i * m;
+              for (size_t j = 0; j < m; ++j) xv[channels[s][j]] = gv[j];
+            }
+            g += cnt * m;
+          }
+        } else {
+          const Subset& sub = subsets_[0];
+          k.decode(sub.plan, code + sub.norm_offset, code + sub.planes_offset, code_bytes_, cnt,
+                   xs, xs_stride);
+        }
+        if (params_.qjl) {
+          for (size_t i = 0; i < cnt; ++i) QjlAdd(code + i * code_bytes_, xs + i * xs_stride);
+        }
+        if (!direct) {
+          for (size_t i = 0; i < cnt; ++i) {
+            k.from_f32(xs + i * d, d, dtype, dst + (start + i) * out_pitch);
+          }
+        }
+      }
+    });
+    return Status::Ok();
+  }
+
+ private:
+  // Channel lists of the split from the group meta: [0] outliers ascending, [1] the rest ascending.
+  Status Channels(const char* what, std::span<const uint8_t> meta,
+                  std::vector<uint32_t> channels[2]) const {
+    if (!params_.split()) return Status::Ok();
+    const size_t d = params_.head_dim;
+    if (meta.size() != meta_bytes_) {
+      return Status::InvalidArgument(std::string(what) + ": group meta has " +
+                                     std::to_string(meta.size()) + " bytes, need " +
+                                     std::to_string(meta_bytes_));
+    }
+    for (size_t c = 0; c < meta_bytes_ * 8; ++c) {
+      const bool set = (meta[c / 8] >> (c % 8)) & 1u;
+      if (set && c >= d) {
+        return Status::InvalidArgument(std::string(what) + ": group meta marks channel " +
+                                       std::to_string(c) + " >= head_dim");
+      }
+      if (c < d) channels[set ? 0 : 1].push_back(static_cast<uint32_t>(c));
+    }
+    if (channels[0].size() != params_.subsets[0].channels) {
+      return Status::InvalidArgument(std::string(what) + ": group meta marks " +
+                                     std::to_string(channels[0].size()) + " outlier channels, need " +
+                                     std::to_string(params_.subsets[0].channels));
+    }
+    return Status::Ok();
+  }
+
+  // QJL of the residual r = x - DeQuant_mse(code): gamma = |r| (f32), sign bits of S r.
+  void QjlEncode(const kernels::KernelTable& k, const float* x, uint8_t* code,
+                 float* scratch) const {
+    const size_t d = params_.head_dim;
+    const Subset& sub = subsets_[0];
+    float* xhat = scratch;
+    float* r = scratch + d;
+    k.decode(sub.plan, code + sub.norm_offset, code + sub.planes_offset, code_bytes_, 1, xhat, d);
+    double ss = 0.0;
+    for (size_t j = 0; j < d; ++j) {
+      r[j] = x[j] - xhat[j];
+      ss += static_cast<double>(r[j]) * r[j];
+    }
+    const float gamma = static_cast<float>(std::sqrt(ss));
+    std::memcpy(code + qjl_offset_, &gamma, 4);
+    uint8_t* signs = code + qjl_offset_ + 4;
+    std::memset(signs, 0, (d + 7) / 8);
+    for (size_t i = 0; i < d; ++i) {
+      const float* row = &qjl_s_[i * d];
+      double dot = 0.0;
+      for (size_t j = 0; j < d; ++j) dot += static_cast<double>(row[j]) * r[j];
+      if (dot >= 0.0) signs[i / 8] |= uint8_t(1u << (i % 8));
+    }
+  }
+
+  // x += sqrt(pi/2)/d * gamma * S^T z, z_i = +1 (bit set) or -1.
+  void QjlAdd(const uint8_t* code, float* x) const {
+    const size_t d = params_.head_dim;
+    float gamma;
+    std::memcpy(&gamma, code + qjl_offset_, 4);
+    const uint8_t* signs = code + qjl_offset_ + 4;
+    const double scale = std::sqrt(3.14159265358979323846 / 2.0) / static_cast<double>(d) * gamma;
+    std::vector<double> acc(d, 0.0);
+    for (size_t i = 0; i < d; ++i) {
+      const double z = ((signs[i / 8] >> (i % 8)) & 1u) ? 1.0 : -1.0;
+      const float* row = &qjl_s_[i * d];
+      for (size_t j = 0; j < d; ++j) acc[j] += z * row[j];
+    }
+    for (size_t j = 0; j < d; ++j) x[j] = static_cast<float>(x[j] + scale * acc[j]);
+  }
+
+  CodecParams params_;
+  size_t code_bytes_ = 0;
+  size_t meta_bytes_ = 0;
+  size_t qjl_offset_ = 0;
+  std::vector<Subset> subsets_;  // sized once in the constructor: plans point into it
+  std::vector<float> qjl_s_;     // QJL matrix S, d*d row-major
+};
+
+}  // namespace
+
+std::unique_ptr<Codec> MakeTurboQuantCodec(const CodecParams& params) {
+  return std::make_unique<TurboQuantCodec>(params);
+}
+
+}  // namespace tqkv::codec
