@@ -56,6 +56,7 @@ struct CheckpointStats {
   double seconds = 0;           // wall time, first byte produced to committed
   double encode_seconds = 0;    // time spent selecting metadata and encoding
   double write_seconds = 0;     // time spent in Append and Commit
+  double source_seconds = 0;    // time spent producing the session (KvSource::ReadLayer)
 };
 
 // Parses "L:SPEC" (e.g. "0:tq4") into a LayerCodec.
