@@ -68,6 +68,8 @@ struct SubsetParams {
   RotationKind rotation = RotationKind::kHadamard;
   uint64_t seed = 0;               // rotation seed of this subset (derived from the spec's seed)
   std::vector<float> centroids;    // 2^bits, ascending, unit-variance domain (x sqrt(channels))
+
+  bool operator==(const SubsetParams&) const = default;
 };
 
 // Everything needed to decode, resolved for one head dimension. Stored verbatim in the container.
