@@ -67,9 +67,15 @@ TestPlan MakePlan(uint32_t dim, uint32_t bits, RotationKind rot, DType norm_dtyp
     }
   }
   const size_t levels = size_t{1} << bits;
+  // Symmetric codebooks on odd seeds: the middle threshold is then exactly 0, which the many exact
+  // zeros of a Hadamard transform of all-equal inputs hit (strict compare).
+  const bool symmetric = rng() & 1;
   while (t.centroids.size() < levels) {
     t.centroids.clear();
-    for (size_t k = 0; k < levels; ++k) t.centroids.push_back(static_cast<float>(gauss(rng)));
+    for (size_t k = 0; k < levels; ++k) {
+      const float c = static_cast<float>(gauss(rng));
+      t.centroids.push_back(symmetric && k >= levels / 2 ? -t.centroids[levels - 1 - k] : c);
+    }
     std::sort(t.centroids.begin(), t.centroids.end());
     t.centroids.erase(std::unique(t.centroids.begin(), t.centroids.end()), t.centroids.end());
   }

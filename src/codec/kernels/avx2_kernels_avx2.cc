@@ -194,6 +194,26 @@ inline __m256i PackIdx32(__m256i a, __m256i b, __m256i c, __m256i d) {
   return _mm256_permutevar8x32_epi32(abcd, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
+// Up to 4 plane bytes as one word. The common full case is one load; the tail is assembled in a
+// register (byte stores followed by a wide load would stall store-to-load forwarding).
+inline uint32_t LoadPlaneWord(const uint8_t* src, size_t nbytes) {
+  uint32_t w = 0;
+  if (nbytes == 4) {
+    std::memcpy(&w, src, 4);
+    return w;
+  }
+  for (size_t b = 0; b < nbytes; ++b) w |= static_cast<uint32_t>(src[b]) << (8 * b);
+  return w;
+}
+
+inline void StorePlaneWord(uint8_t* dst, size_t nbytes, uint32_t w) {
+  if (nbytes == 4) {
+    std::memcpy(dst, &w, 4);
+    return;
+  }
+  for (size_t b = 0; b < nbytes; ++b) dst[b] = static_cast<uint8_t>(w >> (8 * b));
+}
+
 // Bit planes of m indices (m a multiple of 8; idx padded with zeros to a multiple of 32).
 inline void PackPlanesFromBytes(const uint8_t* idx, size_t m, uint32_t bits, uint8_t* planes) {
   const size_t pb = m / 8;
@@ -204,7 +224,7 @@ inline void PackPlanesFromBytes(const uint8_t* idx, size_t m, uint32_t bits, uin
       // Bit p of every byte to bit 7 of that byte (16-bit shift: bit p of the high byte lands on 15).
       const uint32_t mask = static_cast<uint32_t>(
           _mm256_movemask_epi8(_mm256_sll_epi16(v, _mm_cvtsi32_si128(static_cast<int>(7 - p)))));
-      std::memcpy(planes + p * pb + c / 8, &mask, nbytes);
+      StorePlaneWord(planes + p * pb + c / 8, nbytes, mask);
     }
   }
 }
@@ -219,8 +239,7 @@ inline void UnpackPlanesToBytes(const uint8_t* planes, size_t m, uint32_t bits, 
     const size_t nbytes = std::min<size_t>(4, pb - c / 8);
     __m256i acc = _mm256_setzero_si256();
     for (uint32_t p = 0; p < bits; ++p) {
-      uint32_t w = 0;
-      std::memcpy(&w, planes + p * pb + c / 8, nbytes);
+      const uint32_t w = LoadPlaneWord(planes + p * pb + c / 8, nbytes);
       const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(w)), sel);
       const __m256i on = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
       acc = _mm256_or_si256(acc, _mm256_and_si256(on, _mm256_set1_epi8(static_cast<char>(1 << p))));
