@@ -1,0 +1,252 @@
+// Test helpers for the container: in-memory objects, hand-built codec params, a reference writer
+// loop that produces chunks in container order independently of the library's ChunkSequence.
+#ifndef TQKV_TESTS_FORMAT_CONTAINER_TEST_UTIL_H_
+#define TQKV_TESTS_FORMAT_CONTAINER_TEST_UTIL_H_
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "format/container_layout.h"
+#include "format/container_parse.h"
+#include "tqkv/codec.h"
+#include "tqkv/container.h"
+#include "tqkv/store.h"
+
+namespace tqkv::testing_format {
+
+// A WritableObject over a vector; optionally fails once `fail_after` bytes were appended.
+class MemoryWritable final : public WritableObject {
+ public:
+  Status Append(std::span<const uint8_t> src) override {
+    if (bytes.size() + src.size() > fail_after) return Status::NoSpace("memory writable: full");
+    bytes.insert(bytes.end(), src.begin(), src.end());
+    return Status::Ok();
+  }
+  Status Commit() override { return Status::Ok(); }
+  Status Abort() override {
+    bytes.clear();
+    return Status::Ok();
+  }
+  uint64_t BytesWritten() const override { return bytes.size(); }
+
+  std::vector<uint8_t> bytes;
+  uint64_t fail_after = UINT64_MAX;
+};
+
+// A ReadableObject over a span; records the largest single read.
+class MemoryReadable final : public ReadableObject {
+ public:
+  explicit MemoryReadable(std::span<const uint8_t> data) : data_(data) {}
+  uint64_t Size() const override { return data_.size(); }
+  Status ReadAt(uint64_t offset, std::span<uint8_t> dst) override {
+    max_read = std::max<uint64_t>(max_read, dst.size());
+    if (offset > data_.size() || dst.size() > data_.size() - offset) {
+      return Status::Corruption("memory readable: read past the end at offset " +
+                                std::to_string(offset));
+    }
+    if (!dst.empty()) std::memcpy(dst.data(), data_.data() + offset, dst.size());
+    return Status::Ok();
+  }
+  Status ReadBatch(std::span<const ReadRequest> reqs) override {
+    for (const ReadRequest& r : reqs) TQKV_RETURN_IF_ERROR(ReadAt(r.offset, r.dst));
+    return Status::Ok();
+  }
+
+  uint64_t max_read = 0;
+
+ private:
+  std::span<const uint8_t> data_;
+};
+
+inline std::vector<float> Centroids(uint8_t bits) {
+  const size_t n = size_t{1} << bits;
+  std::vector<float> c(n);
+  for (size_t i = 0; i < n; ++i) c[i] = -2.0f + 4.0f * (static_cast<float>(i) + 0.5f) / n;
+  return c;
+}
+
+inline CodecParams RawParams(uint32_t d, DType t = DType::kF16) {
+  CodecParams p;
+  p.kind = CodecKind::kRaw;
+  p.head_dim = d;
+  p.raw_dtype = t;
+  return p;
+}
+
+// Unsplit TurboQuant: one subset of d channels (d a power of two: Hadamard).
+inline CodecParams TqParams(uint32_t d, uint8_t bits, bool qjl = false) {
+  CodecParams p;
+  p.kind = CodecKind::kTurboQuant;
+  p.head_dim = d;
+  SubsetParams s;
+  s.channels = static_cast<uint16_t>(d);
+  s.bits = bits;
+  s.rotation = RotationKind::kHadamard;
+  s.seed = 0x1234'5678'9abc'def0ull + bits;
+  s.centroids = Centroids(bits);
+  p.subsets.push_back(s);
+  p.norm_dtype = DType::kF16;
+  p.norm_correction = true;
+  p.qjl = qjl;
+  p.qjl_seed = qjl ? 0xfeed'beefull : 0;
+  return p;
+}
+
+// Split TurboQuant: d/4 outlier channels at 4 bits (Hadamard), the rest at 2 bits (Haar).
+inline CodecParams SplitParams(uint32_t d) {
+  CodecParams p;
+  p.kind = CodecKind::kTurboQuant;
+  p.head_dim = d;
+  SubsetParams out;
+  out.channels = static_cast<uint16_t>(d / 4);
+  out.bits = 4;
+  out.rotation = RotationKind::kHadamard;
+  out.seed = 11;
+  out.centroids = Centroids(4);
+  SubsetParams rest;
+  rest.channels = static_cast<uint16_t>(d - d / 4);
+  rest.bits = 2;
+  rest.rotation = RotationKind::kHaar;
+  rest.seed = 12;
+  rest.centroids = Centroids(2);
+  p.subsets = {out, rest};
+  p.norm_dtype = DType::kF32;
+  return p;
+}
+
+inline ContainerHeader MakeHeader(ModelGeometry g, uint64_t tokens, uint32_t token_block,
+                                  std::vector<CodecParams> codecs,
+                                  std::vector<uint16_t> layer_codec) {
+  ContainerHeader h;
+  h.model = "test-model";
+  h.geometry = g;
+  h.source_dtype = DType::kBF16;
+  h.tokens = tokens;
+  h.token_block = token_block;
+  h.codecs = std::move(codecs);
+  h.layer_codec = std::move(layer_codec);
+  return h;
+}
+
+// The small container of the exhaustive tests: 2 layers, 1 KV head, d=16, 40 tokens, blocks of
+// 16; layer 0 raw f16, layer 1 split TurboQuant (with a group-meta chunk).
+inline ContainerHeader SmallHeader() {
+  return MakeHeader({2, 1, 16}, 40, 16, {RawParams(16), SplitParams(16)}, {0, 1});
+}
+
+// Deterministic payload bytes (never all-zero, so a misplaced zero page is caught).
+inline std::vector<uint8_t> Payload(size_t n, uint64_t seed) {
+  std::vector<uint8_t> v(n);
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (auto& b : v) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    b = static_cast<uint8_t>(x);
+  }
+  return v;
+}
+
+// The chunk keys in container order, spelled out here independently of the library.
+inline std::vector<ChunkEntry> ExpectedKeys(const ContainerHeader& h) {
+  std::vector<ChunkEntry> keys;
+  for (uint32_t l = 0; l < h.geometry.layers; ++l) {
+    if (GroupMetaBytesOf(h.codecs[h.layer_codec[l]]) > 0) {
+      ChunkEntry e;
+      e.type = ChunkType::kGroupMeta;
+      e.layer = l;
+      keys.push_back(e);
+    }
+    for (uint8_t kv = 0; kv < 2; ++kv) {
+      for (uint64_t t = 0; t < h.tokens; t += h.token_block) {
+        ChunkEntry e;
+        e.type = ChunkType::kCodes;
+        e.layer = l;
+        e.kv = kv;
+        e.token_begin = t;
+        e.token_count = std::min<uint64_t>(h.token_block, h.tokens - t);
+        keys.push_back(e);
+      }
+    }
+  }
+  return keys;
+}
+
+inline uint64_t ChunkBytes(const ContainerHeader& h, const ChunkEntry& e) {
+  const CodecParams& c = h.codecs[h.layer_codec[e.layer]];
+  if (e.type == ChunkType::kGroupMeta) return 2ull * h.geometry.kv_heads * GroupMetaBytesOf(c);
+  return e.token_count * h.geometry.kv_heads * CodeBytesOf(c);
+}
+
+struct WrittenContainer {
+  std::vector<uint8_t> file;
+  std::vector<ChunkEntry> keys;
+  std::vector<std::vector<uint8_t>> payloads;
+  Status status;
+};
+
+inline WrittenContainer WriteContainer(const ContainerHeader& h, uint64_t seed = 1) {
+  WrittenContainer w;
+  MemoryWritable out;
+  auto writer = ContainerWriter::Create(&out, h);
+  if (!writer.ok()) {
+    w.status = writer.status();
+    return w;
+  }
+  w.keys = ExpectedKeys(h);
+  for (size_t i = 0; i < w.keys.size(); ++i) {
+    w.payloads.push_back(Payload(ChunkBytes(h, w.keys[i]), seed + i));
+    w.status = (*writer)->AddChunk(w.keys[i], w.payloads.back());
+    if (!w.status.ok()) return w;
+  }
+  w.status = (*writer)->Finish();
+  if (w.status.ok() && (*writer)->BytesWritten() != out.bytes.size()) {
+    w.status = Status::Internal("BytesWritten " + std::to_string((*writer)->BytesWritten()) +
+                                " != " + std::to_string(out.bytes.size()));
+  }
+  w.file = std::move(out.bytes);
+  return w;
+}
+
+// Opens `file` and reads and verifies every chunk, as a restore would.
+inline Status OpenAndReadAll(std::span<const uint8_t> file) {
+  MemoryReadable in(file);
+  auto reader = ContainerReader::Open(&in, "t.tqkv");
+  if (!reader.ok()) return reader.status();
+  std::vector<uint8_t> buf;
+  for (const ChunkEntry& e : (*reader)->chunks()) {
+    buf.resize(e.size);
+    TQKV_RETURN_IF_ERROR((*reader)->ReadChunk(e, buf));
+  }
+  return Status::Ok();
+}
+
+// Recomputes every structural checksum (header, index, footer copies, footer) so that a file
+// edited on purpose reaches the semantic checks. Uses the footer's index offset/size as they are
+// (clamped to the file).
+inline void Resign(std::vector<uint8_t>& f) {
+  using namespace format;  // NOLINT
+  if (f.size() < kMinFileBytes) return;
+  const uint64_t fat = f.size() - kFooterBytes;
+  const uint64_t header_size = LoadU32(f.data() + 20);
+  if (kPreambleBytes + header_size <= f.size()) {
+    const uint64_t hs = HeaderChecksum({f.data(), kPreambleBytes + header_size});
+    StoreU64(f.data() + kHeaderChecksumOffset, hs);
+    StoreU64(f.data() + fat + 32, hs);
+  }
+  const uint64_t io = LoadU64(f.data() + fat), is = LoadU64(f.data() + fat + 8);
+  if (is >= 16 && io <= fat && is <= fat - io) {
+    const uint64_t ic = Checksum({f.data() + io, is - 8});
+    StoreU64(f.data() + io + is - 8, ic);
+    StoreU64(f.data() + fat + 16, ic);
+  }
+  StoreU64(f.data() + fat + 48, Checksum({f.data() + fat, 48}));
+}
+
+}  // namespace tqkv::testing_format
+
+#endif  // TQKV_TESTS_FORMAT_CONTAINER_TEST_UTIL_H_
