@@ -12,6 +12,7 @@
 
 #include "format/container_layout.h"
 #include "format/container_parse.h"
+#include "format/container_testing.h"
 #include "tqkv/codec.h"
 #include "tqkv/container.h"
 #include "tqkv/store.h"
@@ -225,27 +226,8 @@ inline Status OpenAndReadAll(std::span<const uint8_t> file) {
   return Status::Ok();
 }
 
-// Recomputes every structural checksum (header, index, footer copies, footer) so that a file
-// edited on purpose reaches the semantic checks. Uses the footer's index offset/size as they are
-// (clamped to the file).
-inline void Resign(std::vector<uint8_t>& f) {
-  using namespace format;  // NOLINT
-  if (f.size() < kMinFileBytes) return;
-  const uint64_t fat = f.size() - kFooterBytes;
-  const uint64_t header_size = LoadU32(f.data() + 20);
-  if (kPreambleBytes + header_size <= f.size()) {
-    const uint64_t hs = HeaderChecksum({f.data(), kPreambleBytes + header_size});
-    StoreU64(f.data() + kHeaderChecksumOffset, hs);
-    StoreU64(f.data() + fat + 32, hs);
-  }
-  const uint64_t io = LoadU64(f.data() + fat), is = LoadU64(f.data() + fat + 8);
-  if (is >= 16 && io <= fat && is <= fat - io) {
-    const uint64_t ic = Checksum({f.data() + io, is - 8});
-    StoreU64(f.data() + io + is - 8, ic);
-    StoreU64(f.data() + fat + 16, ic);
-  }
-  StoreU64(f.data() + fat + 48, Checksum({f.data() + fat, 48}));
-}
+// Recomputes every structural checksum (see ResignContainerForTesting).
+inline void Resign(std::vector<uint8_t>& f) { format::ResignContainerForTesting(f); }
 
 }  // namespace tqkv::testing_format
 

@@ -1,0 +1,61 @@
+// Golden files: the fuzz seeds under fuzz/corpus/container/ are version-1 containers written by an
+// earlier build. They must still parse, and today's writer must still produce them byte for byte
+// (a layout change without a format_version bump fails here). TQKV_WRITE_GOLDEN=1 rewrites them.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+#include "format/container_parse.h"
+#include "format/container_test_util.h"
+
+namespace tqkv {
+namespace {
+
+using namespace testing_format;  // NOLINT
+
+struct Golden {
+  const char* file;
+  ContainerHeader header;
+};
+
+std::vector<Golden> Goldens() {
+  std::vector<Golden> g;
+  g.push_back({"v1_raw_empty.tqkv", MakeHeader({1, 1, 16}, 0, 4, {RawParams(16)}, {0})});
+  g.push_back({"v1_raw.tqkv", MakeHeader({1, 1, 16}, 3, 2, {RawParams(16, DType::kBF16)}, {0})});
+  g.push_back({"v1_split.tqkv", MakeHeader({1, 1, 16}, 1, 8, {SplitParams(16)}, {0})});
+  g.push_back({"v1_mixed.tqkv", MakeHeader({2, 1, 16}, 1, 1, {TqParams(16, 3, true), RawParams(16)},
+                                           {0, 1})});
+  return g;
+}
+
+std::string Path(const char* file) {
+  return std::string(TQKV_SOURCE_DIR) + "/fuzz/corpus/container/" + file;
+}
+
+TEST(ContainerGoldenTest, SeedsParseAndAreReproducedByTheWriter) {
+  const bool write = std::getenv("TQKV_WRITE_GOLDEN") != nullptr;
+  for (const Golden& g : Goldens()) {
+    SCOPED_TRACE(g.file);
+    WrittenContainer w = WriteContainer(g.header, 3);
+    ASSERT_TRUE(w.status.ok()) << w.status.ToString();
+    if (write) {
+      std::ofstream(Path(g.file), std::ios::binary)
+          .write(reinterpret_cast<const char*>(w.file.data()), w.file.size());
+    }
+    std::ifstream in(Path(g.file), std::ios::binary);
+    ASSERT_TRUE(in.good()) << Path(g.file);
+    const std::vector<uint8_t> golden((std::istreambuf_iterator<char>(in)),
+                                      std::istreambuf_iterator<char>());
+    auto parsed = format::ParseAndVerifyContainer(golden, g.file);
+    ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+    EXPECT_EQ(parsed->header.tokens, g.header.tokens);
+    EXPECT_TRUE(OpenAndReadAll(golden).ok());
+    EXPECT_EQ(golden, w.file) << "the writer no longer reproduces a version-1 golden file";
+  }
+}
+
+}  // namespace
+}  // namespace tqkv
