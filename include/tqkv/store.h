@@ -1,19 +1,24 @@
 // Stores move bytes of named objects; they never parse or decode them.
 //
 // Keys: 1..200 bytes of [A-Za-z0-9._-] in '/'-separated segments; no empty, "." or ".." segment,
-// no leading '/'. ValidateKey() says why a key is refused.
+// no leading '/', and no segment but the last ending in ".tqkv" (directory-backed stores keep the
+// object "a" in the file "a.tqkv", which must not collide with the directory of "a.tqkv/b").
+// ValidateKey() says why a key is refused. docs/store.md has the key -> file mapping.
 // Publish is atomic: an object created by Create() becomes visible to Open() only when Commit()
 // returns OK, with all its bytes durable; a writer destroyed or aborted before that leaves nothing
 // readable and nothing that breaks the next Create() of the same key. The last committed writer wins.
 #ifndef TQKV_INCLUDE_TQKV_STORE_H_
 #define TQKV_INCLUDE_TQKV_STORE_H_
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "tqkv/status.h"
@@ -32,6 +37,10 @@ struct StoreCaps {
   size_t io_alignment = 1;     // buffers, offsets and lengths aligned to this read fastest
   bool atomic_publish = true;
   bool drop_cache = false;     // ReadableObject::DropCache() can evict the object from RAM caches
+  // The I/O path really in use. It differs from the requested io= mode when the system refused
+  // it (io_fell_back): O_DIRECT -> EINVAL (e.g. some FUSE/NFS setups), or io_uring unavailable.
+  IoMode io_mode = IoMode::kBuffered;
+  bool io_fell_back = false;
 };
 
 struct ReadRequest {
@@ -39,6 +48,8 @@ struct ReadRequest {
   std::span<uint8_t> dst;  // filled completely, or the request fails
 };
 
+// Thread safety: Store methods may be called from any thread. A ReadableObject allows concurrent
+// ReadAt/ReadBatch calls; a WritableObject is used by one thread at a time.
 class ReadableObject {
  public:
   virtual ~ReadableObject() = default;
@@ -60,8 +71,10 @@ class WritableObject {
   virtual ~WritableObject() = default;
   virtual Status Append(std::span<const uint8_t> src) = 0;
   // Makes every appended byte durable, then publishes the object atomically under its key.
+  // After an Append error the object is failed: Commit returns that error and publishes nothing.
   virtual Status Commit() = 0;
-  // Discards the object; nothing becomes visible.
+  // Discards the object; nothing becomes visible. Append/Commit/Abort after Commit or Abort
+  // return InvalidArgument.
   virtual Status Abort() = 0;
   virtual uint64_t BytesWritten() const = 0;
 };
@@ -82,7 +95,13 @@ class Store {
   // NotFound when no committed object has this key.
   virtual Result<std::unique_ptr<ReadableObject>> Open(std::string_view key) = 0;
   virtual Status Remove(std::string_view key) = 0;  // NotFound if absent
+  // Committed objects whose key starts with `prefix` (plain string prefix), sorted by key.
+  // Unfinished writers' leftovers are never listed.
   virtual Result<std::vector<ObjectInfo>> List(std::string_view prefix = {}) = 0;
+  // Deletes what writers that died before Commit or Abort left behind (temporary files) and that
+  // was last modified at least `min_age` ago; returns how many were deleted. On a shared
+  // directory, pick `min_age` well above the longest checkpoint write.
+  virtual Result<uint64_t> RemoveStaleTemps(std::chrono::seconds min_age) { return uint64_t{0}; }
 };
 
 // Refuses path traversal, absolute paths, empty or over-long keys and odd characters.
@@ -91,7 +110,23 @@ Status ValidateKey(std::string_view key);
 // Opens a store by URI: "file:///abs/dir?io=direct", a plain directory path, "memory://".
 // Options (query parameters): io=buffered|direct|uring, qd=N (uring queue depth),
 // chunk=BYTES (I/O request size), create=0|1 (create the directory; default 1).
+// Unknown options, bad values and unknown schemes: InvalidArgument. docs/store.md has the grammar.
 Result<std::unique_ptr<Store>> OpenStore(std::string_view uri);
+
+// A store URI taken apart: scheme://authority/path?key=value&... A plain path has scheme "file".
+// Percent-escapes (%2F) are decoded in path and options.
+struct StoreUri {
+  std::string scheme;     // lower case: "file", "memory", ...
+  std::string authority;  // host[:port]; may be empty
+  std::string path;
+  std::vector<std::pair<std::string, std::string>> options;  // in order, keys unique
+};
+Result<StoreUri> ParseStoreUri(std::string_view uri);
+
+// Makes OpenStore() accept another scheme (optional backends, tests). Factories must refuse
+// options they do not know. AlreadyExists if the scheme is taken (built-ins included).
+using StoreFactory = std::function<Result<std::unique_ptr<Store>>(const StoreUri& uri)>;
+Status RegisterStoreScheme(std::string_view scheme, StoreFactory factory);
 
 }  // namespace tqkv
 

@@ -1,0 +1,832 @@
+// POSIX directory store: buffered, O_DIRECT and io_uring I/O; atomic publish by rename.
+#include "store/posix/posix_store.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "store/store_internal.h"
+#include "tqkv/aligned_buffer.h"
+
+#ifdef TQKV_HAVE_IO_URING
+#include "store/posix/uring_reader.h"
+#endif
+
+namespace tqkv {
+namespace {
+
+constexpr uint64_t kAlign = kPosixDirectAlignment;
+constexpr std::string_view kSuffix = kPosixObjectSuffix;
+constexpr std::string_view kTempMarker = ".tqkv.tmp.";
+constexpr std::string_view kProbePrefix = ".tqkv-probe.";
+constexpr uint64_t kMaxSyscallBytes = 1ull << 30;  // Linux moves at most ~2 GiB per call
+constexpr size_t kMaxPooledBounce = 4;
+
+bool IsAligned(uint64_t x) { return x % kAlign == 0; }
+bool IsAlignedPtr(const void* p) { return reinterpret_cast<uintptr_t>(p) % kAlign == 0; }
+bool EndsWith(std::string_view s, std::string_view t) {
+  return s.size() >= t.size() && s.substr(s.size() - t.size()) == t;
+}
+bool StartsWith(std::string_view s, std::string_view t) {
+  return s.size() >= t.size() && s.substr(0, t.size()) == t;
+}
+
+std::string AtOffset(std::string_view what, uint64_t off) {
+  return std::string(what) + " at offset " + std::to_string(off);
+}
+
+uint64_t RandomU64() {
+  uint64_t v = 0;
+  if (getrandom(&v, sizeof(v), GRND_NONBLOCK) == static_cast<ssize_t>(sizeof(v))) return v;
+  static std::atomic<uint64_t> counter{0};
+  const uint64_t t = static_cast<uint64_t>(
+      std::chrono::steady_clock::now().time_since_epoch().count());
+  v = t ^ (static_cast<uint64_t>(getpid()) << 32) ^ (counter.fetch_add(1) * 0x9e3779b97f4a7c15ull);
+  v ^= v >> 31;
+  v *= 0xbf58476d1ce4e5b9ull;
+  return v ^ (v >> 29);
+}
+
+std::string Hex16(uint64_t v) {
+  static const char kHex[] = "0123456789abcdef";
+  std::string s(16, '0');
+  for (int i = 15; i >= 0; --i, v >>= 4) s[static_cast<size_t>(i)] = kHex[v & 0xf];
+  return s;
+}
+
+// A temp file name from Create(): ".<base>.tqkv.tmp.<pid>.<16 hex>". Never ends in ".tqkv".
+bool IsTempName(std::string_view name) {
+  return StartsWith(name, ".") && name.find(kTempMarker) != std::string_view::npos &&
+         !EndsWith(name, kSuffix);
+}
+
+Status SyncDir(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Status::FromErrno("open directory", dir, errno);
+  Status s;
+  if (::fsync(fd) != 0 && errno != EINVAL && errno != EROFS) {
+    s = Status::FromErrno("fsync directory", dir, errno);
+  }
+  ::close(fd);
+  return s;
+}
+
+std::string ParentDir(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+struct Shared {
+  PosixStoreOptions opts;
+  std::atomic<bool> direct_refused{false};
+  std::atomic<bool> uring_refused{false};
+
+  std::string ObjectPath(std::string_view key) const {
+    return opts.dir + "/" + std::string(key) + std::string(kSuffix);
+  }
+  bool WantDirect() const { return opts.io != IoMode::kBuffered && !direct_refused.load(); }
+  bool WantUring() const { return opts.io == IoMode::kUring && WantDirect() && !uring_refused; }
+  IoMode EffectiveMode() const {
+    if (opts.io == IoMode::kBuffered || direct_refused) return IoMode::kBuffered;
+    if (opts.io == IoMode::kUring && uring_refused) return IoMode::kDirect;
+    return opts.io;
+  }
+  // The filesystem refused O_DIRECT on `fd` (EINVAL): turn it off there and for new objects.
+  bool DisableDirect(int fd) {
+    direct_refused = true;
+    const int fl = ::fcntl(fd, F_GETFL);
+    return fl >= 0 && ::fcntl(fd, F_SETFL, fl & ~O_DIRECT) == 0;
+  }
+};
+
+// Opens with O_DIRECT when wanted, retrying without it when the filesystem says EINVAL.
+int OpenMaybeDirect(Shared* sh, const std::string& path, int flags, mode_t mode, bool* direct) {
+  *direct = sh->WantDirect();
+  if (*direct) {
+    const int fd = ::open(path.c_str(), flags | O_DIRECT | O_CLOEXEC, mode);
+    if (fd >= 0 || errno != EINVAL) return fd;
+    sh->direct_refused = true;
+    *direct = false;
+  }
+  return ::open(path.c_str(), flags | O_CLOEXEC, mode);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writer
+
+class PosixWritable final : public WritableObject, public store_internal::Crashable {
+ public:
+  PosixWritable(std::shared_ptr<Shared> sh, std::string key, std::string final_path,
+                std::string tmp_path, std::vector<std::string> dirs_to_sync, int fd, bool direct)
+      : sh_(std::move(sh)),
+        key_(std::move(key)),
+        final_path_(std::move(final_path)),
+        tmp_path_(std::move(tmp_path)),
+        dirs_to_sync_(std::move(dirs_to_sync)),
+        fd_(fd),
+        direct_(direct) {}
+
+  ~PosixWritable() override {
+    if (state_ == State::kOpen || state_ == State::kFailed) (void)Cleanup();
+  }
+
+  Status Append(std::span<const uint8_t> src) override {
+    if (state_ == State::kFailed) return error_;
+    if (state_ != State::kOpen) return Closed("append to");
+    const uint64_t cap = sh_->opts.write_buffer_bytes;
+    while (!src.empty()) {
+      // Large appends with an empty staging buffer go straight from the caller's memory.
+      if (used_ == 0 && src.size() >= cap && (!direct_ || IsAlignedPtr(src.data()))) {
+        const uint64_t n = direct_ ? AlignDown(src.size(), kAlign) : src.size();
+        Status s = WriteAt(src.data(), n, flushed_);
+        if (!s.ok()) return Fail(std::move(s));
+        flushed_ += n;
+        size_ += n;
+        src = src.subspan(n);
+        continue;
+      }
+      if (staging_.size() < cap) {
+        // 2 MiB alignment so MADV_HUGEPAGE can back the buffer with huge pages.
+        staging_ = AlignedBuffer(cap, 2u << 20);
+        madvise(staging_.data(), AlignUp(cap, 2u << 20), MADV_HUGEPAGE);
+      }
+      const uint64_t k = std::min<uint64_t>(cap - used_, src.size());
+      std::memcpy(staging_.data() + used_, src.data(), k);
+      used_ += k;
+      size_ += k;
+      src = src.subspan(k);
+      if (used_ == cap) {
+        Status s = WriteAt(staging_.data(), cap, flushed_);
+        if (!s.ok()) return Fail(std::move(s));
+        flushed_ += cap;
+        used_ = 0;
+      }
+    }
+    return Status::Ok();
+  }
+
+  Status Commit() override {
+    if (state_ == State::kFailed) {
+      Status e = error_;
+      (void)Cleanup();  // the first error is the one to report
+      state_ = State::kAborted;
+      return e;
+    }
+    if (state_ != State::kOpen) return Closed("commit");
+    Status s = Publish();
+    if (!s.ok()) {
+      (void)Cleanup();  // the first error is the one to report
+      state_ = State::kAborted;
+      return s;
+    }
+    state_ = State::kCommitted;
+    return Status::Ok();
+  }
+
+  Status Abort() override {
+    if (state_ == State::kCommitted || state_ == State::kAborted || state_ == State::kCrashed) {
+      return Closed("abort");
+    }
+    Status s = Cleanup();
+    state_ = State::kAborted;
+    return s;
+  }
+
+  uint64_t BytesWritten() const override { return size_; }
+
+  void SimulateCrash() override {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+    state_ = State::kCrashed;
+  }
+
+ private:
+  enum class State { kOpen, kFailed, kCommitted, kAborted, kCrashed };
+
+  Status Closed(std::string_view what) const {
+    return Status::InvalidArgument(std::string(what) + " object " + key_ +
+                                   " after it was committed or aborted");
+  }
+
+  Status Fail(Status s) {
+    error_ = s;
+    state_ = State::kFailed;
+    return s;
+  }
+
+  Status WriteAt(const uint8_t* p, uint64_t n, uint64_t off) {
+    while (n > 0) {
+      const uint64_t want = std::min(n, kMaxSyscallBytes);
+      const ssize_t w = ::pwrite(fd_, p, want, static_cast<off_t>(off));
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EINVAL && direct_) {
+          direct_ = false;
+          if (sh_->DisableDirect(fd_)) continue;
+        }
+        return Status::FromErrno("write", AtOffset(key_ + " (" + tmp_path_ + ")", off), errno);
+      }
+      if (w == 0) {
+        return Status::IoError("write " + AtOffset(key_ + " (" + tmp_path_ + ")", off) +
+                               ": wrote nothing");
+      }
+      p += w;
+      n -= static_cast<uint64_t>(w);
+      off += static_cast<uint64_t>(w);
+      // A short O_DIRECT write leaves an unaligned remainder: finish it through the page cache.
+      if (direct_ && n > 0 && !IsAligned(static_cast<uint64_t>(w))) {
+        direct_ = false;
+        const int fl = ::fcntl(fd_, F_GETFL);
+        if (fl >= 0) (void)::fcntl(fd_, F_SETFL, fl & ~O_DIRECT);
+      }
+    }
+    return Status::Ok();
+  }
+
+  Status Publish() {
+    const std::string name = key_ + " (" + tmp_path_ + ")";
+    if (used_ > 0) {
+      if (direct_) {
+        const uint64_t padded = AlignUp(used_, kAlign);
+        std::memset(staging_.data() + used_, 0, padded - used_);
+        TQKV_RETURN_IF_ERROR(WriteAt(staging_.data(), padded, flushed_));
+        if (::ftruncate(fd_, static_cast<off_t>(size_)) != 0) {
+          return Status::FromErrno("ftruncate", AtOffset(name, size_), errno);
+        }
+      } else {
+        TQKV_RETURN_IF_ERROR(WriteAt(staging_.data(), used_, flushed_));
+      }
+      flushed_ += used_;
+      used_ = 0;
+    }
+    if (::fdatasync(fd_) != 0) return Status::FromErrno("fdatasync", name, errno);
+    // NFS reports deferred write errors at close: check it.
+    const int fd = fd_;
+    fd_ = -1;
+    if (::close(fd) != 0) return Status::FromErrno("close", name, errno);
+    if (::rename(tmp_path_.c_str(), final_path_.c_str()) != 0) {
+      return Status::FromErrno("rename", tmp_path_ + " -> " + final_path_, errno);
+    }
+    for (const std::string& dir : dirs_to_sync_) {
+      TQKV_RETURN_IF_ERROR(SyncDir(dir).WithContext("publishing " + key_));
+    }
+    return Status::Ok();
+  }
+
+  Status Cleanup() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+    if (::unlink(tmp_path_.c_str()) != 0 && errno != ENOENT) {
+      return Status::FromErrno("unlink", tmp_path_, errno);
+    }
+    return Status::Ok();
+  }
+
+  std::shared_ptr<Shared> sh_;
+  std::string key_;
+  std::string final_path_;
+  std::string tmp_path_;
+  std::vector<std::string> dirs_to_sync_;  // fsync'ed after the rename, innermost first
+  int fd_ = -1;
+  bool direct_ = false;
+  State state_ = State::kOpen;
+  Status error_;
+  AlignedBuffer staging_;
+  uint64_t used_ = 0;     // bytes in staging_
+  uint64_t flushed_ = 0;  // bytes written to the file (aligned while direct_)
+  uint64_t size_ = 0;     // bytes appended
+};
+
+// ---------------------------------------------------------------------------------------------
+// Reader
+
+class PosixReadable final : public ReadableObject {
+ public:
+  PosixReadable(std::shared_ptr<Shared> sh, std::string key, std::string path, int fd,
+                uint64_t size, bool direct)
+      : sh_(std::move(sh)),
+        key_(std::move(key)),
+        path_(std::move(path)),
+        name_(key_ + " (" + path_ + ")"),
+        fd_(fd),
+        size_(size),
+        direct_(direct) {}
+
+  ~PosixReadable() override { ::close(fd_); }
+
+  uint64_t Size() const override { return size_; }
+  uint64_t BytesRead() const override { return bytes_read_.load(std::memory_order_relaxed); }
+
+  Status ReadAt(uint64_t offset, std::span<uint8_t> dst) override {
+    TQKV_RETURN_IF_ERROR(CheckRange(offset, dst.size()));
+    if (dst.empty()) return Status::Ok();
+#ifdef TQKV_HAVE_IO_URING
+    if (dst.size() > sh_->opts.chunk_bytes && sh_->WantUring() && direct_) {
+      const ReadRequest req{offset, dst};
+      return ReadBatchUring(std::span<const ReadRequest>(&req, 1));
+    }
+#endif
+    return ReadSync(offset, dst);
+  }
+
+  Status ReadBatch(std::span<const ReadRequest> reqs) override {
+    for (const ReadRequest& r : reqs) TQKV_RETURN_IF_ERROR(CheckRange(r.offset, r.dst.size()));
+#ifdef TQKV_HAVE_IO_URING
+    if (sh_->WantUring() && direct_) return ReadBatchUring(reqs);
+#endif
+    for (const ReadRequest& r : reqs) TQKV_RETURN_IF_ERROR(ReadSync(r.offset, r.dst));
+    return Status::Ok();
+  }
+
+  Status DropCache() override {
+    if (::fdatasync(fd_) != 0 && errno != EINVAL && errno != EROFS && errno != EBADF) {
+      return Status::FromErrno("fdatasync", name_, errno);
+    }
+    const int err = ::posix_fadvise(fd_, 0, 0, POSIX_FADV_DONTNEED);
+    if (err != 0) return Status::FromErrno("posix_fadvise(DONTNEED)", name_, err);
+    return Status::Ok();
+  }
+
+ private:
+  Status CheckRange(uint64_t offset, uint64_t len) const {
+    if (offset > size_ || len > size_ - offset) {
+      return Status::Corruption("read of " + std::to_string(len) + " bytes at offset " +
+                                std::to_string(offset) + " is past the end of " + name_ +
+                                " (size " + std::to_string(size_) + ")");
+    }
+    return Status::Ok();
+  }
+
+  Status Eof(uint64_t off) const {
+    return Status::Corruption("unexpected end of file reading " + AtOffset(name_, off) +
+                              " (the file is shorter than the " + std::to_string(size_) +
+                              " bytes it had when opened)");
+  }
+
+  // pread until `len` bytes or end of file; returns the bytes read.
+  Result<uint64_t> RawRead(uint8_t* buf, uint64_t len, uint64_t off) {
+    uint64_t got = 0;
+    while (got < len) {
+      const uint64_t want = std::min(len - got, kMaxSyscallBytes);
+      const ssize_t r = ::pread(fd_, buf + got, want, static_cast<off_t>(off + got));
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EINVAL && direct_.load()) {
+          direct_ = false;
+          if (sh_->DisableDirect(fd_)) continue;
+        }
+        return Status::FromErrno("read", AtOffset(name_, off + got), errno);
+      }
+      if (r == 0) break;
+      bytes_read_.fetch_add(static_cast<uint64_t>(r), std::memory_order_relaxed);
+      got += static_cast<uint64_t>(r);
+      if (direct_.load() && got < len && !IsAligned(got)) {
+        // Short O_DIRECT read inside the file: continue through the page cache.
+        direct_ = false;
+        sh_->DisableDirect(fd_);
+      }
+    }
+    return got;
+  }
+
+  AlignedBuffer TakeBounce() {
+    {
+      std::lock_guard<std::mutex> lock(pool_mu_);
+      if (!pool_.empty()) {
+        AlignedBuffer b = std::move(pool_.back());
+        pool_.pop_back();
+        return b;
+      }
+    }
+    return AlignedBuffer(sh_->opts.chunk_bytes + 2 * kAlign, kAlign);
+  }
+
+  void ReturnBounce(AlignedBuffer b) {
+    std::lock_guard<std::mutex> lock(pool_mu_);
+    if (pool_.size() < kMaxPooledBounce) pool_.push_back(std::move(b));
+  }
+
+  Status ReadSync(uint64_t off, std::span<uint8_t> dst) {
+    while (!dst.empty()) {
+      if (!direct_.load()) {
+        TQKV_ASSIGN_OR_RETURN(uint64_t got, RawRead(dst.data(), dst.size(), off));
+        if (got < dst.size()) return Eof(off + got);
+        return Status::Ok();
+      }
+      uint64_t n = 0;
+      if (IsAligned(off) && IsAlignedPtr(dst.data()) && dst.size() >= kAlign) {
+        // Straight into the caller's buffer.
+        n = AlignDown(std::min<uint64_t>(dst.size(), kMaxSyscallBytes), kAlign);
+        TQKV_ASSIGN_OR_RETURN(uint64_t got, RawRead(dst.data(), n, off));
+        if (got < n) return Eof(off + got);
+      } else {
+        // Through an aligned bounce buffer: the covering blocks, then copy out.
+        const uint64_t io_off = AlignDown(off, kAlign);
+        const uint64_t skip = off - io_off;
+        n = std::min<uint64_t>(dst.size(), sh_->opts.chunk_bytes);
+        // When buffer and offset share their misalignment, stop at the next block boundary:
+        // the rest can then go straight into dst.
+        const uint64_t to_boundary = AlignUp(off, kAlign) - off;
+        if ((reinterpret_cast<uintptr_t>(dst.data()) + to_boundary) % kAlign == 0 &&
+            to_boundary > 0 && to_boundary < n && dst.size() - to_boundary >= kAlign) {
+          n = to_boundary;
+        }
+        const uint64_t io_len = AlignUp(skip + n, kAlign);  // may pass EOF: short read is fine
+        AlignedBuffer bounce = TakeBounce();
+        auto got = RawRead(bounce.data(), io_len, io_off);
+        if (!got.ok()) return got.status();
+        if (*got < skip + n) return Eof(io_off + *got);
+        std::memcpy(dst.data(), bounce.data() + skip, n);
+        ReturnBounce(std::move(bounce));
+      }
+      off += n;
+      dst = dst.subspan(n);
+    }
+    return Status::Ok();
+  }
+
+#ifdef TQKV_HAVE_IO_URING
+  Status ReadBatchUring(std::span<const ReadRequest> reqs) {
+    using posix_internal::UringPiece;
+    const uint64_t chunk = sh_->opts.chunk_bytes;
+    std::vector<UringPiece> pieces;
+    for (const ReadRequest& r : reqs) {
+      uint64_t off = r.offset;
+      std::span<uint8_t> dst = r.dst;
+      while (!dst.empty()) {
+        UringPiece p;
+        p.off = off;
+        p.dst = dst.data();
+        if (IsAligned(off) && IsAlignedPtr(dst.data()) && dst.size() >= kAlign) {
+          p.len = static_cast<uint32_t>(std::min<uint64_t>(AlignDown(dst.size(), kAlign), chunk));
+        } else {
+          p.bounce = true;
+          p.io_off = AlignDown(off, kAlign);
+          uint64_t n = std::min<uint64_t>(dst.size(), chunk);
+          const uint64_t to_boundary = AlignUp(off, kAlign) - off;
+          if ((reinterpret_cast<uintptr_t>(dst.data()) + to_boundary) % kAlign == 0 &&
+              to_boundary > 0 && to_boundary < n && dst.size() - to_boundary >= kAlign) {
+            n = to_boundary;
+          }
+          p.len = static_cast<uint32_t>(n);
+          p.io_len = static_cast<uint32_t>(AlignUp(off - p.io_off + n, kAlign));
+        }
+        pieces.push_back(p);
+        off += p.len;
+        dst = dst.subspan(p.len);
+      }
+    }
+    std::vector<size_t> retry;
+    Status status;
+    {
+      std::lock_guard<std::mutex> lock(ring_mu_);
+      if (ring_ == nullptr) {
+        auto ring = posix_internal::UringReader::Create(sh_->opts.queue_depth, chunk + 2 * kAlign);
+        if (!ring.ok()) {
+          sh_->uring_refused = true;  // e.g. out of locked memory: synchronous O_DIRECT instead
+          for (const ReadRequest& r : reqs) TQKV_RETURN_IF_ERROR(ReadSync(r.offset, r.dst));
+          return Status::Ok();
+        }
+        ring_ = std::move(ring).value();
+      }
+      uint64_t moved = 0;
+      status = ring_->Run(fd_, pieces, name_, &retry, &moved);
+      bytes_read_.fetch_add(moved, std::memory_order_relaxed);
+      if (!status.ok()) ring_.reset();
+    }
+    TQKV_RETURN_IF_ERROR(status);
+    for (size_t i : retry) {
+      const UringPiece& p = pieces[i];
+      TQKV_RETURN_IF_ERROR(ReadSync(p.off, std::span<uint8_t>(p.dst, p.len)));
+    }
+    return Status::Ok();
+  }
+
+  std::mutex ring_mu_;
+  std::unique_ptr<posix_internal::UringReader> ring_;
+#endif
+
+  std::shared_ptr<Shared> sh_;
+  std::string key_;
+  std::string path_;
+  std::string name_;
+  int fd_;
+  uint64_t size_;
+  std::atomic<bool> direct_;
+  std::atomic<uint64_t> bytes_read_{0};
+  std::mutex pool_mu_;
+  std::vector<AlignedBuffer> pool_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Store
+
+class PosixStore final : public Store {
+ public:
+  explicit PosixStore(std::shared_ptr<Shared> sh) : sh_(std::move(sh)) {}
+
+  std::string_view Name() const override { return "posix"; }
+
+  std::string Uri() const override {
+    const PosixStoreOptions& o = sh_->opts;
+    std::string uri = "file://" + o.dir + "?io=" + std::string(IoModeName(o.io));
+    if (o.io == IoMode::kUring) uri += "&qd=" + std::to_string(o.queue_depth);
+    uri += "&chunk=" + std::to_string(o.chunk_bytes);
+    return uri;
+  }
+
+  StoreCaps Caps() const override {
+    StoreCaps caps;
+    caps.io_alignment = kAlign;
+    caps.atomic_publish = true;
+    caps.drop_cache = true;
+    caps.io_mode = sh_->EffectiveMode();
+    caps.io_fell_back = caps.io_mode != sh_->opts.io;
+    return caps;
+  }
+
+  Result<std::unique_ptr<WritableObject>> Create(std::string_view key) override {
+    TQKV_RETURN_IF_ERROR(ValidateKey(key));
+    const std::string final_path = sh_->ObjectPath(key);
+    const std::string parent = ParentDir(final_path);
+    std::vector<std::string> dirs_to_sync{parent};
+    // Directories for '/' segments; each one created here must reach disk too.
+    for (size_t pos = key.find('/'); pos != std::string_view::npos; pos = key.find('/', pos + 1)) {
+      const std::string dir = sh_->opts.dir + "/" + std::string(key.substr(0, pos));
+      if (::mkdir(dir.c_str(), 0755) == 0) {
+        dirs_to_sync.push_back(ParentDir(dir));
+      } else if (errno != EEXIST) {
+        return Status::FromErrno("mkdir", dir + " for object " + std::string(key), errno);
+      }
+    }
+    std::reverse(dirs_to_sync.begin() + 1, dirs_to_sync.end());  // innermost first after parent
+    const size_t slash = final_path.rfind('/');
+    const std::string tmp_path = final_path.substr(0, slash + 1) + "." +
+                                 final_path.substr(slash + 1) + ".tmp." +
+                                 std::to_string(::getpid()) + "." + Hex16(RandomU64());
+    bool direct = false;
+    const int fd =
+        OpenMaybeDirect(sh_.get(), tmp_path, O_WRONLY | O_CREAT | O_EXCL, 0644, &direct);
+    if (fd < 0) {
+      return Status::FromErrno("create", tmp_path + " for object " + std::string(key), errno);
+    }
+    return std::unique_ptr<WritableObject>(
+        std::make_unique<PosixWritable>(sh_, std::string(key), final_path, tmp_path,
+                                        std::move(dirs_to_sync), fd, direct));
+  }
+
+  Result<std::unique_ptr<ReadableObject>> Open(std::string_view key) override {
+    TQKV_RETURN_IF_ERROR(ValidateKey(key));
+    const std::string path = sh_->ObjectPath(key);
+    bool direct = false;
+    const int fd = OpenMaybeDirect(sh_.get(), path, O_RDONLY, 0, &direct);
+    if (fd < 0) {
+      if (errno == ENOENT || errno == ENOTDIR) {
+        return Status::NotFound("no object " + std::string(key) + " (" + path + ")");
+      }
+      return Status::FromErrno("open", path, errno);
+    }
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) {
+      const int err = errno;
+      ::close(fd);
+      return Status::FromErrno("fstat", path, err);
+    }
+    if (!S_ISREG(st.st_mode)) {
+      ::close(fd);
+      return Status::NotFound("no object " + std::string(key) + " (" + path +
+                              " is not a regular file)");
+    }
+    return std::unique_ptr<ReadableObject>(std::make_unique<PosixReadable>(
+        sh_, std::string(key), path, fd, static_cast<uint64_t>(st.st_size), direct));
+  }
+
+  Status Remove(std::string_view key) override {
+    TQKV_RETURN_IF_ERROR(ValidateKey(key));
+    const std::string path = sh_->ObjectPath(key);
+    if (::unlink(path.c_str()) != 0) {
+      if (errno == ENOENT || errno == ENOTDIR) {
+        return Status::NotFound("no object " + std::string(key) + " (" + path + ")");
+      }
+      return Status::FromErrno("unlink", path, errno);
+    }
+    return SyncDir(ParentDir(path));
+  }
+
+  Result<std::vector<ObjectInfo>> List(std::string_view prefix) override {
+    std::vector<ObjectInfo> out;
+    // Start in the deepest directory the prefix names completely.
+    const size_t slash = prefix.rfind('/');
+    std::string rel;
+    if (slash != std::string_view::npos) {
+      rel = std::string(prefix.substr(0, slash + 1));
+      // A prefix whose directory part no valid key can have matches nothing.
+      if (!ValidateKey(rel + "x").ok()) return out;
+    }
+    TQKV_RETURN_IF_ERROR(Walk(rel, prefix, &out, nullptr));
+    std::sort(out.begin(), out.end(),
+              [](const ObjectInfo& a, const ObjectInfo& b) { return a.key < b.key; });
+    return out;
+  }
+
+  Result<uint64_t> RemoveStaleTemps(std::chrono::seconds min_age) override {
+    StaleSweep sweep;
+    sweep.cutoff_ns = store_internal::NowUnixNs() -
+                      std::chrono::duration_cast<std::chrono::nanoseconds>(min_age).count();
+    TQKV_RETURN_IF_ERROR(Walk("", "", nullptr, &sweep));
+    return sweep.removed;
+  }
+
+ private:
+  struct StaleSweep {
+    int64_t cutoff_ns = 0;
+    uint64_t removed = 0;
+  };
+
+  // Visits <dir>/<rel>: committed objects matching `prefix` go to `objects`; temp files older
+  // than the cutoff are deleted when `sweep` is set. rel is "" or ends in '/'.
+  Status Walk(const std::string& rel, std::string_view prefix, std::vector<ObjectInfo>* objects,
+              StaleSweep* sweep) {
+    const std::string dir_path = rel.empty() ? sh_->opts.dir : sh_->opts.dir + "/" + rel;
+    DIR* d = ::opendir(dir_path.c_str());
+    if (d == nullptr) {
+      if (errno == ENOENT || errno == ENOTDIR) return Status::Ok();
+      return Status::FromErrno("opendir", dir_path, errno);
+    }
+    const int dfd = ::dirfd(d);
+    Status status;
+    std::vector<std::string> subdirs;
+    while (true) {
+      errno = 0;
+      const dirent* e = ::readdir(d);
+      if (e == nullptr) {
+        if (errno != 0) status = Status::FromErrno("readdir", dir_path, errno);
+        break;
+      }
+      const std::string_view name = e->d_name;
+      if (name == "." || name == "..") continue;
+      struct stat st {};
+      unsigned char type = e->d_type;
+      const bool is_object = EndsWith(name, kSuffix);
+      const bool is_temp = IsTempName(name) || StartsWith(name, kProbePrefix);
+      if (type == DT_UNKNOWN || (objects && is_object) || (sweep && is_temp)) {
+        if (::fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;  // raced away
+        type = S_ISDIR(st.st_mode) ? DT_DIR : S_ISREG(st.st_mode) ? DT_REG : DT_UNKNOWN;
+      }
+      if (type == DT_DIR) {
+        const std::string sub = rel + std::string(name) + "/";
+        if (StartsWith(sub, prefix) || StartsWith(prefix, sub)) subdirs.push_back(sub);
+        continue;
+      }
+      if (type != DT_REG) continue;
+      if (objects != nullptr && is_object) {
+        std::string key = rel + std::string(name.substr(0, name.size() - kSuffix.size()));
+        if (!StartsWith(key, prefix) || !ValidateKey(key).ok()) continue;
+        ObjectInfo info;
+        info.key = std::move(key);
+        info.size = static_cast<uint64_t>(st.st_size);
+        info.mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+        objects->push_back(std::move(info));
+      } else if (sweep != nullptr && is_temp) {
+        const int64_t mtime =
+            static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+        if (mtime <= sweep->cutoff_ns) {
+          if (::unlinkat(dfd, e->d_name, 0) == 0) {
+            ++sweep->removed;
+          } else if (errno != ENOENT && status.ok()) {
+            status = Status::FromErrno("unlink", dir_path + "/" + std::string(name), errno);
+          }
+        }
+      }
+    }
+    ::closedir(d);
+    TQKV_RETURN_IF_ERROR(status);
+    for (const std::string& sub : subdirs) {
+      TQKV_RETURN_IF_ERROR(Walk(sub, prefix, objects, sweep));
+    }
+    return Status::Ok();
+  }
+
+  std::shared_ptr<Shared> sh_;
+};
+
+Status MakeDirs(const std::string& dir) {
+  std::string path;
+  size_t pos = 0;
+  while (pos <= dir.size()) {
+    size_t next = dir.find('/', pos);
+    if (next == std::string::npos) next = dir.size();
+    path = dir.substr(0, next);
+    pos = next + 1;
+    if (path.empty()) continue;
+    if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) {
+      return Status::FromErrno("mkdir", path, errno);
+    }
+  }
+  return Status::Ok();
+}
+
+// Can this directory's filesystem do O_DIRECT? Writes and reads one aligned block of a probe file.
+// Only a definite EINVAL counts as "no"; anything else (read-only mount, permissions) leaves the
+// decision to the first real open, which falls back the same way.
+bool ProbeDirect(const std::string& dir) {
+  const std::string probe = dir + "/" + std::string(kProbePrefix) + std::to_string(::getpid()) +
+                            "." + Hex16(RandomU64());
+  const int fd = ::open(probe.c_str(), O_RDWR | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC, 0600);
+  if (fd < 0) return errno != EINVAL;
+  bool ok = true;
+  AlignedBuffer block(kAlign, kAlign);
+  std::memset(block.data(), 0, kAlign);
+  if (::pwrite(fd, block.data(), kAlign, 0) < 0 && errno == EINVAL) ok = false;
+  if (ok && ::pread(fd, block.data(), kAlign, 0) < 0 && errno == EINVAL) ok = false;
+  ::close(fd);
+  ::unlink(probe.c_str());
+  return ok;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Store>> OpenPosixStore(const PosixStoreOptions& options) {
+  PosixStoreOptions o = options;
+  if (o.dir.empty()) return Status::InvalidArgument("posix store: empty directory");
+  if (o.dir.find('\0') != std::string::npos) {
+    return Status::InvalidArgument("posix store: NUL byte in directory");
+  }
+  if (o.queue_depth < 1 || o.queue_depth > 256) {
+    return Status::InvalidArgument("posix store: qd=" + std::to_string(o.queue_depth) +
+                                   " out of range [1, 256]");
+  }
+  if (o.chunk_bytes < kAlign || o.chunk_bytes > (64u << 20) || !IsAligned(o.chunk_bytes)) {
+    return Status::InvalidArgument("posix store: chunk=" + std::to_string(o.chunk_bytes) +
+                                   " must be a multiple of 4096 in [4 KiB, 64 MiB]");
+  }
+  if (o.write_buffer_bytes < kAlign || o.write_buffer_bytes > (256u << 20) ||
+      !IsAligned(o.write_buffer_bytes)) {
+    return Status::InvalidArgument("posix store: write buffer " +
+                                   std::to_string(o.write_buffer_bytes) +
+                                   " must be a multiple of 4096 in [4 KiB, 256 MiB]");
+  }
+  if (o.dir[0] != '/') {
+    char cwd[4096];
+    if (::getcwd(cwd, sizeof(cwd)) == nullptr) return Status::FromErrno("getcwd", o.dir, errno);
+    o.dir = std::string(cwd) + "/" + o.dir;
+  }
+  while (o.dir.size() > 1 && o.dir.back() == '/') o.dir.pop_back();
+  if (o.create_dir) TQKV_RETURN_IF_ERROR(MakeDirs(o.dir));
+  struct stat st {};
+  if (::stat(o.dir.c_str(), &st) != 0) return Status::FromErrno("stat", o.dir, errno);
+  if (!S_ISDIR(st.st_mode)) {
+    return Status::InvalidArgument("posix store: " + o.dir + " is not a directory");
+  }
+  auto sh = std::make_shared<Shared>();
+  sh->opts = o;
+  if (o.io != IoMode::kBuffered) {
+    if (o.simulate_no_direct || !ProbeDirect(o.dir)) sh->direct_refused = true;
+  }
+  if (o.io == IoMode::kUring) {
+#ifdef TQKV_HAVE_IO_URING
+    if (!posix_internal::UringReader::Create(o.queue_depth, 0).ok()) sh->uring_refused = true;
+#else
+    sh->uring_refused = true;  // built without liburing
+#endif
+  }
+  if (o.simulate_no_direct) {
+    // Objects must see the refusal too: their opens go through WantDirect().
+    sh->direct_refused = true;
+  }
+  return std::unique_ptr<Store>(std::make_unique<PosixStore>(std::move(sh)));
+}
+
+Result<std::unique_ptr<Store>> OpenPosixStoreFromUri(const StoreUri& uri) {
+  PosixStoreOptions o;
+  o.dir = uri.path;
+  store_internal::UriOptions opts(uri);
+  if (const std::string* io = opts.Find("io")) {
+    TQKV_ASSIGN_OR_RETURN(o.io, ParseIoMode(*io));
+  }
+  uint64_t qd = o.queue_depth;
+  TQKV_RETURN_IF_ERROR(opts.GetUint("qd", 1, 256, &qd));
+  o.queue_depth = static_cast<uint32_t>(qd);
+  TQKV_RETURN_IF_ERROR(opts.GetUint("chunk", kAlign, 64u << 20, &o.chunk_bytes));
+  TQKV_RETURN_IF_ERROR(opts.GetBool("create", &o.create_dir));
+  TQKV_RETURN_IF_ERROR(opts.Finish());
+  return OpenPosixStore(o);
+}
+
+}  // namespace tqkv

@@ -1,0 +1,38 @@
+// The POSIX directory store (local disk, mounted NFS): "file:///dir?io=direct" or a plain path.
+//
+// Object key "a/b" lives in <dir>/a/b.tqkv. A writer writes <dir>/a/.b.tqkv.tmp.<pid>.<random>,
+// and Commit = fdatasync, close, rename over b.tqkv, fsync the directory. docs/store.md.
+#ifndef TQKV_SRC_STORE_POSIX_POSIX_STORE_H_
+#define TQKV_SRC_STORE_POSIX_POSIX_STORE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "tqkv/status.h"
+#include "tqkv/store.h"
+
+namespace tqkv {
+
+struct PosixStoreOptions {
+  std::string dir;                    // absolute or relative directory
+  IoMode io = IoMode::kBuffered;
+  uint32_t queue_depth = 8;           // io=uring: requests in flight per ReadBatch (1..256)
+  uint64_t chunk_bytes = 1u << 20;    // largest single I/O request; multiple of 4096
+  uint64_t write_buffer_bytes = 4u << 20;  // append staging buffer; multiple of 4096
+  bool create_dir = true;
+  // Tests: behave as if the filesystem refused O_DIRECT (EINVAL), to exercise the fallback.
+  bool simulate_no_direct = false;
+};
+
+inline constexpr size_t kPosixDirectAlignment = 4096;
+inline constexpr const char* kPosixObjectSuffix = ".tqkv";
+
+Result<std::unique_ptr<Store>> OpenPosixStore(const PosixStoreOptions& options);
+// The "file" scheme of OpenStore: reads io, qd, chunk, create from the URI.
+Result<std::unique_ptr<Store>> OpenPosixStoreFromUri(const StoreUri& uri);
+
+}  // namespace tqkv
+
+#endif  // TQKV_SRC_STORE_POSIX_POSIX_STORE_H_

@@ -1,0 +1,148 @@
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "store/store_internal.h"
+#include "tqkv/store_testing.h"
+
+namespace tqkv {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A token bucket kept as a "paid until" time: each transfer pushes it by bytes / rate, and the
+// caller sleeps until then. The bucket never holds more than `burst` bytes of credit, so a long
+// transfer takes (bytes - burst) / rate. Oversleeping once is paid back by shorter later waits.
+class TokenBucket {
+ public:
+  TokenBucket(double bytes_per_sec, uint64_t burst_bytes) : rate_(bytes_per_sec) {
+    const double burst =
+        burst_bytes > 0 ? static_cast<double>(burst_bytes)
+                        : std::max(64.0 * 1024.0, bytes_per_sec * 0.002);  // 2 ms worth
+    credit_ = std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double>(burst / std::max(rate_, 1e-9)));
+    paid_until_ = Clock::now() - credit_;
+  }
+
+  bool unlimited() const { return rate_ <= 0; }
+
+  void Acquire(uint64_t bytes) {
+    if (rate_ <= 0 || bytes == 0) return;
+    Clock::time_point wake;
+    Clock::time_point now;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      now = Clock::now();
+      paid_until_ = std::max(paid_until_, now - credit_);
+      paid_until_ += std::chrono::duration_cast<Clock::duration>(
+          std::chrono::duration<double>(static_cast<double>(bytes) / rate_));
+      wake = paid_until_;
+    }
+    if (wake > now) std::this_thread::sleep_until(wake);
+  }
+
+ private:
+  const double rate_;
+  Clock::duration credit_{};
+  std::mutex mu_;
+  Clock::time_point paid_until_;
+};
+
+std::shared_ptr<TokenBucket> MakeBucket(double rate, uint64_t burst) {
+  return std::make_shared<TokenBucket>(rate, burst);
+}
+
+class ThrottledReadable final : public ReadableObject {
+ public:
+  ThrottledReadable(std::unique_ptr<ReadableObject> base, std::shared_ptr<TokenBucket> bucket)
+      : base_(std::move(base)), bucket_(std::move(bucket)) {}
+
+  uint64_t Size() const override { return base_->Size(); }
+  uint64_t BytesRead() const override { return base_->BytesRead(); }
+  Status DropCache() override { return base_->DropCache(); }
+
+  Status ReadAt(uint64_t offset, std::span<uint8_t> dst) override {
+    if (offset <= Size() && dst.size() <= Size() - offset) bucket_->Acquire(dst.size());
+    return base_->ReadAt(offset, dst);
+  }
+
+  Status ReadBatch(std::span<const ReadRequest> reqs) override {
+    uint64_t total = 0;
+    for (const ReadRequest& r : reqs) total += r.dst.size();
+    bucket_->Acquire(total);
+    return base_->ReadBatch(reqs);
+  }
+
+ private:
+  std::unique_ptr<ReadableObject> base_;
+  std::shared_ptr<TokenBucket> bucket_;
+};
+
+class ThrottledWritable final : public WritableObject, public store_internal::Crashable {
+ public:
+  ThrottledWritable(std::unique_ptr<WritableObject> base, std::shared_ptr<TokenBucket> bucket)
+      : base_(std::move(base)), bucket_(std::move(bucket)) {}
+
+  Status Append(std::span<const uint8_t> src) override {
+    bucket_->Acquire(src.size());
+    return base_->Append(src);
+  }
+  Status Commit() override { return base_->Commit(); }
+  Status Abort() override { return base_->Abort(); }
+  uint64_t BytesWritten() const override { return base_->BytesWritten(); }
+  void SimulateCrash() override {
+    if (!store_internal::TrySimulateCrash(base_.get())) (void)base_->Abort();
+  }
+
+ private:
+  std::unique_ptr<WritableObject> base_;
+  std::shared_ptr<TokenBucket> bucket_;
+};
+
+}  // namespace
+
+struct ThrottledStore::State {
+  std::shared_ptr<TokenBucket> read;   // per-store buckets (unused when per_object)
+  std::shared_ptr<TokenBucket> write;
+};
+
+ThrottledStore::ThrottledStore(std::unique_ptr<Store> base, const ThrottleOptions& options)
+    : base_(std::move(base)), options_(options), state_(std::make_shared<State>()) {
+  state_->read = MakeBucket(options_.read_bytes_per_sec, options_.burst_bytes);
+  state_->write = MakeBucket(options_.write_bytes_per_sec, options_.burst_bytes);
+}
+
+ThrottledStore::~ThrottledStore() = default;
+
+std::string ThrottledStore::Uri() const {
+  char buf[96];
+  std::snprintf(buf, sizeof(buf), "throttle(r=%.0f,w=%.0f)+", options_.read_bytes_per_sec,
+                options_.write_bytes_per_sec);
+  return buf + base_->Uri();
+}
+
+Result<std::unique_ptr<WritableObject>> ThrottledStore::Create(std::string_view key) {
+  TQKV_ASSIGN_OR_RETURN(std::unique_ptr<WritableObject> base, base_->Create(key));
+  auto bucket = options_.per_object
+                    ? MakeBucket(options_.write_bytes_per_sec, options_.burst_bytes)
+                    : state_->write;
+  return std::unique_ptr<WritableObject>(
+      std::make_unique<ThrottledWritable>(std::move(base), std::move(bucket)));
+}
+
+Result<std::unique_ptr<ReadableObject>> ThrottledStore::Open(std::string_view key) {
+  TQKV_ASSIGN_OR_RETURN(std::unique_ptr<ReadableObject> base, base_->Open(key));
+  auto bucket = options_.per_object
+                    ? MakeBucket(options_.read_bytes_per_sec, options_.burst_bytes)
+                    : state_->read;
+  return std::unique_ptr<ReadableObject>(
+      std::make_unique<ThrottledReadable>(std::move(base), std::move(bucket)));
+}
+
+}  // namespace tqkv
