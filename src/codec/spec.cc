@@ -142,12 +142,14 @@ Result<CodecSpec> ParseCodecSpec(std::string_view spec) {
   if (spec.empty()) return Bad(spec, "empty");
   std::string_view head = spec;
   std::string_view rest;
+  bool general = false;
   const size_t colon = spec.find(':');
   const size_t comma = spec.find(',');
   if (colon != std::string_view::npos && (comma == std::string_view::npos || colon < comma)) {
     head = spec.substr(0, colon);
     rest = spec.substr(colon + 1);
     if (head != "tq") return Bad(spec, "only 'tq:' takes the general key=value form");
+    general = true;
     if (rest.empty()) return Bad(spec, "no keys after 'tq:'");
   } else if (comma != std::string_view::npos) {
     head = spec.substr(0, comma);
@@ -161,7 +163,7 @@ Result<CodecSpec> ParseCodecSpec(std::string_view spec) {
     return out;
   }
   out.kind = CodecKind::kTurboQuant;
-  bool matched = head == "tq";
+  bool matched = general;
   for (const auto& p : kSplitPresets) {
     if (head == p.name) {
       out.bits = p.bits;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -172,6 +173,8 @@ class TurboQuantCodec final : public Codec {
                      code_bytes_);
             g += cnt * m;
           }
+          // A non-finite input makes the whole vector invalid, not just the subset holding it.
+          for (size_t i = 0; i < cnt; ++i) PoisonIfAnyNaN(code + i * code_bytes_);
         } else {
           const Subset& sub = subsets_[0];
           k.encode(sub.plan, xs, xs_stride, cnt, code + sub.norm_offset, code + sub.planes_offset,
@@ -273,6 +276,33 @@ class TurboQuantCodec final : public Codec {
     return Status::Ok();
   }
 
+  // If any subset's stored norm is NaN, stores NaN as every subset's norm.
+  void PoisonIfAnyNaN(uint8_t* code) const {
+    const size_t nb = DTypeSize(params_.norm_dtype);
+    bool nan = false;
+    for (size_t s = 0; s < subsets_.size(); ++s) {
+      if (nb == 4) {
+        float f;
+        std::memcpy(&f, code + s * nb, 4);
+        nan |= std::isnan(f);
+      } else {
+        uint16_t h;
+        std::memcpy(&h, code + s * nb, 2);
+        nan |= std::isnan(HalfToFloat(h));
+      }
+    }
+    if (!nan) return;
+    for (size_t s = 0; s < subsets_.size(); ++s) {
+      if (nb == 4) {
+        const float f = std::numeric_limits<float>::quiet_NaN();
+        std::memcpy(code + s * nb, &f, 4);
+      } else {
+        const uint16_t h = 0x7E00;
+        std::memcpy(code + s * nb, &h, 2);
+      }
+    }
+  }
+
   // QJL of the residual r = x - DeQuant_mse(code): gamma = |r| (f32), sign bits of S r.
   void QjlEncode(const kernels::KernelTable& k, const float* x, uint8_t* code,
                  float* scratch) const {
@@ -281,12 +311,10 @@ class TurboQuantCodec final : public Codec {
     float* xhat = scratch;
     float* r = scratch + d;
     k.decode(sub.plan, code + sub.norm_offset, code + sub.planes_offset, code_bytes_, 1, xhat, d);
-    double ss = 0.0;
-    for (size_t j = 0; j < d; ++j) {
-      r[j] = x[j] - xhat[j];
-      ss += static_cast<double>(r[j]) * r[j];
-    }
-    const float gamma = static_cast<float>(std::sqrt(ss));
+    for (size_t j = 0; j < d; ++j) r[j] = x[j] - xhat[j];
+    // In float like the kernels' norms: a denormal-only residual has gamma 0, an overflowing one
+    // gamma inf (the mse norm is then NaN already).
+    const float gamma = std::sqrt(kernels::ref::Sum8Squares(r, d));
     std::memcpy(code + qjl_offset_, &gamma, 4);
     uint8_t* signs = code + qjl_offset_ + 4;
     std::memset(signs, 0, (d + 7) / 8);

@@ -1,0 +1,167 @@
+// Synthetic KV data (docs/codec.md, "Synthetic data"). Uses the codec's deterministic PRNG and
+// elementary functions, so a seed gives the same bits on every machine.
+#include "tqkv/synthetic.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "codec/prng.h"
+
+namespace tqkv {
+namespace {
+
+using codec::DeriveSeed;
+using codec::Prng;
+
+// Per-group constants of the kv distribution.
+struct GroupModel {
+  std::vector<float> bias;   // per channel
+  std::vector<float> scale;  // per channel noise standard deviation
+};
+
+constexpr uint64_t kGroupSalt = 0x67726f7570;  // "group"
+constexpr uint64_t kTokenSalt = 0x746f6b656e;  // "token"
+
+GroupModel MakeGroup(uint64_t seed, uint32_t layer, int kv, uint32_t head, uint32_t d) {
+  Prng prng(DeriveSeed(seed ^ kGroupSalt, layer, static_cast<uint64_t>(kv), head));
+  GroupModel g;
+  g.bias.resize(d);
+  g.scale.resize(d);
+  const bool is_k = kv == 0;
+  const double bias_sd = is_k ? 0.5 : 0.2;
+  for (uint32_t c = 0; c < d; ++c) {
+    g.bias[c] = static_cast<float>(bias_sd * prng.Gaussian());
+    // Mild per-channel spread of the noise level: 0.75 .. 1.25.
+    g.scale[c] = static_cast<float>(0.75 + 0.5 * prng.UniformDouble());
+  }
+  // High-magnitude channels: K gets d/32 (>= 2) of them as whole RoPE pairs in the slow-rotating
+  // upper half (where real K outliers sit), 8-20x; V gets d/64 (>= 1) single channels, 2-4x.
+  const uint32_t half_pairs = d / 4;  // pairs in the upper half start at pair index d/4
+  if (is_k && d >= 8) {
+    const uint32_t pairs = std::max<uint32_t>(1, d / 64);
+    std::vector<uint32_t> chosen;
+    while (chosen.size() < pairs) {
+      const uint32_t p = half_pairs + static_cast<uint32_t>(prng.Next() % (d / 2 - half_pairs));
+      if (std::find(chosen.begin(), chosen.end(), p) != chosen.end()) continue;
+      chosen.push_back(p);
+      const double mag = 8.0 + 12.0 * prng.UniformDouble();
+      for (uint32_t c : {2 * p, 2 * p + 1}) {
+        g.bias[c] = static_cast<float>(mag * (prng.UniformDouble() < 0.5 ? -0.7 : 0.7));
+        g.scale[c] = static_cast<float>(mag * 0.5);
+      }
+    }
+  } else if (!is_k) {
+    const uint32_t count = std::max<uint32_t>(1, d / 64);
+    for (uint32_t i = 0; i < count; ++i) {
+      const uint32_t c = static_cast<uint32_t>(prng.Next() % d);
+      const double mag = 2.0 + 2.0 * prng.UniformDouble();
+      g.scale[c] = static_cast<float>(mag);
+      g.bias[c] = static_cast<float>(mag * 0.3 * (prng.UniformDouble() < 0.5 ? -1.0 : 1.0));
+    }
+  }
+  return g;
+}
+
+void Store(const float* v, uint32_t d, DType dtype, void* out) {
+  for (uint32_t c = 0; c < d; ++c) StoreFromFloat(out, dtype, c, v[c]);
+}
+
+Status CheckArgs(const ModelGeometry& g, uint32_t layer, int kv, uint32_t head, uint64_t t0,
+                 uint64_t t1, DType dtype, const void* out) {
+  if (g.head_dim < 2) return Status::InvalidArgument("synthetic: head_dim < 2");
+  if (layer >= g.layers || head >= g.kv_heads || (kv != 0 && kv != 1)) {
+    return Status::InvalidArgument("synthetic: group (" + std::to_string(layer) + ", " +
+                                   std::to_string(kv) + ", " + std::to_string(head) +
+                                   ") outside the geometry");
+  }
+  if (t1 < t0) return Status::InvalidArgument("synthetic: t1 < t0");
+  if (static_cast<uint8_t>(dtype) > static_cast<uint8_t>(DType::kBF16)) {
+    return Status::InvalidArgument("synthetic: unknown dtype");
+  }
+  if (t1 > t0 && out == nullptr) return Status::InvalidArgument("synthetic: null output");
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::string_view SyntheticKindName(SyntheticKind kind) {
+  return kind == SyntheticKind::kKv ? "kv" : "gaussian";
+}
+
+std::optional<SyntheticKind> ParseSyntheticKind(std::string_view name) {
+  if (name == "gaussian") return SyntheticKind::kGaussian;
+  if (name == "kv") return SyntheticKind::kKv;
+  return std::nullopt;
+}
+
+SyntheticKv::SyntheticKv(SyntheticKind kind, ModelGeometry geometry, uint64_t seed,
+                         double rope_base)
+    : kind_(kind), geometry_(geometry), seed_(seed), rope_base_(rope_base) {}
+
+Status SyntheticKv::FillGroup(uint32_t layer, int kv, uint32_t head, uint64_t t0, uint64_t t1,
+                              DType dtype, void* out, size_t stride) const {
+  TQKV_RETURN_IF_ERROR(CheckArgs(geometry_, layer, kv, head, t0, t1, dtype, out));
+  const uint32_t d = geometry_.head_dim;
+  if (t1 > t0 && stride < d) return Status::InvalidArgument("synthetic: stride < head_dim");
+  std::vector<float> v(d);
+  auto* dst = static_cast<uint8_t*>(out);
+  const size_t pitch = stride * DTypeSize(dtype);
+  if (kind_ == SyntheticKind::kGaussian) {
+    for (uint64_t t = t0; t < t1; ++t) {
+      Prng prng(DeriveSeed(seed_ ^ kTokenSalt, layer * 2ull + kv, head, t));
+      for (uint32_t c = 0; c < d; ++c) v[c] = static_cast<float>(prng.Gaussian());
+      Store(v.data(), d, dtype, dst + (t - t0) * pitch);
+    }
+    return Status::Ok();
+  }
+  const GroupModel g = MakeGroup(seed_, layer, kv, head, d);
+  // RoPE frequencies base^(-2i/d), i = pair index.
+  std::vector<double> freq(d / 2);
+  const double log_base = codec::DetLog(rope_base_);
+  for (uint32_t i = 0; i < d / 2; ++i) freq[i] = codec::DetExp(-2.0 * i / d * log_base);
+  for (uint64_t t = t0; t < t1; ++t) {
+    Prng prng(DeriveSeed(seed_ ^ kTokenSalt, layer * 2ull + kv, head, t));
+    for (uint32_t c = 0; c < d; ++c) {
+      v[c] = static_cast<float>(g.bias[c] + g.scale[c] * prng.Gaussian());
+    }
+    if (kv == 0) {
+      const double pos = static_cast<double>(t);
+      for (uint32_t i = 0; i < d / 2; ++i) {
+        double s, c;
+        codec::DetSinCos(pos * freq[i], &s, &c);
+        const double a = v[2 * i], b = v[2 * i + 1];
+        v[2 * i] = static_cast<float>(a * c - b * s);
+        v[2 * i + 1] = static_cast<float>(a * s + b * c);
+      }
+    }
+    Store(v.data(), d, dtype, dst + (t - t0) * pitch);
+  }
+  return Status::Ok();
+}
+
+Status SyntheticKv::FillLayer(uint32_t layer, int kv, uint64_t t0, uint64_t t1, DType dtype,
+                              void* out) const {
+  TQKV_RETURN_IF_ERROR(CheckArgs(geometry_, layer, kv, 0, t0, t1, dtype, out));
+  const size_t head_bytes = size_t{geometry_.head_dim} * DTypeSize(dtype);
+  for (uint32_t h = 0; h < geometry_.kv_heads; ++h) {
+    TQKV_RETURN_IF_ERROR(FillGroup(layer, kv, h, t0, t1, dtype,
+                                   static_cast<uint8_t*>(out) + h * head_bytes,
+                                   geometry_.token_elems()));
+  }
+  return Status::Ok();
+}
+
+Status SyntheticKv::FillCache(const KvCache& cache) const {
+  if (!(cache.geometry() == geometry_)) return Status::InvalidArgument("synthetic: geometry differs");
+  TQKV_RETURN_IF_ERROR(cache.Validate());
+  for (uint32_t l = 0; l < geometry_.layers; ++l) {
+    for (int kv = 0; kv < 2; ++kv) {
+      TQKV_RETURN_IF_ERROR(FillLayer(l, kv, 0, cache.tokens(), cache.dtype(), cache.tensor(l, kv)));
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace tqkv
