@@ -1,0 +1,183 @@
+// The AVX2 model kernels against their scalar references (bit for bit), and the quantized dot
+// products against float math on dequantized values.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "model/ggml_types.h"
+#include "model/kernels.h"
+#include "tqkv/simd.h"
+#include "tqkv/types.h"
+
+namespace tqkv::model {
+namespace {
+
+bool HaveAvx2() { return BestSimdLevel() >= SimdLevel::kAvx2; }
+
+std::vector<float> RandomFloats(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = nd(rng);
+  return v;
+}
+
+std::vector<uint8_t> QuantizeMatrix(GgmlType type, const std::vector<float>& x, size_t rows,
+                                    size_t cols) {
+  const size_t rb = *GgmlRowBytes(type, cols);
+  std::vector<uint8_t> out(rb * rows);
+  for (size_t r = 0; r < rows; ++r) QuantizeRow(type, x.data() + r * cols, cols, out.data() + r * rb);
+  return out;
+}
+
+uint32_t Bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+TEST(ModelKernelsTest, QuantDotAvx2MatchesScalarBitForBit) {
+  if (!HaveAvx2()) GTEST_SKIP() << "CPU has no AVX2+FMA+F16C";
+  const ModelKernels& ref = ScalarModelKernels();
+  const ModelKernels& avx = Avx2ModelKernels();
+  for (GgmlType type : {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ8_0}) {
+    for (size_t cols : {32u, 64u, 576u, 1536u}) {
+      for (size_t n_tokens : {1u, 3u, 4u, 7u, 9u}) {
+        const size_t rows = 5, nb = cols / 32;
+        auto w = RandomFloats(rows * cols, 1 + static_cast<uint32_t>(cols));
+        // Edge rows: all zero, constant, huge range.
+        for (size_t j = 0; j < cols; ++j) {
+          w[j] = 0.0f;
+          w[cols + j] = 0.75f;
+          w[2 * cols + j] = (j % 2 ? 1e4f : -1e-3f);
+        }
+        const auto wq = QuantizeMatrix(type, w, rows, cols);
+        auto x = RandomFloats(n_tokens * cols, 7 + static_cast<uint32_t>(n_tokens), 3.0f);
+        for (size_t j = 0; j < cols; ++j) x[j] = (j % 3 == 0) ? -127.0f : 0.0f;  // -127 codes
+        std::vector<BlockQ8Act> xq(n_tokens * nb);
+        for (size_t t = 0; t < n_tokens; ++t) QuantizeActivations(x.data() + t * cols, cols, xq.data() + t * nb);
+        const size_t rb = wq.size() / rows;
+        for (size_t r = 0; r < rows; ++r) {
+          std::vector<float> a(n_tokens, -1.0f), b(n_tokens, -2.0f);
+          ref.quant_dot(type)(wq.data() + r * rb, xq.data(), nb, nb, n_tokens, a.data(), 1);
+          avx.quant_dot(type)(wq.data() + r * rb, xq.data(), nb, nb, n_tokens, b.data(), 1);
+          for (size_t t = 0; t < n_tokens; ++t) {
+            ASSERT_EQ(Bits(a[t]), Bits(b[t]))
+                << GgmlTraits(type).name << " cols " << cols << " row " << r << " token " << t
+                << ": " << a[t] << " vs " << b[t];
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(ModelKernelsTest, QuantDotMatchesDequantizedFloatDot) {
+  const ModelKernels& k = ActiveModelKernels();
+  for (GgmlType type : {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ8_0}) {
+    const size_t cols = 256, rows = 8, nb = cols / 32;
+    const auto w = RandomFloats(rows * cols, 3);
+    const auto wq = QuantizeMatrix(type, w, rows, cols);
+    const auto x = RandomFloats(cols, 4);
+    std::vector<BlockQ8Act> xq(nb);
+    QuantizeActivations(x.data(), cols, xq.data());
+    std::vector<float> xd(cols);
+    for (size_t b = 0; b < nb; ++b) {
+      for (size_t j = 0; j < 32; ++j) xd[b * 32 + j] = xq[b].d * xq[b].qs[j];
+    }
+    const size_t rb = wq.size() / rows;
+    for (size_t r = 0; r < rows; ++r) {
+      std::vector<float> wd(cols);
+      DequantizeRow(type, wq.data() + r * rb, cols, wd.data());
+      double expect = 0.0, exact = 0.0, norm = 0.0;
+      for (size_t j = 0; j < cols; ++j) {
+        expect += static_cast<double>(wd[j]) * xd[j];
+        exact += static_cast<double>(w[r * cols + j]) * x[j];
+        norm += std::fabs(static_cast<double>(w[r * cols + j]) * x[j]);
+      }
+      float got = 0.0f;
+      k.quant_dot(type)(wq.data() + r * rb, xq.data(), nb, nb, 1, &got, 1);
+      EXPECT_NEAR(got, expect, 1e-4 * norm + 1e-6) << GgmlTraits(type).name << " row " << r;
+      // And the quantization error against the unquantized dot is bounded.
+      const double tol = type == GgmlType::kQ8_0 ? 0.02 : 0.15;
+      EXPECT_NEAR(got, exact, tol * norm) << GgmlTraits(type).name << " row " << r;
+    }
+  }
+}
+
+TEST(ModelKernelsTest, FloatKernelsAvx2MatchScalarBitForBit) {
+  if (!HaveAvx2()) GTEST_SKIP() << "CPU has no AVX2+FMA+F16C";
+  const ModelKernels& ref = ScalarModelKernels();
+  const ModelKernels& avx = Avx2ModelKernels();
+  for (size_t n : {1u, 7u, 8u, 9u, 64u, 172u, 576u, 1001u}) {
+    const auto a = RandomFloats(n, 11 + static_cast<uint32_t>(n));
+    auto b = RandomFloats(n, 12 + static_cast<uint32_t>(n), 5.0f);
+    std::vector<uint16_t> h(n), bf(n);
+    for (size_t i = 0; i < n; ++i) {
+      h[i] = FloatToHalf(b[i]);
+      bf[i] = FloatToBF16(b[i]);
+    }
+    if (n > 3) h[3] = 0x0001;  // subnormal
+    EXPECT_EQ(Bits(ref.dot_f32(a.data(), b.data(), n)), Bits(avx.dot_f32(a.data(), b.data(), n))) << n;
+    EXPECT_EQ(Bits(ref.dot_f16(h.data(), a.data(), n)), Bits(avx.dot_f16(h.data(), a.data(), n))) << n;
+    EXPECT_EQ(Bits(ref.dot_bf16(bf.data(), a.data(), n)), Bits(avx.dot_bf16(bf.data(), a.data(), n))) << n;
+    std::vector<float> o1 = a, o2 = a;
+    ref.axpy_f16(0.37f, h.data(), o1.data(), n);
+    avx.axpy_f16(0.37f, h.data(), o2.data(), n);
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(Bits(o1[i]), Bits(o2[i])) << n << " " << i;
+  }
+}
+
+TEST(ModelKernelsTest, DequantizeMatchesBlockLayout) {
+  // q4_0 block: d = 0.5, nibbles: byte j = (j & 15) | ((15 - j) << 4).
+  uint8_t blk[18];
+  const uint16_t d = FloatToHalf(0.5f);
+  std::memcpy(blk, &d, 2);
+  for (int j = 0; j < 16; ++j) blk[2 + j] = static_cast<uint8_t>(j | ((15 - j) << 4));
+  float out[32];
+  DequantizeRow(GgmlType::kQ4_0, blk, 32, out);
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(out[j], 0.5f * (j - 8)) << j;             // low nibbles: elements 0..15
+    EXPECT_EQ(out[j + 16], 0.5f * (15 - j - 8)) << j;   // high nibbles: elements 16..31
+  }
+  // q4_1: x = d * q + m.
+  uint8_t blk1[20];
+  const uint16_t m = FloatToHalf(-2.0f);
+  std::memcpy(blk1, &d, 2);
+  std::memcpy(blk1 + 2, &m, 2);
+  for (int j = 0; j < 16; ++j) blk1[4 + j] = static_cast<uint8_t>(j | ((15 - j) << 4));
+  DequantizeRow(GgmlType::kQ4_1, blk1, 32, out);
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(out[j], 0.5f * j - 2.0f);
+    EXPECT_EQ(out[j + 16], 0.5f * (15 - j) - 2.0f);
+  }
+  // q8_0 round trip of exactly representable values.
+  std::vector<float> x(32);
+  for (int j = 0; j < 32; ++j) x[j] = static_cast<float>(j - 16);
+  x[0] = -127.0f;
+  uint8_t blk8[34];
+  QuantizeRowQ8_0(x.data(), 32, blk8);
+  DequantizeRow(GgmlType::kQ8_0, blk8, 32, out);
+  for (int j = 0; j < 32; ++j) EXPECT_EQ(out[j], x[j]);
+}
+
+TEST(ModelKernelsTest, ActivationQuantizationIsExactForSmallIntegers) {
+  std::vector<float> x(64);
+  for (int j = 0; j < 64; ++j) x[j] = static_cast<float>((j % 32) * 4 - 62);
+  x[5] = 127.0f * 1.0f;
+  std::vector<BlockQ8Act> q(2);
+  QuantizeActivations(x.data(), 64, q.data());
+  for (int b = 0; b < 2; ++b) {
+    int32_t sum = 0;
+    for (int j = 0; j < 32; ++j) sum += q[b].qs[j];
+    EXPECT_EQ(sum, q[b].sum);
+  }
+  EXPECT_EQ(q[0].d, 1.0f);
+  for (int j = 0; j < 32; ++j) EXPECT_EQ(q[0].qs[j], static_cast<int8_t>(x[j]));
+}
+
+}  // namespace
+}  // namespace tqkv::model
