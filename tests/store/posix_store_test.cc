@@ -1,0 +1,312 @@
+// What is specific to the POSIX store: file layout, temp files, fallbacks, URI options.
+#include "store/posix/posix_store.h"
+
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "store/store_test_util.h"
+#include "tqkv/aligned_buffer.h"
+#include "tqkv/store.h"
+#include "tqkv/store_testing.h"
+
+namespace tqkv {
+namespace {
+
+using testing_util::Pattern;
+using testing_util::ReadObject;
+using testing_util::ScratchDir;
+using testing_util::WriteObject;
+
+std::vector<uint8_t> FileBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
+}
+
+std::unique_ptr<Store> MustOpen(const std::string& uri) {
+  auto s = OpenStore(uri);
+  EXPECT_TRUE(s.ok()) << uri << ": " << s.status().ToString();
+  return s.ok() ? std::move(s).value() : nullptr;
+}
+
+TEST(PosixStoreTest, KeyMapsToFileUnderDirectory) {
+  ScratchDir dir;
+  for (const char* io : {"buffered", "direct"}) {
+    auto store = MustOpen("file://" + dir.path() + "?io=" + io);
+    ASSERT_NE(store, nullptr);
+    const auto data = Pattern(1, 4097);
+    const std::string key = std::string("sessions/") + io + "/s1";
+    ASSERT_TRUE(WriteObject(store.get(), key, data, 100).ok());
+    const std::string path = dir.path() + "/" + key + ".tqkv";
+    struct stat st {};
+    ASSERT_EQ(::stat(path.c_str(), &st), 0) << path;
+    EXPECT_EQ(static_cast<uint64_t>(st.st_size), 4097u) << "O_DIRECT padding is truncated away";
+    EXPECT_TRUE(FileBytes(path) == data);
+  }
+}
+
+TEST(PosixStoreTest, WriterUsesHiddenUniqueTempThatIsNeverListed) {
+  ScratchDir dir;
+  auto store = MustOpen(dir.path());
+  ASSERT_NE(store, nullptr);
+  auto w1 = store->Create("a/k");
+  auto w2 = store->Create("a/k");
+  ASSERT_TRUE(w1.ok() && w2.ok());
+  ASSERT_TRUE((*w1)->Append(Pattern(1, 10)).ok());
+  ASSERT_TRUE((*w2)->Append(Pattern(2, 10)).ok());
+  auto files = dir.Files();
+  ASSERT_EQ(files.size(), 2u);
+  for (const auto& f : files) {
+    EXPECT_EQ(f.rfind("a/.k.tqkv.tmp.", 0), 0u) << f;
+  }
+  EXPECT_NE(files[0], files[1]);
+  auto l = store->List();
+  ASSERT_TRUE(l.ok());
+  EXPECT_TRUE(l->empty());
+  ASSERT_TRUE((*w1)->Abort().ok());
+  ASSERT_TRUE((*w2)->Commit().ok());
+  files = dir.Files();
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_EQ(files[0], "a/k.tqkv");
+}
+
+TEST(PosixStoreTest, StaleTempFromCrashedProcessIsHarmlessAndCollected) {
+  ScratchDir dir;
+  auto store = MustOpen(dir.path());
+  ASSERT_NE(store, nullptr);
+  // What a writer killed mid-checkpoint leaves: a temp file, and a directory it created.
+  ASSERT_EQ(::mkdir((dir.path() + "/s").c_str(), 0755), 0);
+  const std::string stale = dir.path() + "/s/.x.tqkv.tmp.4242.0123456789abcdef";
+  { std::ofstream(stale) << "half a checkpoint"; }
+  struct timespec old_times[2] = {{1000, 0}, {1000, 0}};  // 1970: very old
+  ASSERT_EQ(::utimensat(AT_FDCWD, stale.c_str(), old_times, 0), 0);
+  const std::string fresh = dir.path() + "/s/.y.tqkv.tmp.4243.0123456789abcdef";
+  { std::ofstream(fresh) << "someone still writing"; }
+
+  EXPECT_TRUE(store->Open("s/x").status().IsNotFound());
+  const auto data = Pattern(3, 5000);
+  ASSERT_TRUE(WriteObject(store.get(), "s/x", data).ok());
+  auto l = store->List();
+  ASSERT_TRUE(l.ok());
+  ASSERT_EQ(l->size(), 1u);
+  EXPECT_EQ((*l)[0].key, "s/x");
+
+  auto removed = store->RemoveStaleTemps(std::chrono::minutes(10));
+  ASSERT_TRUE(removed.ok()) << removed.status().ToString();
+  EXPECT_EQ(*removed, 1u);
+  EXPECT_NE(::access(fresh.c_str(), F_OK), -1) << "a recent temp may belong to a live writer";
+  EXPECT_EQ(::access(stale.c_str(), F_OK), -1);
+  auto back = ReadObject(store.get(), "s/x");
+  ASSERT_TRUE(back.ok());
+  EXPECT_TRUE(*back == data);
+}
+
+TEST(PosixStoreTest, JunkFilesInTheDirectoryAreNotObjects) {
+  ScratchDir dir;
+  auto store = MustOpen(dir.path());
+  ASSERT_NE(store, nullptr);
+  { std::ofstream(dir.path() + "/notes.txt") << "x"; }
+  { std::ofstream(dir.path() + "/bad name.tqkv") << "x"; }
+  ASSERT_EQ(::symlink("/etc/passwd", (dir.path() + "/link.tqkv").c_str()), 0);
+  ASSERT_TRUE(WriteObject(store.get(), "real", Pattern(1, 3)).ok());
+  auto l = store->List();
+  ASSERT_TRUE(l.ok());
+  ASSERT_EQ(l->size(), 1u);
+  EXPECT_EQ((*l)[0].key, "real");
+}
+
+TEST(PosixStoreTest, DirectFallsBackToBufferedWhenRefused) {
+  ScratchDir dir;
+  for (IoMode mode : {IoMode::kDirect, IoMode::kUring}) {
+    PosixStoreOptions o;
+    o.dir = dir.path();
+    o.io = mode;
+    o.simulate_no_direct = true;
+    auto store = OpenPosixStore(o);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    const StoreCaps caps = (*store)->Caps();
+    EXPECT_EQ(caps.io_mode, IoMode::kBuffered);
+    EXPECT_TRUE(caps.io_fell_back);
+    const auto data = Pattern(2, 100001);
+    const std::string key = std::string("fb/") + std::string(IoModeName(mode));
+    ASSERT_TRUE(WriteObject(store->get(), key, data, 777).ok());
+    auto back = ReadObject(store->get(), key);
+    ASSERT_TRUE(back.ok());
+    EXPECT_TRUE(*back == data);
+  }
+}
+
+TEST(PosixStoreTest, ReportsTheIoModeInUse) {
+  ScratchDir dir;
+  auto buffered = MustOpen("file://" + dir.path());
+  ASSERT_NE(buffered, nullptr);
+  EXPECT_EQ(buffered->Caps().io_mode, IoMode::kBuffered);
+  EXPECT_FALSE(buffered->Caps().io_fell_back);
+  EXPECT_EQ(buffered->Caps().io_alignment, 4096u);
+  EXPECT_TRUE(buffered->Caps().drop_cache);
+  auto uring = MustOpen("file://" + dir.path() + "?io=uring&qd=4");
+  ASSERT_NE(uring, nullptr);
+  // uring falls back to direct (or buffered) only with io_fell_back set.
+  EXPECT_EQ(uring->Caps().io_mode == IoMode::kUring, !uring->Caps().io_fell_back);
+  EXPECT_NE(uring->Uri().find("io=uring"), std::string::npos) << uring->Uri();
+}
+
+TEST(PosixStoreTest, BytesReadCountsWhatMovedFromStorage) {
+  ScratchDir dir;
+  auto store = MustOpen("file://" + dir.path() + "?io=direct");
+  ASSERT_NE(store, nullptr);
+  if (store->Caps().io_mode != IoMode::kDirect) GTEST_SKIP() << "O_DIRECT unavailable here";
+  ASSERT_TRUE(WriteObject(store.get(), "b", Pattern(1, 3 * 4096)).ok());
+  auto r = store->Open("b");
+  ASSERT_TRUE(r.ok());
+  std::vector<uint8_t> one(1);
+  ASSERT_TRUE((*r)->ReadAt(5000, one).ok());
+  EXPECT_EQ((*r)->BytesRead(), 4096u) << "one byte costs its whole block under O_DIRECT";
+  AlignedBuffer aligned(8192);
+  ASSERT_TRUE((*r)->ReadAt(4096, aligned.span()).ok());
+  EXPECT_EQ((*r)->BytesRead(), 4096u + 8192u);
+}
+
+TEST(PosixStoreTest, CreateFalseNeedsAnExistingDirectory) {
+  ScratchDir dir;
+  auto missing = OpenStore("file://" + dir.path() + "/nope?create=0");
+  EXPECT_TRUE(missing.status().IsNotFound()) << missing.status().ToString();
+  auto made = OpenStore("file://" + dir.path() + "/deep/er/dir");
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  struct stat st {};
+  EXPECT_EQ(::stat((dir.path() + "/deep/er/dir").c_str(), &st), 0);
+  { std::ofstream(dir.path() + "/file") << "x"; }
+  EXPECT_EQ(OpenStore(dir.path() + "/file").status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(PosixStoreTest, RelativePathsBecomeAbsolute) {
+  ScratchDir dir;
+  char cwd[4096];
+  ASSERT_NE(::getcwd(cwd, sizeof(cwd)), nullptr);
+  ASSERT_EQ(::chdir(dir.path().c_str()), 0);
+  auto store = OpenStore("rel/dir");
+  ASSERT_EQ(::chdir(cwd), 0);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  EXPECT_EQ((*store)->Uri().rfind("file://" + dir.path() + "/rel/dir?", 0), 0u) << (*store)->Uri();
+}
+
+TEST(PosixStoreTest, UriOptionsAreChecked) {
+  ScratchDir dir;
+  const std::string base = "file://" + dir.path();
+  EXPECT_NE(MustOpen(base + "?io=direct&qd=4&chunk=64k&create=1"), nullptr);
+  EXPECT_NE(MustOpen(base + "/?io=buffered"), nullptr);
+  EXPECT_NE(MustOpen("file://localhost" + dir.path()), nullptr);
+  EXPECT_NE(MustOpen(dir.path() + "?io=direct"), nullptr);
+  const std::string bad[] = {
+      base + "?io=fast",      base + "?bogus=1",     base + "?qd=0",      base + "?qd=1000",
+      base + "?chunk=1000",   base + "?chunk=128m",  base + "?create=2",  base + "?io=direct&io=uring",
+      base + "?io",           "file://otherhost/x",  "file://",           "nosuch://x",
+      "",                     base + "?chunk=4kb",   base + "?qd=-1",     base + "?io=%zz",
+  };
+  for (const std::string& uri : bad) {
+    auto s = OpenStore(uri);
+    EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument) << uri << ": "
+                                                               << s.status().ToString();
+  }
+}
+
+TEST(StoreUriTest, Parse) {
+  auto u = ParseStoreUri("FILE:///mnt/fb%20a/ckpt?io=direct&qd=8");
+  ASSERT_TRUE(u.ok()) << u.status().ToString();
+  EXPECT_EQ(u->scheme, "file");
+  EXPECT_EQ(u->authority, "");
+  EXPECT_EQ(u->path, "/mnt/fb a/ckpt");
+  ASSERT_EQ(u->options.size(), 2u);
+  EXPECT_EQ(u->options[0], (std::pair<std::string, std::string>("io", "direct")));
+  EXPECT_EQ(u->options[1], (std::pair<std::string, std::string>("qd", "8")));
+
+  u = ParseStoreUri("redis://host:6379/prefix?db=2");
+  ASSERT_TRUE(u.ok());
+  EXPECT_EQ(u->scheme, "redis");
+  EXPECT_EQ(u->authority, "host:6379");
+  EXPECT_EQ(u->path, "/prefix");
+
+  u = ParseStoreUri("relative/dir");
+  ASSERT_TRUE(u.ok());
+  EXPECT_EQ(u->scheme, "file");
+  EXPECT_EQ(u->path, "relative/dir");
+
+  u = ParseStoreUri("memory://");
+  ASSERT_TRUE(u.ok());
+  EXPECT_EQ(u->scheme, "memory");
+  EXPECT_TRUE(u->path.empty());
+
+  EXPECT_FALSE(ParseStoreUri("file:///x?a=1&a=2").ok());
+  EXPECT_FALSE(ParseStoreUri("file:///x%00y").ok());
+  EXPECT_FALSE(ParseStoreUri("file:///x%4").ok());
+  EXPECT_FALSE(ParseStoreUri(std::string("file:///x\0y", 11)).ok());
+}
+
+TEST(StoreUriTest, MemoryScheme) {
+  auto m = OpenStore("memory://");
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ((*m)->Name(), "memory");
+  EXPECT_EQ(OpenStore("memory://host").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(OpenStore("memory://?x=1").status().code(), StatusCode::kInvalidArgument);
+  // Each memory:// store is its own.
+  auto m2 = OpenStore("memory://");
+  ASSERT_TRUE(m2.ok());
+  ASSERT_TRUE(WriteObject(m->get(), "k", Pattern(1, 1)).ok());
+  EXPECT_TRUE((*m2)->Open("k").status().IsNotFound());
+}
+
+TEST(StoreUriTest, RegisterScheme) {
+  std::string seen_path;
+  ASSERT_TRUE(RegisterStoreScheme("tqkvtest", [&seen_path](const StoreUri& uri)
+                                      -> Result<std::unique_ptr<Store>> {
+                seen_path = uri.path;
+                return std::unique_ptr<Store>(std::make_unique<MemoryStore>());
+              }).ok());
+  auto s = OpenStore("tqkvtest://h/some/path");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(seen_path, "/some/path");
+  EXPECT_EQ(RegisterStoreScheme("tqkvtest", [](const StoreUri&) -> Result<std::unique_ptr<Store>> {
+              return Status::Internal("unused");
+            }).code(),
+            StatusCode::kAlreadyExists);
+  EXPECT_EQ(RegisterStoreScheme("file", [](const StoreUri&) -> Result<std::unique_ptr<Store>> {
+              return Status::Internal("unused");
+            }).code(),
+            StatusCode::kAlreadyExists);
+  EXPECT_EQ(RegisterStoreScheme("bad scheme", nullptr).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(KeyTest, ValidateKey) {
+  for (const char* good : {"a", "a/b/c", "A-Z_0.9", ".x", "a/..b", "a.tqkv", "x/y.tqkv",
+                           "..."}) {
+    EXPECT_TRUE(ValidateKey(good).ok()) << good;
+  }
+  const std::string bad[] = {"",     "/a",   "a/",   "a//b",   "./a",  "a/.",
+                             "..",   "a/..", "a b",  "a\\b",   "a:b",  "é",
+                             "x.tqkv/y", std::string("a\0", 2), std::string(201, 'a')};
+  for (const std::string& key : bad) {
+    Status s = ValidateKey(key);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << key;
+  }
+  EXPECT_TRUE(ValidateKey(std::string(200, 'a')).ok());
+}
+
+TEST(KeyTest, IoModeNames) {
+  for (IoMode m : {IoMode::kBuffered, IoMode::kDirect, IoMode::kUring}) {
+    auto parsed = ParseIoMode(IoModeName(m));
+    ASSERT_TRUE(parsed.ok());
+    EXPECT_EQ(*parsed, m);
+  }
+  EXPECT_FALSE(ParseIoMode("Direct").ok());
+}
+
+}  // namespace
+}  // namespace tqkv
