@@ -102,17 +102,15 @@ inline float Sum8Squares(const float* v, size_t m) {
 }
 
 // In-register FWHT stages h = 1, 2, 4. For lane i the reference computes a + b (low) or a - b
-// (high); here partner + (+-self): b + a equals a + b and a + (-b) equals a - b bit for bit.
+// (high); here fma(self, +-1, partner): the product is exact, so one rounding of b + a or a + (-b),
+// which equal a + b and a - b bit for bit (NaN payloads aside).
 inline __m256 FwhtIn8(__m256 x) {
-  const __m256 n1 = _mm256_castsi256_ps(_mm256_setr_epi32(0, INT32_MIN, 0, INT32_MIN, 0, INT32_MIN, 0,
-                                                          INT32_MIN));
-  const __m256 n2 =
-      _mm256_castsi256_ps(_mm256_setr_epi32(0, 0, INT32_MIN, INT32_MIN, 0, 0, INT32_MIN, INT32_MIN));
-  const __m256 n4 =
-      _mm256_castsi256_ps(_mm256_setr_epi32(0, 0, 0, 0, INT32_MIN, INT32_MIN, INT32_MIN, INT32_MIN));
-  x = _mm256_add_ps(_mm256_permute_ps(x, 0xB1), _mm256_xor_ps(x, n1));
-  x = _mm256_add_ps(_mm256_permute_ps(x, 0x4E), _mm256_xor_ps(x, n2));
-  x = _mm256_add_ps(_mm256_permute2f128_ps(x, x, 0x01), _mm256_xor_ps(x, n4));
+  const __m256 s1 = _mm256_setr_ps(1, -1, 1, -1, 1, -1, 1, -1);
+  const __m256 s2 = _mm256_setr_ps(1, 1, -1, -1, 1, 1, -1, -1);
+  const __m256 s4 = _mm256_setr_ps(1, 1, 1, 1, -1, -1, -1, -1);
+  x = _mm256_fmadd_ps(x, s1, _mm256_permute_ps(x, 0xB1));
+  x = _mm256_fmadd_ps(x, s2, _mm256_permute_ps(x, 0x4E));
+  x = _mm256_fmadd_ps(x, s4, _mm256_permute2f128_ps(x, x, 0x01));
   return x;
 }
 
@@ -133,19 +131,21 @@ inline void FwhtRegs(__m256* x) {
   }
 }
 
-// Per-call constants: broadcast thresholds and centroid registers.
+// Per-call constants. Up to 4 bits every threshold is compared; beyond, a coarse count over every
+// group-th threshold (15 compares) picks a group, then a binary search with gathers finishes it.
 struct Tables {
-  alignas(32) float thr[31][8];
+  alignas(32) float coarse[15][8];  // broadcast thresholds t[group * k + group - 1]
+  uint32_t ncoarse;
+  int group_shift;                  // log2(group): 0 up to 4 bits, bits - 4 beyond
   __m256 cent_lo, cent_hi;
-  uint32_t nthr;
 };
 
 void InitTables(const SubsetPlan& p, Tables* t) {
-  t->nthr = (1u << p.bits) - 1;
-  if (p.bits <= 5) {
-    for (uint32_t k = 0; k < t->nthr; ++k) {
-      for (int l = 0; l < 8; ++l) t->thr[k][l] = p.thresholds[k];
-    }
+  t->group_shift = p.bits > 4 ? static_cast<int>(p.bits) - 4 : 0;
+  t->ncoarse = p.bits > 4 ? 15 : (1u << p.bits) - 1;
+  const uint32_t group = 1u << t->group_shift;
+  for (uint32_t k = 0; k < t->ncoarse; ++k) {
+    for (int l = 0; l < 8; ++l) t->coarse[k][l] = p.thresholds[group * k + group - 1];
   }
   alignas(32) float c[16] = {};
   const uint32_t nc = p.bits <= 4 ? (1u << p.bits) : 0;
@@ -154,33 +154,48 @@ void InitTables(const SubsetPlan& p, Tables* t) {
   t->cent_hi = _mm256_load_ps(c + 8);
 }
 
-// Index of each lane: the number of thresholds strictly below z (ordered compare: NaN counts 0).
-inline __m256i Quantize8(const SubsetPlan& p, const Tables& t, __m256 z) {
-  if (p.bits <= 5) {
-    __m256i cnt = _mm256_setzero_si256();
-    for (uint32_t k = 0; k < t.nthr; ++k) {
-      const __m256 lt = _mm256_cmp_ps(_mm256_load_ps(t.thr[k]), z, _CMP_LT_OQ);
-      cnt = _mm256_sub_epi32(cnt, _mm256_castps_si256(lt));
+// Index of each lane of 4 registers: the number of thresholds strictly below z (ordered compares,
+// so NaN counts 0). Thresholds ascend, so with count = c the coarse compares give c / group and
+// the search within the group gives c % group: the same answer as counting all of them. Four
+// registers at once keep several gathers in flight.
+template <int kBits>
+inline void Quantize4x8(const SubsetPlan& p, const Tables& t, const __m256* z, __m256i* idx) {
+  constexpr int kShift = kBits > 4 ? kBits - 4 : 0;
+  constexpr int kCoarse = kBits > 4 ? 15 : (1 << kBits) - 1;
+#pragma GCC unroll 4
+  for (int r = 0; r < 4; ++r) idx[r] = _mm256_setzero_si256();
+#pragma GCC unroll 15
+  for (int k = 0; k < kCoarse; ++k) {
+    const __m256 tk = _mm256_load_ps(t.coarse[k]);
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r) {
+      idx[r] = _mm256_sub_epi32(idx[r], _mm256_castps_si256(_mm256_cmp_ps(tk, z[r], _CMP_LT_OQ)));
     }
-    return cnt;
   }
-  // Binary search (thresholds ascend), the same answer as counting.
-  __m256i idx = _mm256_setzero_si256();
-  for (int step = 1 << (p.bits - 1); step > 0; step >>= 1) {
-    const __m256i cand = _mm256_add_epi32(idx, _mm256_set1_epi32(step));
-    const __m256 tv = _mm256_i32gather_ps(p.thresholds - 1, cand, 4);
-    const __m256 lt = _mm256_cmp_ps(tv, z, _CMP_LT_OQ);
-    idx = _mm256_castps_si256(
-        _mm256_blendv_ps(_mm256_castsi256_ps(idx), _mm256_castsi256_ps(cand), lt));
+  if constexpr (kShift > 0) {
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r) idx[r] = _mm256_slli_epi32(idx[r], kShift);
+#pragma GCC unroll 4
+    for (int step = 1 << (kShift - 1); step > 0; step >>= 1) {
+      const __m256i stepv = _mm256_set1_epi32(step);
+#pragma GCC unroll 4
+      for (int r = 0; r < 4; ++r) {
+        const __m256i cand = _mm256_add_epi32(idx[r], stepv);
+        const __m256 tv = _mm256_i32gather_ps(p.thresholds - 1, cand, 4);  // t[cand - 1]
+        const __m256 lt = _mm256_cmp_ps(tv, z[r], _CMP_LT_OQ);
+        idx[r] = _mm256_add_epi32(idx[r], _mm256_and_si256(_mm256_castps_si256(lt), stepv));
+      }
+    }
   }
-  return idx;
 }
 
-inline __m256 Lookup8(const SubsetPlan& p, const Tables& t, __m256i idx) {
-  if (p.bits <= 3) return _mm256_permutevar8x32_ps(t.cent_lo, idx);
-  if (p.bits == 4) {
-    const __m256 lo = _mm256_permutevar8x32_ps(t.cent_lo, idx);
-    const __m256 hi = _mm256_permutevar8x32_ps(t.cent_hi, idx);
+// Centroid of each lane; cent_lo/cent_hi hold centroids 0-7 and 8-15 (used up to 4 bits).
+template <int kBits>
+inline __m256 Lookup8(const SubsetPlan& p, __m256 cent_lo, __m256 cent_hi, __m256i idx) {
+  if constexpr (kBits <= 3) return _mm256_permutevar8x32_ps(cent_lo, idx);
+  if constexpr (kBits == 4) {
+    const __m256 lo = _mm256_permutevar8x32_ps(cent_lo, idx);
+    const __m256 hi = _mm256_permutevar8x32_ps(cent_hi, idx);
     return _mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
   }
   return _mm256_i32gather_ps(p.centroids, idx, 4);
@@ -215,22 +230,25 @@ inline void StorePlaneWord(uint8_t* dst, size_t nbytes, uint32_t w) {
 }
 
 // Bit planes of m indices (m a multiple of 8; idx padded with zeros to a multiple of 32).
-inline void PackPlanesFromBytes(const uint8_t* idx, size_t m, uint32_t bits, uint8_t* planes) {
+template <int kBits>
+inline void PackPlanesFromBytes(const uint8_t* idx, size_t m, uint8_t* planes) {
   const size_t pb = m / 8;
   for (size_t c = 0; c < m; c += 32) {
     const __m256i v = _mm256_load_si256(reinterpret_cast<const __m256i*>(idx + c));
     const size_t nbytes = std::min<size_t>(4, pb - c / 8);
-    for (uint32_t p = 0; p < bits; ++p) {
+#pragma GCC unroll 8
+    for (int p = 0; p < kBits; ++p) {
       // Bit p of every byte to bit 7 of that byte (16-bit shift: bit p of the high byte lands on 15).
       const uint32_t mask = static_cast<uint32_t>(
-          _mm256_movemask_epi8(_mm256_sll_epi16(v, _mm_cvtsi32_si128(static_cast<int>(7 - p)))));
+          _mm256_movemask_epi8(_mm256_slli_epi16(v, 7 - p)));
       StorePlaneWord(planes + p * pb + c / 8, nbytes, mask);
     }
   }
 }
 
 // Inverse: 32 indices per step, a byte shuffle spreads plane byte j / 8 to byte j.
-inline void UnpackPlanesToBytes(const uint8_t* planes, size_t m, uint32_t bits, uint8_t* idx) {
+template <int kBits>
+inline void UnpackPlanesToBytes(const uint8_t* planes, size_t m, uint8_t* idx) {
   const size_t pb = m / 8;
   const __m256i sel = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2,
                                        2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
@@ -238,7 +256,8 @@ inline void UnpackPlanesToBytes(const uint8_t* planes, size_t m, uint32_t bits, 
   for (size_t c = 0; c < m; c += 32) {
     const size_t nbytes = std::min<size_t>(4, pb - c / 8);
     __m256i acc = _mm256_setzero_si256();
-    for (uint32_t p = 0; p < bits; ++p) {
+#pragma GCC unroll 8
+    for (int p = 0; p < kBits; ++p) {
       const uint32_t w = LoadPlaneWord(planes + p * pb + c / 8, nbytes);
       const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(w)), sel);
       const __m256i on = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
@@ -370,12 +389,9 @@ InverseFn PickInverse(uint32_t dim) {
   return nullptr;
 }
 
-void Encode(const SubsetPlan& plan, const float* x, size_t x_stride, size_t n, uint8_t* norm_out,
-            uint8_t* planes_out, size_t code_stride) {
-  if (!Vectorised(plan)) {
-    ScalarKernels().encode(plan, x, x_stride, n, norm_out, planes_out, code_stride);
-    return;
-  }
+template <int kBits>
+void EncodeBits(const SubsetPlan& plan, const float* x, size_t x_stride, size_t n,
+                uint8_t* norm_out, uint8_t* planes_out, size_t code_stride) {
   const size_t m = plan.dim;
   const bool haar = plan.rotation == RotationKind::kHaar;
   const ForwardFn forward = haar ? nullptr : PickForward(plan.dim);
@@ -406,16 +422,16 @@ void Encode(const SubsetPlan& plan, const float* x, size_t x_stride, size_t n, u
     // Quantize 32 lanes at a time; pad the last group with zero indices.
     __m256 csum = _mm256_setzero_ps();
     for (size_t j = 0; j < m; j += 32) {
+      const int regs = static_cast<int>(std::min<size_t>(4, (m - j) / 8));
+      __m256 zr[4];
+      for (int r = 0; r < 4; ++r) zr[r] = r < regs ? _mm256_load_ps(z + j + 8 * r) : _mm256_setzero_ps();
       __m256i q[4];
-      for (int r = 0; r < 4; ++r) {
-        if (j + 8 * r < m) {
-          q[r] = Quantize8(plan, t, _mm256_load_ps(z + j + 8 * r));
-          if (plan.norm_correction) {
-            const __m256 c = Lookup8(plan, t, q[r]);
-            csum = _mm256_add_ps(csum, _mm256_mul_ps(c, c));
-          }
-        } else {
-          q[r] = _mm256_setzero_si256();
+      Quantize4x8<kBits>(plan, t, zr, q);
+      for (int r = regs; r < 4; ++r) q[r] = _mm256_setzero_si256();  // padding indices
+      if (plan.norm_correction) {
+        for (int r = 0; r < regs; ++r) {
+          const __m256 c = Lookup8<kBits>(plan, t.cent_lo, t.cent_hi, q[r]);
+          csum = _mm256_add_ps(csum, _mm256_mul_ps(c, c));
         }
       }
       _mm256_store_si256(reinterpret_cast<__m256i*>(idx + j), PackIdx32(q[0], q[1], q[2], q[3]));
@@ -426,16 +442,25 @@ void Encode(const SubsetPlan& plan, const float* x, size_t x_stride, size_t n, u
                           _mm_set_ss(static_cast<float>(m) / ReduceSum8(csum))));
     }
     StoreNorm(stored, plan.norm_dtype, norm_out + v * code_stride);
-    PackPlanesFromBytes(idx, m, plan.bits, planes);
+    PackPlanesFromBytes<kBits>(idx, m, planes);
   }
 }
 
-void Decode(const SubsetPlan& plan, const uint8_t* norm_in, const uint8_t* planes_in,
-            size_t code_stride, size_t n, float* out, size_t out_stride) {
+void Encode(const SubsetPlan& plan, const float* x, size_t x_stride, size_t n, uint8_t* norm_out,
+            uint8_t* planes_out, size_t code_stride) {
   if (!Vectorised(plan)) {
-    ScalarKernels().decode(plan, norm_in, planes_in, code_stride, n, out, out_stride);
+    ScalarKernels().encode(plan, x, x_stride, n, norm_out, planes_out, code_stride);
     return;
   }
+  using Fn = void (*)(const SubsetPlan&, const float*, size_t, size_t, uint8_t*, uint8_t*, size_t);
+  static constexpr Fn kByBits[8] = {EncodeBits<1>, EncodeBits<2>, EncodeBits<3>, EncodeBits<4>,
+                                    EncodeBits<5>, EncodeBits<6>, EncodeBits<7>, EncodeBits<8>};
+  kByBits[plan.bits - 1](plan, x, x_stride, n, norm_out, planes_out, code_stride);
+}
+
+template <int kBits>
+void DecodeBits(const SubsetPlan& plan, const uint8_t* norm_in, const uint8_t* planes_in,
+                size_t code_stride, size_t n, float* out, size_t out_stride) {
   const size_t m = plan.dim;
   const bool haar = plan.rotation == RotationKind::kHaar;
   const InverseFn inverse = haar ? nullptr : PickInverse(plan.dim);
@@ -446,11 +471,21 @@ void Decode(const SubsetPlan& plan, const uint8_t* norm_in, const uint8_t* plane
   for (size_t k = 0; k < n; ++k) {
     const float a = LoadNorm(norm_in + k * code_stride, plan.norm_dtype) * plan.dec_scale;
     const __m256 av = _mm256_set1_ps(a);
-    UnpackPlanesToBytes(planes_in + k * code_stride, m, plan.bits, idx);
-    for (size_t j = 0; j < m; j += 8) {
-      const __m256i q =
-          _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(idx + j)));
-      _mm256_store_ps(vbuf + j, _mm256_mul_ps(Lookup8(plan, t, q), av));
+    UnpackPlanesToBytes<kBits>(planes_in + k * code_stride, m, idx);
+    if constexpr (kBits <= 4) {
+      // Scaling the centroids first gives each lane the same product c[idx] * a, one op less.
+      const __m256 lo = _mm256_mul_ps(t.cent_lo, av), hi = _mm256_mul_ps(t.cent_hi, av);
+      for (size_t j = 0; j < m; j += 8) {
+        const __m256i q =
+            _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(idx + j)));
+        _mm256_store_ps(vbuf + j, Lookup8<kBits>(plan, lo, hi, q));
+      }
+    } else {
+      for (size_t j = 0; j < m; j += 8) {
+        const __m256i q =
+            _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(idx + j)));
+        _mm256_store_ps(vbuf + j, _mm256_mul_ps(Lookup8<kBits>(plan, t.cent_lo, t.cent_hi, q), av));
+      }
     }
     float* o = out + k * out_stride;
     if (haar) {
@@ -459,6 +494,19 @@ void Decode(const SubsetPlan& plan, const uint8_t* norm_in, const uint8_t* plane
       inverse(plan, vbuf, o);
     }
   }
+}
+
+void Decode(const SubsetPlan& plan, const uint8_t* norm_in, const uint8_t* planes_in,
+            size_t code_stride, size_t n, float* out, size_t out_stride) {
+  if (!Vectorised(plan)) {
+    ScalarKernels().decode(plan, norm_in, planes_in, code_stride, n, out, out_stride);
+    return;
+  }
+  using Fn = void (*)(const SubsetPlan&, const uint8_t*, const uint8_t*, size_t, size_t, float*,
+                      size_t);
+  static constexpr Fn kByBits[8] = {DecodeBits<1>, DecodeBits<2>, DecodeBits<3>, DecodeBits<4>,
+                                    DecodeBits<5>, DecodeBits<6>, DecodeBits<7>, DecodeBits<8>};
+  kByBits[plan.bits - 1](plan, norm_in, planes_in, code_stride, n, out, out_stride);
 }
 
 }  // namespace
