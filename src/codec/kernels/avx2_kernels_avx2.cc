@@ -131,27 +131,26 @@ inline void FwhtRegs(__m256* x) {
   }
 }
 
-// Per-call constants. Up to 4 bits every threshold is compared; beyond, a coarse count over every
+// Per-call constants. Up to 5 bits every threshold is compared; beyond, a coarse count over every
 // group-th threshold (15 compares) picks a group, then a binary search with gathers finishes it.
+constexpr int GroupShift(int bits) { return bits > 5 ? bits - 4 : 0; }
+constexpr int CoarseCount(int bits) { return bits > 5 ? 15 : (1 << bits) - 1; }
+
 struct Tables {
-  alignas(32) float coarse[15][8];  // broadcast thresholds t[group * k + group - 1]
-  uint32_t ncoarse;
-  int group_shift;                  // log2(group): 0 up to 4 bits, bits - 4 beyond
-  __m256 cent_lo, cent_hi;
+  alignas(32) float coarse[31][8];  // broadcast thresholds t[group * k + group - 1]
+  __m256 cent[4];                   // centroids 0..31 (used up to 5 bits)
 };
 
 void InitTables(const SubsetPlan& p, Tables* t) {
-  t->group_shift = p.bits > 4 ? static_cast<int>(p.bits) - 4 : 0;
-  t->ncoarse = p.bits > 4 ? 15 : (1u << p.bits) - 1;
-  const uint32_t group = 1u << t->group_shift;
-  for (uint32_t k = 0; k < t->ncoarse; ++k) {
+  const int bits = static_cast<int>(p.bits);
+  const uint32_t group = 1u << GroupShift(bits);
+  for (int k = 0; k < CoarseCount(bits); ++k) {
     for (int l = 0; l < 8; ++l) t->coarse[k][l] = p.thresholds[group * k + group - 1];
   }
-  alignas(32) float c[16] = {};
-  const uint32_t nc = p.bits <= 4 ? (1u << p.bits) : 0;
+  alignas(32) float c[32] = {};
+  const uint32_t nc = p.bits <= 5 ? (1u << p.bits) : 0;
   for (uint32_t k = 0; k < nc; ++k) c[k] = p.centroids[k];
-  t->cent_lo = _mm256_load_ps(c);
-  t->cent_hi = _mm256_load_ps(c + 8);
+  for (int r = 0; r < 4; ++r) t->cent[r] = _mm256_load_ps(c + 8 * r);
 }
 
 // Index of each lane of 4 registers: the number of thresholds strictly below z (ordered compares,
@@ -160,11 +159,11 @@ void InitTables(const SubsetPlan& p, Tables* t) {
 // registers at once keep several gathers in flight.
 template <int kBits>
 inline void Quantize4x8(const SubsetPlan& p, const Tables& t, const __m256* z, __m256i* idx) {
-  constexpr int kShift = kBits > 4 ? kBits - 4 : 0;
-  constexpr int kCoarse = kBits > 4 ? 15 : (1 << kBits) - 1;
+  constexpr int kShift = GroupShift(kBits);
+  constexpr int kCoarse = CoarseCount(kBits);
 #pragma GCC unroll 4
   for (int r = 0; r < 4; ++r) idx[r] = _mm256_setzero_si256();
-#pragma GCC unroll 15
+#pragma GCC unroll 31
   for (int k = 0; k < kCoarse; ++k) {
     const __m256 tk = _mm256_load_ps(t.coarse[k]);
 #pragma GCC unroll 4
@@ -189,16 +188,26 @@ inline void Quantize4x8(const SubsetPlan& p, const Tables& t, const __m256* z, _
   }
 }
 
-// Centroid of each lane; cent_lo/cent_hi hold centroids 0-7 and 8-15 (used up to 4 bits).
+// Centroid of each lane: register permutes from cent[] up to 5 bits, a gather beyond.
 template <int kBits>
-inline __m256 Lookup8(const SubsetPlan& p, __m256 cent_lo, __m256 cent_hi, __m256i idx) {
-  if constexpr (kBits <= 3) return _mm256_permutevar8x32_ps(cent_lo, idx);
-  if constexpr (kBits == 4) {
-    const __m256 lo = _mm256_permutevar8x32_ps(cent_lo, idx);
-    const __m256 hi = _mm256_permutevar8x32_ps(cent_hi, idx);
-    return _mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
+inline __m256 Lookup8(const SubsetPlan& p, const __m256* cent, __m256i idx) {
+  if constexpr (kBits <= 3) {
+    return _mm256_permutevar8x32_ps(cent[0], idx);
+  } else if constexpr (kBits == 4) {
+    const __m256 bit3 = _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28));
+    return _mm256_blendv_ps(_mm256_permutevar8x32_ps(cent[0], idx),
+                            _mm256_permutevar8x32_ps(cent[1], idx), bit3);
+  } else if constexpr (kBits == 5) {
+    const __m256 bit3 = _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28));
+    const __m256 bit4 = _mm256_castsi256_ps(_mm256_slli_epi32(idx, 27));
+    const __m256 lo = _mm256_blendv_ps(_mm256_permutevar8x32_ps(cent[0], idx),
+                                       _mm256_permutevar8x32_ps(cent[1], idx), bit3);
+    const __m256 hi = _mm256_blendv_ps(_mm256_permutevar8x32_ps(cent[2], idx),
+                                       _mm256_permutevar8x32_ps(cent[3], idx), bit3);
+    return _mm256_blendv_ps(lo, hi, bit4);
+  } else {
+    return _mm256_i32gather_ps(p.centroids, idx, 4);
   }
-  return _mm256_i32gather_ps(p.centroids, idx, 4);
 }
 
 // Four registers of int32 indices (0..255) -> 32 bytes in lane order.
@@ -430,7 +439,7 @@ void EncodeBits(const SubsetPlan& plan, const float* x, size_t x_stride, size_t 
       for (int r = regs; r < 4; ++r) q[r] = _mm256_setzero_si256();  // padding indices
       if (plan.norm_correction) {
         for (int r = 0; r < regs; ++r) {
-          const __m256 c = Lookup8<kBits>(plan, t.cent_lo, t.cent_hi, q[r]);
+          const __m256 c = Lookup8<kBits>(plan, t.cent, q[r]);
           csum = _mm256_add_ps(csum, _mm256_mul_ps(c, c));
         }
       }
@@ -472,19 +481,20 @@ void DecodeBits(const SubsetPlan& plan, const uint8_t* norm_in, const uint8_t* p
     const float a = LoadNorm(norm_in + k * code_stride, plan.norm_dtype) * plan.dec_scale;
     const __m256 av = _mm256_set1_ps(a);
     UnpackPlanesToBytes<kBits>(planes_in + k * code_stride, m, idx);
-    if constexpr (kBits <= 4) {
+    if constexpr (kBits <= 5) {
       // Scaling the centroids first gives each lane the same product c[idx] * a, one op less.
-      const __m256 lo = _mm256_mul_ps(t.cent_lo, av), hi = _mm256_mul_ps(t.cent_hi, av);
+      __m256 cent[4];
+      for (int r = 0; r < 4; ++r) cent[r] = _mm256_mul_ps(t.cent[r], av);
       for (size_t j = 0; j < m; j += 8) {
         const __m256i q =
             _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(idx + j)));
-        _mm256_store_ps(vbuf + j, Lookup8<kBits>(plan, lo, hi, q));
+        _mm256_store_ps(vbuf + j, Lookup8<kBits>(plan, cent, q));
       }
     } else {
       for (size_t j = 0; j < m; j += 8) {
         const __m256i q =
             _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(idx + j)));
-        _mm256_store_ps(vbuf + j, _mm256_mul_ps(Lookup8<kBits>(plan, t.cent_lo, t.cent_hi, q), av));
+        _mm256_store_ps(vbuf + j, _mm256_mul_ps(Lookup8<kBits>(plan, t.cent, q), av));
       }
     }
     float* o = out + k * out_stride;
