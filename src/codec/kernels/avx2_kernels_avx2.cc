@@ -247,9 +247,10 @@ inline void PackPlanesFromBytes(const uint8_t* idx, size_t m, uint8_t* planes) {
     const size_t nbytes = std::min<size_t>(4, pb - c / 8);
 #pragma GCC unroll 8
     for (int p = 0; p < kBits; ++p) {
-      // Bit p of every byte to bit 7 of that byte (16-bit shift: bit p of the high byte lands on 15).
-      const uint32_t mask = static_cast<uint32_t>(
-          _mm256_movemask_epi8(_mm256_slli_epi16(v, 7 - p)));
+      // Bit p of every byte to bit 7 of that byte (16-bit shift: bit p of the high byte lands on
+      // 15).
+      const uint32_t mask =
+          static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_slli_epi16(v, 7 - p)));
       StorePlaneWord(planes + p * pb + c / 8, nbytes, mask);
     }
   }
@@ -259,8 +260,8 @@ inline void PackPlanesFromBytes(const uint8_t* idx, size_t m, uint8_t* planes) {
 template <int kBits>
 inline void UnpackPlanesToBytes(const uint8_t* planes, size_t m, uint8_t* idx) {
   const size_t pb = m / 8;
-  const __m256i sel = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2,
-                                       2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+  const __m256i sel = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2,
+                                       2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
   const __m256i bit = _mm256_set1_epi64x(0x8040201008040201LL);
   for (size_t c = 0; c < m; c += 32) {
     const size_t nbytes = std::min<size_t>(4, pb - c / 8);
@@ -298,7 +299,8 @@ float LoadNorm(const uint8_t* in, DType dtype) {
 }
 
 // y = M x with mt = M^T row-major (column i of M at mt + i * m); fma per column, columns in order.
-// Blocks of 64 outputs keep the accumulators in registers; blocking does not change any lane's order.
+// Blocks of 64 outputs keep the accumulators in registers; blocking does not change any lane's
+// order.
 void MatVecT(const float* mt, const float* x, size_t m, float* y) {
   size_t j0 = 0;
   for (; j0 + 64 <= m; j0 += 64) {
@@ -308,7 +310,8 @@ void MatVecT(const float* mt, const float* x, size_t m, float* y) {
       const __m256 xi = _mm256_broadcast_ss(x + i);
       const float* row = mt + i * m + j0;
 #pragma GCC unroll 8
-      for (int r = 0; r < 8; ++r) acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(row + 8 * r), xi, acc[r]);
+      for (int r = 0; r < 8; ++r)
+        acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(row + 8 * r), xi, acc[r]);
     }
     for (int r = 0; r < 8; ++r) _mm256_storeu_ps(y + j0 + 8 * r, acc[r]);
   }
@@ -318,6 +321,59 @@ void MatVecT(const float* mt, const float* x, size_t m, float* y) {
       acc = _mm256_fmadd_ps(_mm256_loadu_ps(mt + i * m + j0), _mm256_broadcast_ss(x + i), acc);
     }
     _mm256_storeu_ps(y + j0, acc);
+  }
+}
+
+// MatVecT for NV vectors at once: each matrix row is loaded once for all of them, which halves
+// the L2 traffic that bounds the one-vector loop (a 128x128 matrix does not fit L1).
+// Blocks of 16 outputs x NV vectors of accumulators; every lane keeps the reference's fma order.
+template <int NV>
+void MatVecTN(const float* mt, const float* const* x, size_t m, float* const* y) {
+  size_t j0 = 0;
+  for (; j0 + 16 <= m; j0 += 16) {
+    __m256 acc[NV][2];
+    for (int v = 0; v < NV; ++v) acc[v][0] = acc[v][1] = _mm256_setzero_ps();
+    for (size_t i = 0; i < m; ++i) {
+      const float* row = mt + i * m + j0;
+      const __m256 r0 = _mm256_loadu_ps(row), r1 = _mm256_loadu_ps(row + 8);
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) {
+        const __m256 xi = _mm256_broadcast_ss(x[v] + i);
+        acc[v][0] = _mm256_fmadd_ps(r0, xi, acc[v][0]);
+        acc[v][1] = _mm256_fmadd_ps(r1, xi, acc[v][1]);
+      }
+    }
+    for (int v = 0; v < NV; ++v) {
+      _mm256_storeu_ps(y[v] + j0, acc[v][0]);
+      _mm256_storeu_ps(y[v] + j0 + 8, acc[v][1]);
+    }
+  }
+  if (j0 < m) {  // 8 outputs left
+    __m256 acc[NV];
+    for (int v = 0; v < NV; ++v) acc[v] = _mm256_setzero_ps();
+    for (size_t i = 0; i < m; ++i) {
+      const __m256 r0 = _mm256_loadu_ps(mt + i * m + j0);
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) {
+        acc[v] = _mm256_fmadd_ps(r0, _mm256_broadcast_ss(x[v] + i), acc[v]);
+      }
+    }
+    for (int v = 0; v < NV; ++v) _mm256_storeu_ps(y[v] + j0, acc[v]);
+  }
+}
+
+constexpr size_t kHaarBatch = 4;
+
+void MatVecTBatch(const float* mt, const float* const* x, size_t nv, size_t m, float* const* y) {
+  switch (nv) {
+    case 1:
+      return MatVecT(mt, x[0], m, y[0]);
+    case 2:
+      return MatVecTN<2>(mt, x, m, y);
+    case 3:
+      return MatVecTN<3>(mt, x, m, y);
+    default:
+      return MatVecTN<4>(mt, x, m, y);
   }
 }
 
@@ -372,28 +428,44 @@ void HadamardInverseFn(const SubsetPlan& p, const float* v, float* out) {
 
 ForwardFn PickForward(uint32_t dim) {
   switch (dim / 8) {
-    case 1: return HadamardForwardFn<1>;
-    case 2: return HadamardForwardFn<2>;
-    case 4: return HadamardForwardFn<4>;
-    case 8: return HadamardForwardFn<8>;
-    case 16: return HadamardForwardFn<16>;
-    case 32: return HadamardForwardFn<32>;
-    case 64: return HadamardForwardFn<64>;
-    case 128: return HadamardForwardFn<128>;
+    case 1:
+      return HadamardForwardFn<1>;
+    case 2:
+      return HadamardForwardFn<2>;
+    case 4:
+      return HadamardForwardFn<4>;
+    case 8:
+      return HadamardForwardFn<8>;
+    case 16:
+      return HadamardForwardFn<16>;
+    case 32:
+      return HadamardForwardFn<32>;
+    case 64:
+      return HadamardForwardFn<64>;
+    case 128:
+      return HadamardForwardFn<128>;
   }
   return nullptr;
 }
 
 InverseFn PickInverse(uint32_t dim) {
   switch (dim / 8) {
-    case 1: return HadamardInverseFn<1>;
-    case 2: return HadamardInverseFn<2>;
-    case 4: return HadamardInverseFn<4>;
-    case 8: return HadamardInverseFn<8>;
-    case 16: return HadamardInverseFn<16>;
-    case 32: return HadamardInverseFn<32>;
-    case 64: return HadamardInverseFn<64>;
-    case 128: return HadamardInverseFn<128>;
+    case 1:
+      return HadamardInverseFn<1>;
+    case 2:
+      return HadamardInverseFn<2>;
+    case 4:
+      return HadamardInverseFn<4>;
+    case 8:
+      return HadamardInverseFn<8>;
+    case 16:
+      return HadamardInverseFn<16>;
+    case 32:
+      return HadamardInverseFn<32>;
+    case 64:
+      return HadamardInverseFn<64>;
+    case 128:
+      return HadamardInverseFn<128>;
   }
   return nullptr;
 }
@@ -406,52 +478,67 @@ void EncodeBits(const SubsetPlan& plan, const float* x, size_t x_stride, size_t 
   const ForwardFn forward = haar ? nullptr : PickForward(plan.dim);
   Tables t;
   InitTables(plan, &t);
-  alignas(32) float z[kMaxDim];
+  alignas(32) float zbuf[kHaarBatch][kMaxDim];
   alignas(32) uint8_t idx[kMaxDim + 32];
-  for (size_t v = 0; v < n; ++v) {
-    const float* xv = x + v * x_stride;
-    uint8_t* planes = planes_out + v * code_stride;
-    const float norm = _mm_cvtss_f32(_mm_sqrt_ss(_mm_set_ss(Sum8Squares(xv, m))));
-    if (norm == 0.0f || !std::isfinite(norm)) {
-      StoreNorm(norm == 0.0f ? 0.0f : std::numeric_limits<float>::quiet_NaN(), plan.norm_dtype,
-                norm_out + v * code_stride);
-      std::memset(planes, 0, plan.planes_bytes());
-      continue;
-    }
-    const float s = plan.enc_scale / norm;
-    if (haar) {
-      MatVecT(plan.haar_t, xv, m, z);
-      const __m256 sv = _mm256_set1_ps(s);
-      for (size_t j = 0; j < m; j += 8) {
-        _mm256_store_ps(z + j, _mm256_mul_ps(_mm256_load_ps(z + j), sv));
+  const size_t batch = haar ? kHaarBatch : 1;
+  for (size_t v0 = 0; v0 < n; v0 += batch) {
+    const size_t nb = std::min(batch, n - v0);
+    if (haar) {  // rotate the batch first; vectors rejected below just waste their product
+      const float* xs[kHaarBatch];
+      float* ys[kHaarBatch];
+      for (size_t b = 0; b < nb; ++b) {
+        xs[b] = x + (v0 + b) * x_stride;
+        ys[b] = zbuf[b];
       }
-    } else {
-      forward(plan, xv, s, z);
+      MatVecTBatch(plan.haar_t, xs, nb, m, ys);
     }
-    // Quantize 32 lanes at a time; pad the last group with zero indices.
-    __m256 csum = _mm256_setzero_ps();
-    for (size_t j = 0; j < m; j += 32) {
-      const int regs = static_cast<int>(std::min<size_t>(4, (m - j) / 8));
-      __m256 zr[4];
-      for (int r = 0; r < 4; ++r) zr[r] = r < regs ? _mm256_load_ps(z + j + 8 * r) : _mm256_setzero_ps();
-      __m256i q[4];
-      Quantize4x8<kBits>(plan, t, zr, q);
-      for (int r = regs; r < 4; ++r) q[r] = _mm256_setzero_si256();  // padding indices
-      if (plan.norm_correction) {
-        for (int r = 0; r < regs; ++r) {
-          const __m256 c = Lookup8<kBits>(plan, t.cent, q[r]);
-          csum = _mm256_add_ps(csum, _mm256_mul_ps(c, c));
+    for (size_t b = 0; b < nb; ++b) {
+      const size_t v = v0 + b;
+      float* z = zbuf[b];
+      const float* xv = x + v * x_stride;
+      uint8_t* planes = planes_out + v * code_stride;
+      const float norm = _mm_cvtss_f32(_mm_sqrt_ss(_mm_set_ss(Sum8Squares(xv, m))));
+      if (norm == 0.0f || !std::isfinite(norm)) {
+        StoreNorm(norm == 0.0f ? 0.0f : std::numeric_limits<float>::quiet_NaN(), plan.norm_dtype,
+                  norm_out + v * code_stride);
+        std::memset(planes, 0, plan.planes_bytes());
+        continue;
+      }
+      const float s = plan.enc_scale / norm;
+      if (haar) {
+        const __m256 sv = _mm256_set1_ps(s);
+        for (size_t j = 0; j < m; j += 8) {
+          _mm256_store_ps(z + j, _mm256_mul_ps(_mm256_load_ps(z + j), sv));
         }
+      } else {
+        forward(plan, xv, s, z);
       }
-      _mm256_store_si256(reinterpret_cast<__m256i*>(idx + j), PackIdx32(q[0], q[1], q[2], q[3]));
+      // Quantize 32 lanes at a time; pad the last group with zero indices.
+      __m256 csum = _mm256_setzero_ps();
+      for (size_t j = 0; j < m; j += 32) {
+        const int regs = static_cast<int>(std::min<size_t>(4, (m - j) / 8));
+        __m256 zr[4];
+        for (int r = 0; r < 4; ++r)
+          zr[r] = r < regs ? _mm256_load_ps(z + j + 8 * r) : _mm256_setzero_ps();
+        __m256i q[4];
+        Quantize4x8<kBits>(plan, t, zr, q);
+        for (int r = regs; r < 4; ++r) q[r] = _mm256_setzero_si256();  // padding indices
+        if (plan.norm_correction) {
+          for (int r = 0; r < regs; ++r) {
+            const __m256 c = Lookup8<kBits>(plan, t.cent, q[r]);
+            csum = _mm256_add_ps(csum, _mm256_mul_ps(c, c));
+          }
+        }
+        _mm256_store_si256(reinterpret_cast<__m256i*>(idx + j), PackIdx32(q[0], q[1], q[2], q[3]));
+      }
+      float stored = norm;
+      if (plan.norm_correction) {
+        stored =
+            norm * _mm_cvtss_f32(_mm_sqrt_ss(_mm_set_ss(static_cast<float>(m) / ReduceSum8(csum))));
+      }
+      StoreNorm(stored, plan.norm_dtype, norm_out + v * code_stride);
+      PackPlanesFromBytes<kBits>(idx, m, planes);
     }
-    float stored = norm;
-    if (plan.norm_correction) {
-      stored = norm * _mm_cvtss_f32(_mm_sqrt_ss(
-                          _mm_set_ss(static_cast<float>(m) / ReduceSum8(csum))));
-    }
-    StoreNorm(stored, plan.norm_dtype, norm_out + v * code_stride);
-    PackPlanesFromBytes<kBits>(idx, m, planes);
   }
 }
 
@@ -475,33 +562,43 @@ void DecodeBits(const SubsetPlan& plan, const uint8_t* norm_in, const uint8_t* p
   const InverseFn inverse = haar ? nullptr : PickInverse(plan.dim);
   Tables t;
   InitTables(plan, &t);
-  alignas(32) float vbuf[kMaxDim];
+  alignas(32) float vbufs[kHaarBatch][kMaxDim];
   alignas(32) uint8_t idx[kMaxDim + 32];
-  for (size_t k = 0; k < n; ++k) {
-    const float a = LoadNorm(norm_in + k * code_stride, plan.norm_dtype) * plan.dec_scale;
-    const __m256 av = _mm256_set1_ps(a);
-    UnpackPlanesToBytes<kBits>(planes_in + k * code_stride, m, idx);
-    if constexpr (kBits <= 5) {
-      // Scaling the centroids first gives each lane the same product c[idx] * a, one op less.
-      __m256 cent[4];
-      for (int r = 0; r < 4; ++r) cent[r] = _mm256_mul_ps(t.cent[r], av);
-      for (size_t j = 0; j < m; j += 8) {
-        const __m256i q =
-            _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(idx + j)));
-        _mm256_store_ps(vbuf + j, Lookup8<kBits>(plan, cent, q));
+  const size_t batch = haar ? kHaarBatch : 1;
+  for (size_t k0 = 0; k0 < n; k0 += batch) {
+    const size_t nb = std::min(batch, n - k0);
+    for (size_t b = 0; b < nb; ++b) {
+      const size_t k = k0 + b;
+      float* vbuf = vbufs[b];
+      const float a = LoadNorm(norm_in + k * code_stride, plan.norm_dtype) * plan.dec_scale;
+      const __m256 av = _mm256_set1_ps(a);
+      UnpackPlanesToBytes<kBits>(planes_in + k * code_stride, m, idx);
+      if constexpr (kBits <= 5) {
+        // Scaling the centroids first gives each lane the same product c[idx] * a, one op less.
+        __m256 cent[4];
+        for (int r = 0; r < 4; ++r) cent[r] = _mm256_mul_ps(t.cent[r], av);
+        for (size_t j = 0; j < m; j += 8) {
+          const __m256i q =
+              _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(idx + j)));
+          _mm256_store_ps(vbuf + j, Lookup8<kBits>(plan, cent, q));
+        }
+      } else {
+        for (size_t j = 0; j < m; j += 8) {
+          const __m256i q =
+              _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(idx + j)));
+          _mm256_store_ps(vbuf + j, _mm256_mul_ps(Lookup8<kBits>(plan, t.cent, q), av));
+        }
       }
-    } else {
-      for (size_t j = 0; j < m; j += 8) {
-        const __m256i q =
-            _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(idx + j)));
-        _mm256_store_ps(vbuf + j, _mm256_mul_ps(Lookup8<kBits>(plan, t.cent, q), av));
-      }
+      if (!haar) inverse(plan, vbuf, out + k * out_stride);
     }
-    float* o = out + k * out_stride;
     if (haar) {
-      MatVecT(plan.haar, vbuf, m, o);
-    } else {
-      inverse(plan, vbuf, o);
+      const float* vs[kHaarBatch];
+      float* outs[kHaarBatch];
+      for (size_t b = 0; b < nb; ++b) {
+        vs[b] = vbufs[b];
+        outs[b] = out + (k0 + b) * out_stride;
+      }
+      MatVecTBatch(plan.haar, vs, nb, m, outs);
     }
   }
 }
@@ -512,8 +609,8 @@ void Decode(const SubsetPlan& plan, const uint8_t* norm_in, const uint8_t* plane
     ScalarKernels().decode(plan, norm_in, planes_in, code_stride, n, out, out_stride);
     return;
   }
-  using Fn = void (*)(const SubsetPlan&, const uint8_t*, const uint8_t*, size_t, size_t, float*,
-                      size_t);
+  using Fn =
+      void (*)(const SubsetPlan&, const uint8_t*, const uint8_t*, size_t, size_t, float*, size_t);
   static constexpr Fn kByBits[8] = {DecodeBits<1>, DecodeBits<2>, DecodeBits<3>, DecodeBits<4>,
                                     DecodeBits<5>, DecodeBits<6>, DecodeBits<7>, DecodeBits<8>};
   kByBits[plan.bits - 1](plan, norm_in, planes_in, code_stride, n, out, out_stride);
