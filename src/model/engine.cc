@@ -59,7 +59,7 @@ Result<std::unique_ptr<LlamaEngine>> LlamaEngine::Create(const Model& model,
   e->att_.resize(c * qd);
   e->hb_.resize(c * hid);
   e->hb2_.resize(c * hid);
-  e->xq_.resize(c * (widest / kQkBlock + 1));
+  e->xq_.resize((c + 3) / 4 * (widest / kQkBlock + 1));
   e->k_cache_.resize(config.n_layers);
   e->v_cache_.resize(config.n_layers);
   e->inv_freq_.resize(config.rope_dim / 2);
@@ -88,20 +88,27 @@ Status LlamaEngine::EnsureCapacity(uint64_t tokens) {
   return Status::Ok();
 }
 
-void LlamaEngine::MatMul(const WeightMatrix& w, const float* x, size_t n_tokens, float* out) {
+void LlamaEngine::MatMul(const WeightMatrix& w, const float* x, size_t n_tokens, float* out,
+                         bool x_is_quantized) {
   const size_t rows = w.rows, cols = w.cols;
   const ModelKernels& k = *kernels_;
   if (QuantDotFn qdot = k.quant_dot(w.type)) {
     const size_t nb = cols / kQkBlock;
-    BlockQ8Act* xq = xq_.data();
-    ParallelFor(pool_, n_tokens, 8, [&](size_t t0, size_t t1) {
-      for (size_t t = t0; t < t1; ++t) QuantizeActivations(x + t * cols, cols, xq + t * nb);
-    });
+    const size_t groups = (n_tokens + 3) / 4;
+    BlockQ8x4* xq = xq_.data();
+    if (!x_is_quantized) {
+      ParallelFor(pool_, groups, 4, [&](size_t g0, size_t g1) {
+        for (size_t g = g0; g < g1; ++g) {
+          k.quantize_x4(x + 4 * g * cols, cols, std::min<size_t>(4, n_tokens - 4 * g), cols,
+                        xq + g * nb);
+        }
+      });
+    }
     ParallelFor(pool_, rows, kRowGrain, [&](size_t r0, size_t r1) {
       for (size_t t0 = 0; t0 < n_tokens; t0 += kTokenTile) {
         const size_t tt = std::min(kTokenTile, n_tokens - t0);
         for (size_t r = r0; r < r1; ++r) {
-          qdot(w.row(r), xq + t0 * nb, nb, nb, tt, out + t0 * rows + r, rows);
+          qdot(w.row(r), xq + (t0 / 4) * nb, nb, tt, out + t0 * rows + r, rows);
         }
       }
     });
@@ -142,22 +149,21 @@ void LlamaEngine::Attention(uint32_t layer, size_t n_tokens, uint64_t pos0) {
       const size_t kvh = h / group;
       const uint64_t pos = pos0 + t;
       const float* q = q_.data() + t * qd + h * hd;
+      const size_t n_keys = pos + 1;
+      k.dot_f16_rows(kc + kvh * hd, kv, n_keys, q, hd, scores.data());
       float mx = -INFINITY;
-      for (uint64_t s = 0; s <= pos; ++s) {
-        const float sc = k.dot_f16(kc + s * kv + kvh * hd, q, hd) / scale;
-        scores[s] = sc;
-        mx = std::max(mx, sc);
+      for (size_t s = 0; s < n_keys; ++s) {
+        scores[s] = scores[s] / scale;
+        mx = std::max(mx, scores[s]);
       }
       float sum = 0.0f;
-      for (uint64_t s = 0; s <= pos; ++s) {
+      for (size_t s = 0; s < n_keys; ++s) {
         scores[s] = std::exp(scores[s] - mx);
         sum = sum + scores[s];
       }
-      float* o = att_.data() + t * qd + h * hd;
-      std::fill(o, o + hd, 0.0f);
-      for (uint64_t s = 0; s <= pos; ++s) {
-        k.axpy_f16(scores[s] / sum, vc + s * kv + kvh * hd, o, hd);
-      }
+      for (size_t s = 0; s < n_keys; ++s) scores[s] = scores[s] / sum;
+      k.weighted_sum_f16(scores.data(), vc + kvh * hd, kv, n_keys, hd,
+                         att_.data() + t * qd + h * hd);
     }
   });
 }
@@ -202,8 +208,8 @@ Status LlamaEngine::Run(std::span<const int32_t> tokens, std::vector<float>* log
       RmsNorm(x_.data() + t * dim, lw.attn_norm.data(), dim, c.norm_eps, xb_.data() + t * dim);
     }
     MatMul(lw.wq, xb_.data(), n, q_.data());
-    MatMul(lw.wk, xb_.data(), n, k_.data());
-    MatMul(lw.wv, xb_.data(), n, v_.data());
+    MatMul(lw.wk, xb_.data(), n, k_.data(), lw.wk.type == lw.wq.type);
+    MatMul(lw.wv, xb_.data(), n, v_.data(), lw.wv.type == lw.wq.type);
     uint16_t* kc = k_cache_[l].data();
     uint16_t* vc = v_cache_[l].data();
     for (size_t t = 0; t < n; ++t) {
@@ -221,7 +227,7 @@ Status LlamaEngine::Run(std::span<const int32_t> tokens, std::vector<float>* log
       RmsNorm(x_.data() + t * dim, lw.ffn_norm.data(), dim, c.norm_eps, xb_.data() + t * dim);
     }
     MatMul(lw.w_gate, xb_.data(), n, hb_.data());
-    MatMul(lw.w_up, xb_.data(), n, hb2_.data());
+    MatMul(lw.w_up, xb_.data(), n, hb2_.data(), lw.w_up.type == lw.w_gate.type);
     for (size_t i = 0; i < n * hid; ++i) {
       float g = hb_[i];
       g = g * (1.0f / (1.0f + std::exp(-g)));

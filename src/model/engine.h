@@ -84,7 +84,10 @@ class LlamaEngine {
   LlamaEngine(const Model& model, const LlamaConfig& config);
   Status Run(std::span<const int32_t> tokens, std::vector<float>* logits);
   Status EnsureCapacity(uint64_t tokens);
-  void MatMul(const WeightMatrix& w, const float* x, size_t n_tokens, float* out);
+  // out[t][w.rows] = x[t][w.cols] . w^T. For quantized w, x is first quantized into xq_ unless
+  // `x_is_quantized` says xq_ already holds this x (shared inputs of Q/K/V and gate/up).
+  void MatMul(const WeightMatrix& w, const float* x, size_t n_tokens, float* out,
+              bool x_is_quantized = false);
   void Attention(uint32_t layer, size_t n_tokens, uint64_t pos0);
 
   const Model& model_;
@@ -99,7 +102,7 @@ class LlamaEngine {
   std::vector<std::vector<uint16_t>> k_cache_, v_cache_;  // per layer [capacity][kv_dim] f16
   // Per-call scratch, sized for prefill_chunk tokens.
   std::vector<float> x_, xb_, q_, k_, v_, att_, hb_, hb2_;
-  std::vector<BlockQ8Act> xq_;
+  std::vector<BlockQ8x4> xq_;  // [ceil(n / 4)][cols / 32]
   std::vector<float> inv_freq_;  // [rope_dim / 2]
 };
 

@@ -15,39 +15,71 @@ inline float LoadHalf(const uint8_t* p) {
 }
 
 template <GgmlType kType>
-void QuantDotRef(const uint8_t* w_row, const BlockQ8Act* acts, size_t act_stride, size_t nblocks,
-                 size_t n_tokens, float* out, size_t out_stride) {
+void QuantDotRef(const uint8_t* w_row, const BlockQ8x4* acts, size_t nblocks, size_t n_tokens,
+                 float* out, size_t out_stride) {
   constexpr size_t kBlockBytes = kType == GgmlType::kQ4_0   ? sizeof(BlockQ4_0)
                                  : kType == GgmlType::kQ4_1 ? sizeof(BlockQ4_1)
                                                             : sizeof(BlockQ8_0);
   for (size_t t = 0; t < n_tokens; ++t) {
-    const BlockQ8Act* a = acts + t * act_stride;
+    const BlockQ8x4* a = acts + (t / 4) * nblocks;
+    const size_t lane = t % 4;
     float acc = 0.0f;
     for (size_t b = 0; b < nblocks; ++b) {
       const uint8_t* w = w_row + b * kBlockBytes;
+      const int8_t* aq = a[b].qs[lane];
       const float dw = LoadHalf(w);
       int32_t isum = 0;
       if constexpr (kType == GgmlType::kQ8_0) {
         const int8_t* q = reinterpret_cast<const int8_t*>(w + 2);
-        for (int j = 0; j < 32; ++j) isum += static_cast<int32_t>(q[j]) * a[b].qs[j];
-        acc = acc + static_cast<float>(isum) * (dw * a[b].d);
+        for (int j = 0; j < 32; ++j) isum += static_cast<int32_t>(q[j]) * aq[j];
+        acc = acc + static_cast<float>(isum) * (dw * a[b].d[lane]);
       } else {
         const uint8_t* qs = w + (kType == GgmlType::kQ4_1 ? 4 : 2);
         for (int j = 0; j < 16; ++j) {
-          isum += static_cast<int32_t>(qs[j] & 0x0F) * a[b].qs[j];
-          isum += static_cast<int32_t>(qs[j] >> 4) * a[b].qs[j + 16];
+          isum += static_cast<int32_t>(qs[j] & 0x0F) * aq[j];
+          isum += static_cast<int32_t>(qs[j] >> 4) * aq[j + 16];
         }
         if constexpr (kType == GgmlType::kQ4_0) {
-          isum -= 8 * a[b].sum;
-          acc = acc + static_cast<float>(isum) * (dw * a[b].d);
+          isum -= 8 * a[b].sum[lane];
+          acc = acc + static_cast<float>(isum) * (dw * a[b].d[lane]);
         } else {
           const float mw = LoadHalf(w + 2);
-          acc = acc + static_cast<float>(isum) * (dw * a[b].d);
-          acc = acc + mw * (a[b].d * static_cast<float>(a[b].sum));
+          acc = acc + static_cast<float>(isum) * (dw * a[b].d[lane]);
+          acc = acc + mw * a[b].ds[lane];
         }
       }
     }
     out[t * out_stride] = acc;
+  }
+}
+
+void QuantizeX4Ref(const float* x, size_t stride, size_t n_tokens, size_t elems,
+                   BlockQ8x4* out) {
+  const size_t nb = elems / kQkBlock;
+  std::memset(out, 0, nb * sizeof(BlockQ8x4));
+  for (size_t t = 0; t < n_tokens && t < 4; ++t) {
+    for (size_t b = 0; b < nb; ++b) {
+      const float* xb = x + t * stride + b * kQkBlock;
+      float amax = 0.0f;
+      for (size_t j = 0; j < kQkBlock; ++j) {
+        const float v = std::fabs(xb[j]);
+        amax = v > amax ? v : amax;  // NaN ignored
+      }
+      const float d = amax / 127.0f;
+      const float id = d != 0.0f ? 1.0f / d : 0.0f;
+      int32_t sum = 0;
+      for (size_t j = 0; j < kQkBlock; ++j) {
+        float v = xb[j] * id;
+        v = v > -127.0f ? v : -127.0f;  // NaN -> -127
+        v = v < 127.0f ? v : 127.0f;
+        const int8_t q = static_cast<int8_t>(std::nearbyint(v));
+        out[b].qs[t][j] = q;
+        sum += q;
+      }
+      out[b].d[t] = d;
+      out[b].sum[t] = sum;
+      out[b].ds[t] = d * static_cast<float>(sum);
+    }
   }
 }
 
@@ -73,36 +105,26 @@ float DotBF16Ref(const uint16_t* w, const float* x, size_t n) {
   return Reduce8(l);
 }
 
-void AxpyF16Ref(float a, const uint16_t* v, float* out, size_t n) {
-  for (size_t i = 0; i < n; ++i) out[i] = out[i] + a * HalfToFloat(v[i]);
+void DotF16RowsRef(const uint16_t* k, size_t stride, size_t n_rows, const float* x, size_t n,
+                   float* out) {
+  for (size_t r = 0; r < n_rows; ++r) out[r] = DotF16Ref(k + r * stride, x, n);
+}
+
+void WeightedSumF16Ref(const float* p, const uint16_t* v, size_t stride, size_t n_rows, size_t n,
+                       float* out) {
+  for (size_t i = 0; i < n; ++i) out[i] = 0.0f;
+  for (size_t r = 0; r < n_rows; ++r) {
+    for (size_t i = 0; i < n; ++i) out[i] = out[i] + p[r] * HalfToFloat(v[r * stride + i]);
+  }
 }
 
 }  // namespace
 
-void QuantizeActivations(const float* x, size_t elems, BlockQ8Act* out) {
-  for (size_t b = 0; b < elems / kQkBlock; ++b) {
-    const float* xb = x + b * kQkBlock;
-    float amax = 0.0f;
-    for (size_t j = 0; j < kQkBlock; ++j) amax = std::fmax(amax, std::fabs(xb[j]));
-    const float d = amax / 127.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    int32_t sum = 0;
-    for (size_t j = 0; j < kQkBlock; ++j) {
-      float q = std::nearbyint(xb[j] * id);
-      q = std::fmin(127.0f, std::fmax(-127.0f, q));  // also maps NaN to -127
-      out[b].qs[j] = static_cast<int8_t>(q);
-      sum += out[b].qs[j];
-    }
-    out[b].d = d;
-    out[b].sum = sum;
-  }
-}
-
 const ModelKernels& ScalarModelKernels() {
   static const ModelKernels k = {
-      SimdLevel::kScalar,           QuantDotRef<GgmlType::kQ4_0>, QuantDotRef<GgmlType::kQ4_1>,
-      QuantDotRef<GgmlType::kQ8_0>, DotF32Ref,                    DotF16Ref,
-      DotBF16Ref,                   AxpyF16Ref,
+      SimdLevel::kScalar, QuantizeX4Ref, QuantDotRef<GgmlType::kQ4_0>,
+      QuantDotRef<GgmlType::kQ4_1>, QuantDotRef<GgmlType::kQ8_0>, DotF32Ref, DotF16Ref, DotBF16Ref,
+      DotF16RowsRef, WeightedSumF16Ref,
   };
   return k;
 }

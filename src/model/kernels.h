@@ -16,43 +16,54 @@
 
 namespace tqkv::model {
 
-// An activation block: 32 values x ~= d * qs, sum = sum of qs (for q4_0 / q4_1 offsets).
-struct BlockQ8Act {
-  float d;
-  int32_t sum;
-  int8_t qs[32];
+// Activations of up to 4 tokens for one block of 32 elements (lanes of absent tokens are zero):
+// x[t][j] ~= d[t] * qs[t][j]; sum[t] = sum of qs[t]; ds[t] = d[t] * float(sum[t]).
+struct BlockQ8x4 {
+  float d[4];
+  float ds[4];
+  int32_t sum[4];
+  int8_t qs[4][32];
 };
-static_assert(sizeof(BlockQ8Act) == 40, "activation block is 40 bytes");
+static_assert(sizeof(BlockQ8x4) == 176, "4-token activation block is 176 bytes");
 
-// Quantizes x[elems] (a multiple of 32) into elems / 32 blocks: d = max|x| / 127, qs = round(x / d)
-// (nearest, ties to even). Deterministic scalar code shared by every SIMD level.
-void QuantizeActivations(const float* x, size_t elems, BlockQ8Act* out);
+// Quantizes n_tokens (<= 4) rows of `elems` floats (a multiple of 32; row t at x + t * stride)
+// into elems / 32 blocks: d = max|x| / 127, qs = round-to-nearest-even(x / d) clamped to
+// [-127, 127] (NaN -> -127).
+using QuantizeX4Fn = void (*)(const float* x, size_t stride, size_t n_tokens, size_t elems,
+                              BlockQ8x4* out);
 
-// out[t * out_stride] = dot(weight row w_row, activation row t) for t in [0, n_tokens), where
-// activation row t starts at acts + t * act_stride and has nblocks blocks. Per block the integer
-// sum is exact; then (per token, blocks in order):
-//   q8_0: acc = acc + float(isum) * (dw * da)
-//   q4_0: isum = sum(q * a) - 8 * sum(a);  acc = acc + float(isum) * (dw * da)
-//   q4_1: acc = acc + float(isum) * (dw * da);  acc = acc + mw * (da * float(sum(a)))
-using QuantDotFn = void (*)(const uint8_t* w_row, const BlockQ8Act* acts, size_t act_stride,
-                            size_t nblocks, size_t n_tokens, float* out, size_t out_stride);
+// For token t in [0, n_tokens): out[t * out_stride] = dot(weight row w_row, activation row t),
+// with activations packed as n_tokens / 4 rounded up groups of nblocks BlockQ8x4 (group g at
+// acts + g * nblocks). Per block the integer sum is exact; then, blocks in order:
+//   q8_0: acc = acc + float(isum) * (dw * d)
+//   q4_0: isum = sum(q * a) - 8 * sum(a);  acc = acc + float(isum) * (dw * d)
+//   q4_1: acc = acc + float(isum) * (dw * d);  acc = acc + mw * ds
+using QuantDotFn = void (*)(const uint8_t* w_row, const BlockQ8x4* acts, size_t nblocks,
+                            size_t n_tokens, float* out, size_t out_stride);
 
 // Float dot products with 8 lane accumulators: lane i % 8 accumulates a[i] * b[i] (multiply,
 // then add), then ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)).
 using DotF32Fn = float (*)(const float* a, const float* b, size_t n);
 using DotHalfFn = float (*)(const uint16_t* w, const float* x, size_t n);  // w: f16 or bf16 bits
-// out[i] = out[i] + a * float(v[i]), v in f16.
-using AxpyF16Fn = void (*)(float a, const uint16_t* v, float* out, size_t n);
+// out[r] = dot_f16(k + r * stride, x, n) for r in [0, n_rows) (attention scores).
+using DotF16RowsFn = void (*)(const uint16_t* k, size_t stride, size_t n_rows, const float* x,
+                              size_t n, float* out);
+// out[i] = sum over r in order of p[r] * float(v[r * stride + i]) (out[i] = 0, then
+// out[i] = out[i] + p[r] * v), i in [0, n) (attention output).
+using WeightedSumF16Fn = void (*)(const float* p, const uint16_t* v, size_t stride, size_t n_rows,
+                                  size_t n, float* out);
 
 struct ModelKernels {
   SimdLevel level;
+  QuantizeX4Fn quantize_x4;
   QuantDotFn dot_q4_0;
   QuantDotFn dot_q4_1;
   QuantDotFn dot_q8_0;
   DotF32Fn dot_f32;
   DotHalfFn dot_f16;
   DotHalfFn dot_bf16;
-  AxpyF16Fn axpy_f16;
+  DotF16RowsFn dot_f16_rows;
+  WeightedSumF16Fn weighted_sum_f16;
 
   QuantDotFn quant_dot(GgmlType t) const {
     switch (t) {

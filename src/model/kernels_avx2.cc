@@ -49,12 +49,12 @@ constexpr size_t BlockBytes() {
                                     : sizeof(BlockQ8_0);
 }
 
-// Integer dot of one weight block with one activation block (raw sum of w * a, before offsets).
+// Integer products of one weight block with one token's activations (before offsets).
 template <GgmlType kType>
-inline __m256i BlockProducts(__m256i w, const BlockQ8Act& a) {
-  const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs));
+inline __m256i BlockProducts(__m256i w, __m256i w_abs, const int8_t* aq) {
+  const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(aq));
   if constexpr (kType == GgmlType::kQ8_0) {
-    return DotU8S8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(av, w));
+    return DotU8S8(w_abs, _mm256_sign_epi8(av, w));
   } else {
     return DotU8S8(w, av);
   }
@@ -70,52 +70,147 @@ inline __m256i LoadWeights(const uint8_t* blk) {
 }
 
 template <GgmlType kType>
-void QuantDotAvx2(const uint8_t* w_row, const BlockQ8Act* acts, size_t act_stride, size_t nblocks,
-                  size_t n_tokens, float* out, size_t out_stride) {
+void QuantDotAvx2(const uint8_t* w_row, const BlockQ8x4* acts, size_t nblocks, size_t n_tokens,
+                  float* out, size_t out_stride) {
   constexpr size_t kBB = BlockBytes<kType>();
-  size_t t = 0;
-  for (; t + 4 <= n_tokens; t += 4) {
-    const BlockQ8Act* a0 = acts + t * act_stride;
-    const BlockQ8Act* a1 = a0 + act_stride;
-    const BlockQ8Act* a2 = a1 + act_stride;
-    const BlockQ8Act* a3 = a2 + act_stride;
+  for (size_t t = 0; t < n_tokens; t += 4) {
+    const BlockQ8x4* a = acts + (t / 4) * nblocks;
     __m128 acc = _mm_setzero_ps();
     for (size_t b = 0; b < nblocks; ++b) {
       const uint8_t* blk = w_row + b * kBB;
       const __m256i w = LoadWeights<kType>(blk);
-      __m128i isum = Sum4(BlockProducts<kType>(w, a0[b]), BlockProducts<kType>(w, a1[b]),
-                          BlockProducts<kType>(w, a2[b]), BlockProducts<kType>(w, a3[b]));
-      const __m128 da = _mm_set_ps(a3[b].d, a2[b].d, a1[b].d, a0[b].d);
+      const __m256i w_abs = kType == GgmlType::kQ8_0 ? _mm256_sign_epi8(w, w) : w;
+      const BlockQ8x4& ab = a[b];
+      __m128i isum = Sum4(BlockProducts<kType>(w, w_abs, ab.qs[0]),
+                          BlockProducts<kType>(w, w_abs, ab.qs[1]),
+                          BlockProducts<kType>(w, w_abs, ab.qs[2]),
+                          BlockProducts<kType>(w, w_abs, ab.qs[3]));
+      const __m128 da = _mm_loadu_ps(ab.d);
       const __m128 dw = _mm_set1_ps(LoadHalf(blk));
       if constexpr (kType == GgmlType::kQ4_0) {
-        const __m128i asum = _mm_set_epi32(a3[b].sum, a2[b].sum, a1[b].sum, a0[b].sum);
+        const __m128i asum = _mm_loadu_si128(reinterpret_cast<const __m128i*>(ab.sum));
         isum = _mm_sub_epi32(isum, _mm_slli_epi32(asum, 3));
       }
       acc = _mm_add_ps(acc, _mm_mul_ps(_mm_cvtepi32_ps(isum), _mm_mul_ps(dw, da)));
       if constexpr (kType == GgmlType::kQ4_1) {
-        const __m128i asum = _mm_set_epi32(a3[b].sum, a2[b].sum, a1[b].sum, a0[b].sum);
-        const __m128 mw = _mm_set1_ps(LoadHalf(blk + 2));
-        acc = _mm_add_ps(acc, _mm_mul_ps(mw, _mm_mul_ps(da, _mm_cvtepi32_ps(asum))));
+        acc = _mm_add_ps(acc, _mm_mul_ps(_mm_set1_ps(LoadHalf(blk + 2)), _mm_loadu_ps(ab.ds)));
       }
     }
     float r[4];
     _mm_storeu_ps(r, acc);
-    for (int i = 0; i < 4; ++i) out[(t + i) * out_stride] = r[i];
+    const size_t valid = n_tokens - t < 4 ? n_tokens - t : 4;
+    for (size_t i = 0; i < valid; ++i) out[(t + i) * out_stride] = r[i];
   }
-  for (; t < n_tokens; ++t) {
-    const BlockQ8Act* a = acts + t * act_stride;
-    float acc = 0.0f;
-    for (size_t b = 0; b < nblocks; ++b) {
-      const uint8_t* blk = w_row + b * kBB;
-      int32_t isum = Sum1(BlockProducts<kType>(LoadWeights<kType>(blk), a[b]));
-      const float dw = LoadHalf(blk);
-      if constexpr (kType == GgmlType::kQ4_0) isum -= 8 * a[b].sum;
-      acc = acc + static_cast<float>(isum) * (dw * a[b].d);
-      if constexpr (kType == GgmlType::kQ4_1) {
-        acc = acc + LoadHalf(blk + 2) * (a[b].d * static_cast<float>(a[b].sum));
+}
+
+void QuantizeX4Avx2(const float* x, size_t stride, size_t n_tokens, size_t elems,
+                    BlockQ8x4* out) {
+  const size_t nb = elems / kQkBlock;
+  std::memset(out, 0, nb * sizeof(BlockQ8x4));
+  const __m256 sign_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+  for (size_t t = 0; t < n_tokens && t < 4; ++t) {
+    for (size_t b = 0; b < nb; ++b) {
+      const float* xb = x + t * stride + b * kQkBlock;
+      __m256 v[4];
+      __m256 mx = _mm256_setzero_ps();
+      for (int k = 0; k < 4; ++k) {
+        v[k] = _mm256_loadu_ps(xb + 8 * k);
+        mx = _mm256_max_ps(_mm256_and_ps(v[k], sign_mask), mx);  // NaN lanes keep mx
+      }
+      __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+      m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+      m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
+      const float amax = _mm_cvtss_f32(m4);
+      const float d = amax / 127.0f;
+      const float id = d != 0.0f ? 1.0f / d : 0.0f;
+      const __m256 idv = _mm256_set1_ps(id);
+      __m256i q[4];
+      for (int k = 0; k < 4; ++k) {
+        __m256 s = _mm256_mul_ps(v[k], idv);
+        s = _mm256_max_ps(s, lo);  // NaN -> -127 (max returns the second operand)
+        s = _mm256_min_ps(s, hi);
+        q[k] = _mm256_cvtps_epi32(s);  // round to nearest even
+      }
+      const __m256i sum32 = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+      const int32_t sum = Sum1(sum32);
+      // Pack 32 int32 -> 32 int8 in element order.
+      const __m256i p01 = _mm256_packs_epi32(q[0], q[1]);  // lanes interleaved per 128 bits
+      const __m256i p23 = _mm256_packs_epi32(q[2], q[3]);
+      __m256i p = _mm256_packs_epi16(p01, p23);
+      p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[b].qs[t]), p);
+      out[b].d[t] = d;
+      out[b].sum[t] = sum;
+      out[b].ds[t] = d * static_cast<float>(sum);
+    }
+  }
+}
+
+float DotF16Avx2(const uint16_t* w, const float* x, size_t n);
+
+// out[r] = DotF16(k + r * stride, x, n): eight rows at a time, each reduced in the scalar order.
+void DotF16RowsAvx2(const uint16_t* k, size_t stride, size_t n_rows, const float* x, size_t n,
+                    float* out) {
+  size_t r = 0;
+  if (n % 8 == 0) {
+    for (; r + 8 <= n_rows; r += 8) {
+      __m256 acc[8];
+      for (int j = 0; j < 8; ++j) acc[j] = _mm256_setzero_ps();
+      for (size_t i = 0; i < n; i += 8) {
+        const __m256 xv = _mm256_loadu_ps(x + i);
+        for (int j = 0; j < 8; ++j) {
+          const __m256 kv = _mm256_cvtph_ps(
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(k + (r + j) * stride + i)));
+          acc[j] = _mm256_add_ps(acc[j], _mm256_mul_ps(kv, xv));
+        }
+      }
+      // hadd pairs lanes (0+1, 2+3) then ((0+1)+(2+3)) within each 128-bit half; the final add
+      // joins the halves: exactly ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)) per row.
+      const __m256 h01 = _mm256_hadd_ps(acc[0], acc[1]);
+      const __m256 h23 = _mm256_hadd_ps(acc[2], acc[3]);
+      const __m256 h45 = _mm256_hadd_ps(acc[4], acc[5]);
+      const __m256 h67 = _mm256_hadd_ps(acc[6], acc[7]);
+      const __m256 g0 = _mm256_hadd_ps(h01, h23);  // rows 0..3: low half l0..3, high half l4..7
+      const __m256 g1 = _mm256_hadd_ps(h45, h67);  // rows 4..7
+      const __m256 lo = _mm256_permute2f128_ps(g0, g1, 0x20);
+      const __m256 hi = _mm256_permute2f128_ps(g0, g1, 0x31);
+      _mm256_storeu_ps(out + r, _mm256_add_ps(lo, hi));
+    }
+  }
+  for (; r < n_rows; ++r) out[r] = DotF16Avx2(k + r * stride, x, n);
+}
+
+void WeightedSumF16Avx2(const float* p, const uint16_t* v, size_t stride, size_t n_rows, size_t n,
+                        float* out) {
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
+    for (size_t r = 0; r < n_rows; ++r) {
+      const __m256 pr = _mm256_set1_ps(p[r]);
+      const uint16_t* vr = v + r * stride + i;
+      for (int j = 0; j < 4; ++j) {
+        const __m256 vf =
+            _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(vr + 8 * j)));
+        acc[j] = _mm256_add_ps(acc[j], _mm256_mul_ps(pr, vf));
       }
     }
-    out[t * out_stride] = acc;
+    for (int j = 0; j < 4; ++j) _mm256_storeu_ps(out + i + 8 * j, acc[j]);
+  }
+  for (; i + 8 <= n; i += 8) {
+    __m256 acc = _mm256_setzero_ps();
+    for (size_t r = 0; r < n_rows; ++r) {
+      const __m256 vf = _mm256_cvtph_ps(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(v + r * stride + i)));
+      acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(p[r]), vf));
+    }
+    _mm256_storeu_ps(out + i, acc);
+  }
+  for (; i < n; ++i) {
+    float acc = 0.0f;
+    for (size_t r = 0; r < n_rows; ++r) acc = acc + p[r] * _cvtsh_ss(v[r * stride + i]);
+    out[i] = acc;
   }
 }
 
@@ -159,23 +254,13 @@ float DotBF16Avx2(const uint16_t* w, const float* x, size_t n) {
   return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
 }
 
-void AxpyF16Avx2(float a, const uint16_t* v, float* out, size_t n) {
-  const __m256 av = _mm256_set1_ps(a);
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256 vf =
-        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v + i)));
-    _mm256_storeu_ps(out + i, _mm256_add_ps(_mm256_loadu_ps(out + i), _mm256_mul_ps(av, vf)));
-  }
-  for (; i < n; ++i) out[i] = out[i] + a * _cvtsh_ss(v[i]);
-}
-
 }  // namespace
 
 const ModelKernels& Avx2ModelKernels() {
   static const ModelKernels k = {
-      SimdLevel::kAvx2,  QuantDotAvx2<GgmlType::kQ4_0>, QuantDotAvx2<GgmlType::kQ4_1>,
-      QuantDotAvx2<GgmlType::kQ8_0>, DotF32Avx2, DotF16Avx2, DotBF16Avx2, AxpyF16Avx2,
+      SimdLevel::kAvx2, QuantizeX4Avx2, QuantDotAvx2<GgmlType::kQ4_0>,
+      QuantDotAvx2<GgmlType::kQ4_1>, QuantDotAvx2<GgmlType::kQ8_0>, DotF32Avx2, DotF16Avx2,
+      DotBF16Avx2, DotF16RowsAvx2, WeightedSumF16Avx2,
   };
   return k;
 }

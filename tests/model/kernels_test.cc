@@ -2,6 +2,7 @@
 // products against float math on dequantized values.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -57,13 +58,20 @@ TEST(ModelKernelsTest, QuantDotAvx2MatchesScalarBitForBit) {
         const auto wq = QuantizeMatrix(type, w, rows, cols);
         auto x = RandomFloats(n_tokens * cols, 7 + static_cast<uint32_t>(n_tokens), 3.0f);
         for (size_t j = 0; j < cols; ++j) x[j] = (j % 3 == 0) ? -127.0f : 0.0f;  // -127 codes
-        std::vector<BlockQ8Act> xq(n_tokens * nb);
-        for (size_t t = 0; t < n_tokens; ++t) QuantizeActivations(x.data() + t * cols, cols, xq.data() + t * nb);
+        const size_t groups = (n_tokens + 3) / 4;
+        std::vector<BlockQ8x4> xq(groups * nb), xq2(groups * nb);
+        for (size_t g = 0; g < groups; ++g) {
+          const size_t nt = std::min<size_t>(4, n_tokens - 4 * g);
+          ref.quantize_x4(x.data() + 4 * g * cols, cols, nt, cols, xq.data() + g * nb);
+          avx.quantize_x4(x.data() + 4 * g * cols, cols, nt, cols, xq2.data() + g * nb);
+        }
+        ASSERT_EQ(std::memcmp(xq.data(), xq2.data(), xq.size() * sizeof(BlockQ8x4)), 0)
+            << "quantize_x4 differs, cols " << cols << " tokens " << n_tokens;
         const size_t rb = wq.size() / rows;
         for (size_t r = 0; r < rows; ++r) {
           std::vector<float> a(n_tokens, -1.0f), b(n_tokens, -2.0f);
-          ref.quant_dot(type)(wq.data() + r * rb, xq.data(), nb, nb, n_tokens, a.data(), 1);
-          avx.quant_dot(type)(wq.data() + r * rb, xq.data(), nb, nb, n_tokens, b.data(), 1);
+          ref.quant_dot(type)(wq.data() + r * rb, xq.data(), nb, n_tokens, a.data(), 1);
+          avx.quant_dot(type)(wq.data() + r * rb, xq.data(), nb, n_tokens, b.data(), 1);
           for (size_t t = 0; t < n_tokens; ++t) {
             ASSERT_EQ(Bits(a[t]), Bits(b[t]))
                 << GgmlTraits(type).name << " cols " << cols << " row " << r << " token " << t
@@ -82,11 +90,11 @@ TEST(ModelKernelsTest, QuantDotMatchesDequantizedFloatDot) {
     const auto w = RandomFloats(rows * cols, 3);
     const auto wq = QuantizeMatrix(type, w, rows, cols);
     const auto x = RandomFloats(cols, 4);
-    std::vector<BlockQ8Act> xq(nb);
-    QuantizeActivations(x.data(), cols, xq.data());
+    std::vector<BlockQ8x4> xq(nb);
+    k.quantize_x4(x.data(), cols, 1, cols, xq.data());
     std::vector<float> xd(cols);
     for (size_t b = 0; b < nb; ++b) {
-      for (size_t j = 0; j < 32; ++j) xd[b * 32 + j] = xq[b].d * xq[b].qs[j];
+      for (size_t j = 0; j < 32; ++j) xd[b * 32 + j] = xq[b].d[0] * xq[b].qs[0][j];
     }
     const size_t rb = wq.size() / rows;
     for (size_t r = 0; r < rows; ++r) {
@@ -99,7 +107,7 @@ TEST(ModelKernelsTest, QuantDotMatchesDequantizedFloatDot) {
         norm += std::fabs(static_cast<double>(w[r * cols + j]) * x[j]);
       }
       float got = 0.0f;
-      k.quant_dot(type)(wq.data() + r * rb, xq.data(), nb, nb, 1, &got, 1);
+      k.quant_dot(type)(wq.data() + r * rb, xq.data(), nb, 1, &got, 1);
       EXPECT_NEAR(got, expect, 1e-4 * norm + 1e-6) << GgmlTraits(type).name << " row " << r;
       // And the quantization error against the unquantized dot is bounded.
       const double tol = type == GgmlType::kQ8_0 ? 0.02 : 0.15;
@@ -124,10 +132,34 @@ TEST(ModelKernelsTest, FloatKernelsAvx2MatchScalarBitForBit) {
     EXPECT_EQ(Bits(ref.dot_f32(a.data(), b.data(), n)), Bits(avx.dot_f32(a.data(), b.data(), n))) << n;
     EXPECT_EQ(Bits(ref.dot_f16(h.data(), a.data(), n)), Bits(avx.dot_f16(h.data(), a.data(), n))) << n;
     EXPECT_EQ(Bits(ref.dot_bf16(bf.data(), a.data(), n)), Bits(avx.dot_bf16(bf.data(), a.data(), n))) << n;
-    std::vector<float> o1 = a, o2 = a;
-    ref.axpy_f16(0.37f, h.data(), o1.data(), n);
-    avx.axpy_f16(0.37f, h.data(), o2.data(), n);
-    for (size_t i = 0; i < n; ++i) ASSERT_EQ(Bits(o1[i]), Bits(o2[i])) << n << " " << i;
+  }
+}
+
+TEST(ModelKernelsTest, AttentionKernelsAvx2MatchScalarBitForBit) {
+  if (!HaveAvx2()) GTEST_SKIP() << "CPU has no AVX2+FMA+F16C";
+  const ModelKernels& ref = ScalarModelKernels();
+  const ModelKernels& avx = Avx2ModelKernels();
+  for (size_t hd : {8u, 12u, 64u, 72u, 128u}) {
+    for (size_t rows : {1u, 7u, 8u, 9u, 33u}) {
+      const size_t stride = 3 * hd;  // three KV heads per token
+      const auto kf = RandomFloats(rows * stride, 21 + static_cast<uint32_t>(hd * rows), 2.0f);
+      std::vector<uint16_t> kh(kf.size());
+      for (size_t i = 0; i < kf.size(); ++i) kh[i] = FloatToHalf(kf[i]);
+      const auto q = RandomFloats(hd, 5);
+      std::vector<float> s1(rows), s2(rows);
+      ref.dot_f16_rows(kh.data() + hd, stride, rows, q.data(), hd, s1.data());
+      avx.dot_f16_rows(kh.data() + hd, stride, rows, q.data(), hd, s2.data());
+      for (size_t r = 0; r < rows; ++r) {
+        ASSERT_EQ(Bits(s1[r]), Bits(s2[r])) << hd << " " << rows << " " << r;
+        ASSERT_EQ(Bits(s1[r]), Bits(ref.dot_f16(kh.data() + hd + r * stride, q.data(), hd)));
+      }
+      auto p = RandomFloats(rows, 9);
+      for (auto& x : p) x = std::fabs(x);
+      std::vector<float> o1(hd, 7.0f), o2(hd, 8.0f);
+      ref.weighted_sum_f16(p.data(), kh.data() + 2 * hd, stride, rows, hd, o1.data());
+      avx.weighted_sum_f16(p.data(), kh.data() + 2 * hd, stride, rows, hd, o2.data());
+      for (size_t i = 0; i < hd; ++i) ASSERT_EQ(Bits(o1[i]), Bits(o2[i])) << hd << " " << i;
+    }
   }
 }
 
@@ -165,18 +197,29 @@ TEST(ModelKernelsTest, DequantizeMatchesBlockLayout) {
 }
 
 TEST(ModelKernelsTest, ActivationQuantizationIsExactForSmallIntegers) {
-  std::vector<float> x(64);
-  for (int j = 0; j < 64; ++j) x[j] = static_cast<float>((j % 32) * 4 - 62);
-  x[5] = 127.0f * 1.0f;
-  std::vector<BlockQ8Act> q(2);
-  QuantizeActivations(x.data(), 64, q.data());
-  for (int b = 0; b < 2; ++b) {
-    int32_t sum = 0;
-    for (int j = 0; j < 32; ++j) sum += q[b].qs[j];
-    EXPECT_EQ(sum, q[b].sum);
+  for (SimdLevel level : SupportedSimdLevels()) {
+    const ModelKernels& k = ModelKernelsFor(level);
+    std::vector<float> x(3 * 64);
+    for (int j = 0; j < 64; ++j) x[j] = static_cast<float>((j % 32) * 4 - 62);
+    x[5] = 127.0f;
+    x[64 + 3] = std::nanf("");
+    x[128 + 1] = 1e30f;
+    std::vector<BlockQ8x4> q(2);
+    k.quantize_x4(x.data(), 64, 3, 64, q.data());
+    for (int b = 0; b < 2; ++b) {
+      for (int t = 0; t < 4; ++t) {
+        int32_t sum = 0;
+        for (int j = 0; j < 32; ++j) sum += q[b].qs[t][j];
+        EXPECT_EQ(sum, q[b].sum[t]);
+        EXPECT_EQ(q[b].ds[t], q[b].d[t] * static_cast<float>(sum));
+      }
+      EXPECT_EQ(q[b].d[3], 0.0f);  // absent 4th token
+    }
+    EXPECT_EQ(q[0].d[0], 1.0f);
+    for (int j = 0; j < 32; ++j) EXPECT_EQ(q[0].qs[0][j], static_cast<int8_t>(x[j]));
+    EXPECT_EQ(q[0].qs[1][3], -127);  // NaN
+    EXPECT_EQ(q[0].qs[2][1], 127);
   }
-  EXPECT_EQ(q[0].d, 1.0f);
-  for (int j = 0; j < 32; ++j) EXPECT_EQ(q[0].qs[j], static_cast<int8_t>(x[j]));
 }
 
 }  // namespace

@@ -2,7 +2,11 @@
 // generation. Skipped when the file is absent: fetch it with scripts/fetch_smollm2.sh.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cctype>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 
@@ -149,6 +153,60 @@ TEST_F(SmolLm2Test, ExportImportContinuesBitExact) {
     ASSERT_EQ(std::memcmp(x->data(), y->data(), x->size() * sizeof(float)), 0) << i;
     next = ArgMax(*x);
   }
+}
+
+}  // namespace
+}  // namespace tqkv::model
+
+namespace tqkv::model {
+namespace {
+
+// Prefill speed (not a pass/fail check): TQKV_MODEL_BENCH=1 [TQKV_MODEL_BENCH_THREADS=2]
+//   build-model/tests/tqkv_model_tests --gtest_filter='SmolLm2Test.BenchPrefill*'
+TEST_F(SmolLm2Test, BenchPrefill2048) {
+  const char* on = std::getenv("TQKV_MODEL_BENCH");
+  if (on == nullptr || *on == '\0' || *on == '0') GTEST_SKIP() << "set TQKV_MODEL_BENCH=1 to run";
+  size_t threads = 2;
+  if (const char* t = std::getenv("TQKV_MODEL_BENCH_THREADS")) threads = std::strtoul(t, nullptr, 10);
+  size_t n_tokens = 2048;
+  if (const char* t = std::getenv("TQKV_MODEL_BENCH_TOKENS")) n_tokens = std::strtoul(t, nullptr, 10);
+  n_tokens = std::clamp<size_t>(n_tokens, 1, 8000);
+  const Tokenizer& tok = *model_->tokenizer();
+  const std::string para =
+      "The old lighthouse keeper climbed the spiral stairs every evening, counting the steps "
+      "as his father had taught him. From the top he could see the whole bay: the fishing boats "
+      "coming home, the gulls circling the harbour, and the long line of cliffs that turned gold "
+      "in the last light of the day. He wrote down the weather in a thick notebook, 1,024 pages "
+      "long, and he never missed a single night. ";
+  std::vector<int32_t> ids;
+  while (ids.size() < n_tokens) {
+    auto more = tok.Encode(para, false);
+    ids.insert(ids.end(), more.begin(), more.end());
+  }
+  ids.resize(n_tokens);
+  EngineOptions o;
+  o.threads = threads;
+  o.max_tokens = static_cast<uint32_t>(n_tokens + 64);
+  auto e = LlamaEngine::Create(*model_, o);
+  ASSERT_TRUE(e.ok());
+  const auto t0 = std::chrono::steady_clock::now();
+  auto logits = (*e)->Prefill(ids);
+  const auto t1 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(logits.ok());
+  int32_t next = ArgMax(*logits);
+  const int kDecode = 16;
+  for (int i = 0; i < kDecode; ++i) {
+    auto l = (*e)->Forward(next);
+    ASSERT_TRUE(l.ok());
+    next = ArgMax(*l);
+  }
+  const auto t2 = std::chrono::steady_clock::now();
+  const double prefill_s = std::chrono::duration<double>(t1 - t0).count();
+  const double decode_s = std::chrono::duration<double>(t2 - t1).count();
+  std::printf("SmolLM2-135M Q4_1 prefill of %zu tokens on %zu threads (%s): %.2f s = %.1f tok/s; "
+              "decode after it: %.1f ms/token\n",
+              ids.size(), threads, std::string(SimdLevelName((*e)->simd_level())).c_str(),
+              prefill_s, ids.size() / prefill_s, 1000.0 * decode_s / kDecode);
 }
 
 }  // namespace
