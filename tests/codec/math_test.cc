@@ -235,7 +235,9 @@ TEST(LloydMax, HigherBitsAndSmallDims) {
     for (size_t i = 1; i < cb->centroids.size(); ++i) ASSERT_GT(cb->centroids[i], cb->centroids[i - 1]);
     EXPECT_LT(cb->mse, prev);
     // Panter-Dite high-resolution approximation for b >= 5: D ~ sqrt(3) pi / 2 * 4^-b.
-    if (b >= 5) EXPECT_NEAR(cb->mse / (std::sqrt(3.0) * M_PI / 2 * std::pow(4.0, -double(b))), 1.0, 0.15);
+    if (b >= 5) {
+      EXPECT_NEAR(cb->mse / (std::sqrt(3.0) * M_PI / 2 * std::pow(4.0, -double(b))), 1.0, 0.15);
+    }
     prev = cb->mse;
   }
   // m = 3: the coordinate of a uniform point on S^2 is uniform on [-sqrt3, sqrt3]; the 1-bit
