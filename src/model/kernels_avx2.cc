@@ -75,6 +75,20 @@ void QuantDotAvx2(const uint8_t* w_row, const BlockQ8x4* acts, size_t nblocks, s
   constexpr size_t kBB = BlockBytes<kType>();
   for (size_t t = 0; t < n_tokens; t += 4) {
     const BlockQ8x4* a = acts + (t / 4) * nblocks;
+    if (n_tokens - t == 1) {  // one token (decode): lane 0 only, same scalar float operations
+      float acc1 = 0.0f;
+      for (size_t b = 0; b < nblocks; ++b) {
+        const uint8_t* blk = w_row + b * kBB;
+        const __m256i w = LoadWeights<kType>(blk);
+        const __m256i w_abs = kType == GgmlType::kQ8_0 ? _mm256_sign_epi8(w, w) : w;
+        int32_t isum = Sum1(BlockProducts<kType>(w, w_abs, a[b].qs[0]));
+        if constexpr (kType == GgmlType::kQ4_0) isum -= 8 * a[b].sum[0];
+        acc1 = acc1 + static_cast<float>(isum) * (LoadHalf(blk) * a[b].d[0]);
+        if constexpr (kType == GgmlType::kQ4_1) acc1 = acc1 + LoadHalf(blk + 2) * a[b].ds[0];
+      }
+      out[t * out_stride] = acc1;
+      break;
+    }
     __m128 acc = _mm_setzero_ps();
     for (size_t b = 0; b < nblocks; ++b) {
       const uint8_t* blk = w_row + b * kBB;
@@ -181,23 +195,28 @@ void DotF16RowsAvx2(const uint16_t* k, size_t stride, size_t n_rows, const float
   for (; r < n_rows; ++r) out[r] = DotF16Avx2(k + r * stride, x, n);
 }
 
+template <int kVecs>
+inline void WeightedSumColumns(const float* p, const uint16_t* v, size_t stride, size_t n_rows,
+                               float* out) {
+  __m256 acc[kVecs];
+  for (int j = 0; j < kVecs; ++j) acc[j] = _mm256_setzero_ps();
+  for (size_t r = 0; r < n_rows; ++r) {
+    const __m256 pr = _mm256_set1_ps(p[r]);
+    const uint16_t* vr = v + r * stride;
+    for (int j = 0; j < kVecs; ++j) {
+      const __m256 vf =
+          _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(vr + 8 * j)));
+      acc[j] = _mm256_add_ps(acc[j], _mm256_mul_ps(pr, vf));
+    }
+  }
+  for (int j = 0; j < kVecs; ++j) _mm256_storeu_ps(out + 8 * j, acc[j]);
+}
+
 void WeightedSumF16Avx2(const float* p, const uint16_t* v, size_t stride, size_t n_rows, size_t n,
                         float* out) {
   size_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                     _mm256_setzero_ps()};
-    for (size_t r = 0; r < n_rows; ++r) {
-      const __m256 pr = _mm256_set1_ps(p[r]);
-      const uint16_t* vr = v + r * stride + i;
-      for (int j = 0; j < 4; ++j) {
-        const __m256 vf =
-            _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(vr + 8 * j)));
-        acc[j] = _mm256_add_ps(acc[j], _mm256_mul_ps(pr, vf));
-      }
-    }
-    for (int j = 0; j < 4; ++j) _mm256_storeu_ps(out + i + 8 * j, acc[j]);
-  }
+  for (; i + 64 <= n; i += 64) WeightedSumColumns<8>(p, v + i, stride, n_rows, out + i);
+  for (; i + 32 <= n; i += 32) WeightedSumColumns<4>(p, v + i, stride, n_rows, out + i);
   for (; i + 8 <= n; i += 8) {
     __m256 acc = _mm256_setzero_ps();
     for (size_t r = 0; r < n_rows; ++r) {
