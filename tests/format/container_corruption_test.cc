@@ -109,9 +109,27 @@ class CorruptionTest : public ::testing::Test {
 };
 
 TEST_F(CorruptionTest, FlipEveryByte) {
+  // Most of the file is zero padding, all caught by the same check: it gets one flip per byte;
+  // every byte that carries information also gets a single-bit flip, and the in-memory parser
+  // must agree with the reader on it (this keeps the test fast under sanitizers).
+  auto parsed = format::ParseAndVerifyContainer(file_, "t.tqkv");
+  ASSERT_TRUE(parsed.ok());
+  std::vector<bool> padding(file_.size(), false);
+  for (uint64_t i = format::kPreambleBytes + LoadU32(file_.data() + 20);
+       i < parsed->header_block_end; ++i) {
+    padding[i] = true;
+  }
+  for (size_t c = 0; c < parsed->chunks.size(); ++c) {
+    for (uint64_t i = format::PaddingBegin(*parsed, c); i < format::PaddingEnd(*parsed, c); ++i) {
+      padding[i] = true;
+    }
+  }
+  size_t informative = 0;
   std::vector<uint8_t> f = file_;
   for (size_t i = 0; i < f.size(); ++i) {
+    informative += padding[i] ? 0 : 1;
     for (uint8_t mask : {uint8_t{0xFF}, static_cast<uint8_t>(1u << (i % 8))}) {
+      if (mask != 0xFF && padding[i]) continue;
       f[i] ^= mask;
       const bool version = i >= 8 && i < 12;
       Status s = OpenAndReadAll(f);
@@ -120,7 +138,7 @@ TEST_F(CorruptionTest, FlipEveryByte) {
       } else {
         EXPECT_TRUE(s.IsCorruption()) << "byte " << i << " ^ " << int(mask) << ": " << s.ToString();
       }
-      if (mask == 0xFF) {  // the in-memory parser must agree (checked once per byte: time)
+      if (!padding[i] || i % 64 == 0) {
         EXPECT_EQ(format::ParseAndVerifyContainer(f, "t.tqkv").status().code(), s.code())
             << "byte " << i;
       }
@@ -128,6 +146,8 @@ TEST_F(CorruptionTest, FlipEveryByte) {
       if (HasFailure()) return;  // one report is enough
     }
   }
+  EXPECT_GT(informative, 1000u);
+  EXPECT_GT(f.size() - informative, 40000u);
 }
 
 TEST_F(CorruptionTest, TruncateAtEveryLength) {

@@ -142,6 +142,10 @@ TEST(ContainerTest, ByteLayout) {
   EXPECT_EQ(format::LoadU64(f.data() + format::LoadU64(f.data() + fat)), 13u);
   // Header block is one alignment unit; the first chunk follows it.
   EXPECT_EQ(format::LoadU64(f.data() + format::LoadU64(f.data() + fat) + 8 + 24), 4096u);
+  // The worked example of docs/format.md §11.
+  EXPECT_EQ(format::LoadU32(f.data() + 20), 191u);
+  EXPECT_EQ(format::LoadU64(f.data() + fat), 53376u);
+  EXPECT_EQ(f.size(), 54080u);
   // Deterministic: the same input gives the same bytes.
   EXPECT_EQ(WriteContainer(SmallHeader()).file, f);
 }
