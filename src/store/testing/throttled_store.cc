@@ -17,8 +17,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // A token bucket kept as a "paid until" time: each transfer pushes it by bytes / rate, and the
-// caller sleeps until then. The bucket never holds more than `burst` bytes of credit, so a long
-// transfer takes (bytes - burst) / rate. Oversleeping once is paid back by shorter later waits.
+// caller sleeps until then. Idle time earns at most `burst` bytes of credit, so a long transfer
+// takes (bytes - burst) / rate. Time lost to oversleeping (a loaded machine wakes sleepers late)
+// is not idle time: the next transfer may use it, so the long-run rate stays on target.
 class TokenBucket {
  public:
   TokenBucket(double bytes_per_sec, uint64_t burst_bytes) : rate_(bytes_per_sec) {
@@ -30,21 +31,23 @@ class TokenBucket {
     paid_until_ = Clock::now() - credit_;
   }
 
-  bool unlimited() const { return rate_ <= 0; }
-
   void Acquire(uint64_t bytes) {
     if (rate_ <= 0 || bytes == 0) return;
     Clock::time_point wake;
-    Clock::time_point now;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      now = Clock::now();
-      paid_until_ = std::max(paid_until_, now - credit_);
+      const Clock::time_point now = Clock::now();
+      paid_until_ = std::max(paid_until_, now - credit_ - overslept_);
+      overslept_ = Clock::duration::zero();
       paid_until_ += std::chrono::duration_cast<Clock::duration>(
           std::chrono::duration<double>(static_cast<double>(bytes) / rate_));
       wake = paid_until_;
+      if (wake <= now) return;
     }
-    if (wake > now) std::this_thread::sleep_until(wake);
+    std::this_thread::sleep_until(wake);
+    const Clock::duration late = Clock::now() - wake;
+    std::lock_guard<std::mutex> lock(mu_);
+    overslept_ = std::max(overslept_, late);
   }
 
  private:
@@ -52,6 +55,7 @@ class TokenBucket {
   Clock::duration credit_{};
   std::mutex mu_;
   Clock::time_point paid_until_;
+  Clock::duration overslept_{};
 };
 
 std::shared_ptr<TokenBucket> MakeBucket(double rate, uint64_t burst) {
