@@ -35,12 +35,14 @@ BenchPlan MakePlan(uint32_t dim, uint32_t bits, RotationKind rot) {
     for (auto& v : b.haar) v = g(rng);
     b.haar_t.resize(b.haar.size());
     for (uint32_t r = 0; r < dim; ++r) {
-      for (uint32_t c = 0; c < dim; ++c) b.haar_t[size_t{c} * dim + r] = b.haar[size_t{r} * dim + c];
+      for (uint32_t c = 0; c < dim; ++c)
+        b.haar_t[size_t{c} * dim + r] = b.haar[size_t{r} * dim + c];
     }
   }
   const uint32_t levels = 1u << bits;
   for (uint32_t k = 0; k < levels; ++k) {  // evenly spaced over +-2.5 sigma
-    b.centroids.push_back(-2.5f + 5.0f * (static_cast<float>(k) + 0.5f) / static_cast<float>(levels));
+    b.centroids.push_back(-2.5f +
+                          5.0f * (static_cast<float>(k) + 0.5f) / static_cast<float>(levels));
   }
   for (uint32_t k = 0; k + 1 < levels; ++k) {
     b.thresholds.push_back(0.5f * (b.centroids[k] + b.centroids[k + 1]));

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -31,8 +32,41 @@ struct TestPlan {
   SubsetPlan plan;
 };
 
+std::vector<double> GaussianMatrix(uint32_t dim, std::mt19937& rng) {
+  std::normal_distribution<double> gauss;
+  std::vector<double> q(size_t{dim} * dim);
+  for (auto& v : q) v = gauss(rng);
+  return q;
+}
+
+// Gram-Schmidt on a Gaussian matrix (in double): rows orthonormal. One per dim, reused by every
+// plan of that dim.
+const std::vector<double>& OrthogonalMatrix(uint32_t dim) {
+  static std::map<uint32_t, std::vector<double>> cache;
+  auto it = cache.find(dim);
+  if (it != cache.end()) return it->second;
+  std::mt19937 rng(dim);
+  std::vector<double> q = GaussianMatrix(dim, rng);
+  for (uint32_t r = 0; r < dim; ++r) {
+    double* row = &q[size_t{r} * dim];
+    for (uint32_t p = 0; p < r; ++p) {
+      const double* prev = &q[size_t{p} * dim];
+      double dot = 0;
+      for (uint32_t k = 0; k < dim; ++k) dot += row[k] * prev[k];
+      for (uint32_t k = 0; k < dim; ++k) row[k] -= dot * prev[k];
+    }
+    double nn = 0;
+    for (uint32_t k = 0; k < dim; ++k) nn += row[k] * row[k];
+    nn = std::sqrt(nn);
+    for (uint32_t k = 0; k < dim; ++k) row[k] /= nn;
+  }
+  return cache.emplace(dim, std::move(q)).first->second;
+}
+
+// orthogonal = false leaves the Haar matrix Gaussian: bit-identity does not need orthogonality, and
+// Gram-Schmidt of a 1000+ dim matrix would dominate the test's run time.
 TestPlan MakePlan(uint32_t dim, uint32_t bits, RotationKind rot, DType norm_dtype, bool nc,
-                  std::mt19937& rng) {
+                  std::mt19937& rng, bool orthogonal = true) {
   TestPlan t;
   std::normal_distribution<double> gauss;
   std::uniform_int_distribution<int> coin(0, 1);
@@ -41,22 +75,7 @@ TestPlan MakePlan(uint32_t dim, uint32_t bits, RotationKind rot, DType norm_dtyp
     t.signs2.push_back(coin(rng) ? 1.0f : -1.0f);
   }
   if (rot == RotationKind::kHaar) {
-    // Gram-Schmidt on a Gaussian matrix (in double); rows of Q are orthonormal.
-    std::vector<double> q(size_t{dim} * dim);
-    for (auto& v : q) v = gauss(rng);
-    for (uint32_t r = 0; r < dim; ++r) {
-      double* row = &q[size_t{r} * dim];
-      for (uint32_t p = 0; p < r; ++p) {
-        const double* prev = &q[size_t{p} * dim];
-        double dot = 0;
-        for (uint32_t k = 0; k < dim; ++k) dot += row[k] * prev[k];
-        for (uint32_t k = 0; k < dim; ++k) row[k] -= dot * prev[k];
-      }
-      double nn = 0;
-      for (uint32_t k = 0; k < dim; ++k) nn += row[k] * row[k];
-      nn = std::sqrt(nn);
-      for (uint32_t k = 0; k < dim; ++k) row[k] /= nn;
-    }
+    const std::vector<double> q = orthogonal ? OrthogonalMatrix(dim) : GaussianMatrix(dim, rng);
     t.haar.resize(q.size());
     t.haar_t.resize(q.size());
     for (uint32_t r = 0; r < dim; ++r) {
@@ -123,9 +142,9 @@ std::vector<float> MakeInputs(uint32_t dim, size_t stride, size_t* n, std::mt199
   vecs.push_back(filled(-0.0f));
   vecs.push_back(filled(1.0f));
   vecs.push_back(filled(-3.5f));
-  vecs.push_back(filled(1e-40f));                  // denormal: squares underflow to 0
-  vecs.push_back(filled(1e-20f));                  // squares denormal-ish
-  vecs.push_back(filled(1e18f));                   // squares overflow
+  vecs.push_back(filled(1e-40f));  // denormal: squares underflow to 0
+  vecs.push_back(filled(1e-20f));  // squares denormal-ish
+  vecs.push_back(filled(1e18f));   // squares overflow
   vecs.push_back(filled(3e37f));
   vecs.push_back(filled(std::numeric_limits<float>::denorm_min()));
   for (float special : {kInf, -kInf, kNaN, 1e30f, 1e-38f}) {
@@ -152,7 +171,7 @@ std::vector<float> MakeInputs(uint32_t dim, size_t stride, size_t* n, std::mt199
 
 std::vector<uint32_t> DimsFor(RotationKind rot) {
   if (rot == RotationKind::kHaar) return {3, 8, 16, 20, 32, 64, 96, 128, 256};
-  return {8, 16, 32, 64, 128, 256};
+  return {8, 16, 32, 64, 128, 256, 512};
 }
 
 std::vector<const KernelTable*> SimdTables() {
@@ -164,7 +183,8 @@ std::vector<const KernelTable*> SimdTables() {
 std::string Describe(const SubsetPlan& p, const KernelTable& t) {
   return std::string(t.name) + " dim=" + std::to_string(p.dim) + " bits=" + std::to_string(p.bits) +
          " rot=" + std::to_string(static_cast<int>(p.rotation)) +
-         " norm=" + std::string(DTypeName(p.norm_dtype)) + " nc=" + std::to_string(p.norm_correction);
+         " norm=" + std::string(DTypeName(p.norm_dtype)) +
+         " nc=" + std::to_string(p.norm_correction);
 }
 
 TEST(KernelsDispatch, TablesMatchLevels) {
@@ -295,10 +315,10 @@ TEST(KernelsRef, EncodeZeroAndNonFiniteNorms) {
     ScalarKernels().encode(t.plan, x.data(), 16, 3, code.data(), code.data() + nb, stride);
     for (int v = 0; v < 3; ++v) {
       const uint8_t* c = &code[v * stride];
-      const float norm = nd == DType::kF32 ? std::bit_cast<float>(
-                                                 uint32_t{c[0]} | uint32_t{c[1]} << 8 |
-                                                 uint32_t{c[2]} << 16 | uint32_t{c[3]} << 24)
-                                           : HalfToFloat(uint16_t(c[0] | c[1] << 8));
+      const float norm = nd == DType::kF32
+                             ? std::bit_cast<float>(uint32_t{c[0]} | uint32_t{c[1]} << 8 |
+                                                    uint32_t{c[2]} << 16 | uint32_t{c[3]} << 24)
+                             : HalfToFloat(uint16_t(c[0] | c[1] << 8));
       if (v == 0) {
         EXPECT_EQ(std::bit_cast<uint32_t>(norm), 0u);
       } else {
@@ -314,7 +334,8 @@ TEST(KernelsRef, EncodeZeroAndNonFiniteNorms) {
 TEST(KernelsRef, RoundTripIsAccurate) {
   std::mt19937 rng(8);
   std::normal_distribution<float> gauss;
-  for (RotationKind rot : {RotationKind::kHadamard, RotationKind::kHadamard2, RotationKind::kHaar}) {
+  for (RotationKind rot :
+       {RotationKind::kHadamard, RotationKind::kHadamard2, RotationKind::kHaar}) {
     TestPlan t = MakePlan(64, 8, rot, DType::kF32, false, rng);
     for (size_t k = 0; k < t.centroids.size(); ++k) {  // uniform grid over [-4, 4]
       t.centroids[k] = -4.0f + 8.0f * static_cast<float>(k) / 255.0f;
@@ -336,10 +357,10 @@ TEST(KernelsRef, RoundTripIsAccurate) {
   }
 }
 
-TEST(KernelsSimd, EncodeDecodeMatchReferenceBitForBit) {
-  std::mt19937 rng(42);
+void ExpectMatchesReference(RotationKind rot) {
+  std::mt19937 rng(42 + static_cast<int>(rot));
   const KernelTable& scalar = ScalarKernels();
-  for (RotationKind rot : {RotationKind::kHadamard, RotationKind::kHadamard2, RotationKind::kHaar}) {
+  {
     for (uint32_t dim : DimsFor(rot)) {
       for (uint32_t bits = 1; bits <= 8; ++bits) {
         for (DType nd : {DType::kF32, DType::kF16}) {
@@ -379,13 +400,13 @@ TEST(KernelsSimd, EncodeDecodeMatchReferenceBitForBit) {
               std::vector<uint8_t> got(n * code_stride, 0xCD);
               table->encode(p, x.data(), x_stride, n, got.data(), got.data() + nb, code_stride);
               for (size_t v = 0; v < n; ++v) {
-                ASSERT_EQ(0, std::memcmp(&got[v * code_stride], &want[v * code_stride],
-                                         code_stride))
+                ASSERT_EQ(0,
+                          std::memcmp(&got[v * code_stride], &want[v * code_stride], code_stride))
                     << "vector " << v;
               }
               std::vector<float> got_out(n_dec * out_stride, -1.0f);
-              table->decode(p, codes.data(), codes.data() + nb, code_stride, n_dec,
-                            got_out.data(), out_stride);
+              table->decode(p, codes.data(), codes.data() + nb, code_stride, n_dec, got_out.data(),
+                            out_stride);
               for (size_t i = 0; i < got_out.size(); ++i) {
                 ASSERT_TRUE(SameFloat(got_out[i], want_out[i]))
                     << "vector " << i / out_stride << " lane " << i % out_stride << ": "
@@ -395,6 +416,46 @@ TEST(KernelsSimd, EncodeDecodeMatchReferenceBitForBit) {
           }
         }
       }
+    }
+  }
+}
+
+// Every table against the reference: codes byte for byte, decoded floats bit for bit.
+TEST(KernelsSimd, HadamardMatchesReference) { ExpectMatchesReference(RotationKind::kHadamard); }
+TEST(KernelsSimd, Hadamard2MatchesReference) { ExpectMatchesReference(RotationKind::kHadamard2); }
+TEST(KernelsSimd, HaarMatchesReference) { ExpectMatchesReference(RotationKind::kHaar); }
+
+// Shapes the SIMD tables hand to the reference (odd dims, dims beyond their stack buffers) and
+// empty batches.
+TEST(KernelsSimd, FallbackShapesAndEmptyBatches) {
+  std::mt19937 rng(43);
+  struct Shape {
+    uint32_t dim;
+    RotationKind rot;
+  };
+  for (Shape shape : {Shape{2048, RotationKind::kHadamard}, Shape{1, RotationKind::kHaar},
+                      Shape{12, RotationKind::kHaar}, Shape{1040, RotationKind::kHaar}}) {
+    TestPlan t = MakePlan(shape.dim, 3, shape.rot, DType::kF16, true, rng, false);
+    size_t n = 0;
+    const std::vector<float> x = MakeInputs(shape.dim, shape.dim, &n, rng);
+    n = std::min<size_t>(n, 6);
+    const size_t stride = 2 + t.plan.planes_bytes();
+    std::vector<uint8_t> want(n * stride), got(n * stride);
+    std::vector<float> want_out(n * shape.dim), got_out(n * shape.dim);
+    ScalarKernels().encode(t.plan, x.data(), shape.dim, n, want.data(), want.data() + 2, stride);
+    ScalarKernels().decode(t.plan, want.data(), want.data() + 2, stride, n, want_out.data(),
+                           shape.dim);
+    for (const KernelTable* table : SimdTables()) {
+      SCOPED_TRACE(Describe(t.plan, *table));
+      table->encode(t.plan, x.data(), shape.dim, n, got.data(), got.data() + 2, stride);
+      EXPECT_EQ(got, want);
+      table->decode(t.plan, want.data(), want.data() + 2, stride, n, got_out.data(), shape.dim);
+      for (size_t i = 0; i < got_out.size(); ++i) ASSERT_TRUE(SameFloat(got_out[i], want_out[i]));
+      // n = 0 touches nothing.
+      table->encode(t.plan, nullptr, shape.dim, 0, nullptr, nullptr, stride);
+      table->decode(t.plan, nullptr, nullptr, stride, 0, nullptr, shape.dim);
+      table->to_f32(nullptr, DType::kF16, 0, nullptr);
+      table->from_f32(nullptr, 0, DType::kBF16, nullptr);
     }
   }
 }

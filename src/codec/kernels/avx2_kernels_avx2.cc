@@ -177,10 +177,12 @@ inline void Quantize4x8(const SubsetPlan& p, const Tables& t, const __m256* z, _
 #pragma GCC unroll 4
     for (int step = 1 << (kShift - 1); step > 0; step >>= 1) {
       const __m256i stepv = _mm256_set1_epi32(step);
+      const __m256i step_m1 = _mm256_set1_epi32(step - 1);
 #pragma GCC unroll 4
       for (int r = 0; r < 4; ++r) {
-        const __m256i cand = _mm256_add_epi32(idx[r], stepv);
-        const __m256 tv = _mm256_i32gather_ps(p.thresholds - 1, cand, 4);  // t[cand - 1]
+        // Is t[idx + step - 1] below z? Then at least idx + step thresholds are.
+        const __m256i probe = _mm256_add_epi32(idx[r], step_m1);
+        const __m256 tv = _mm256_i32gather_ps(p.thresholds, probe, 4);
         const __m256 lt = _mm256_cmp_ps(tv, z[r], _CMP_LT_OQ);
         idx[r] = _mm256_add_epi32(idx[r], _mm256_and_si256(_mm256_castps_si256(lt), stepv));
       }
