@@ -67,6 +67,15 @@ Status ParseIndex(const ReadFn& read, const ParsedContainer& c, uint64_t index_s
                         expected_count.status().message());
   }
   TQKV_RETURN_IF_ERROR(CheckField(name, "index record count", at, *expected_count, records));
+  // Each payload has at least one byte and starts on its own aligned page of the data region.
+  const uint64_t max_chunks =
+      (c.index_offset - c.header_block_end + kContainerAlignment - 1) / kContainerAlignment;
+  if (records > max_chunks) {
+    return CorruptionAt(name, "index record count", at,
+                        "at most " + std::to_string(max_chunks) + " chunks in " +
+                            Bytes(c.index_offset - c.header_block_end) + " of data",
+                        std::to_string(records));
+  }
 
   chunks->reserve(records);
   ChunkSequence seq(c.header);

@@ -1,8 +1,9 @@
 // ContainerWriter: header block, chunks in container order at 4 KiB-aligned offsets, index, footer.
+#include <algorithm>
 #include <array>
+#include <cstdint>
 #include <cstring>
 #include <memory>
-#include <optional>
 #include <utility>
 #include <vector>
 
@@ -22,6 +23,9 @@ class ContainerWriterImpl final : public ContainerWriter {
   ContainerWriterImpl(WritableObject* out, ContainerHeader header, uint64_t expected_chunks)
       : out_(out), header_(std::move(header)), sequence_(header_),
         expected_chunks_(expected_chunks) {}
+
+  ContainerWriterImpl(const ContainerWriterImpl&) = delete;  // sequence_ points into header_
+  ContainerWriterImpl& operator=(const ContainerWriterImpl&) = delete;
 
   Status Start();
   Status AddChunk(const ChunkEntry& key, std::span<const uint8_t> payload) override;

@@ -264,6 +264,27 @@ TEST_F(CorruptionTest, ForgedStructureWithValidChecksums) {
   });
 }
 
+TEST(CorruptionIndexTest, MoreRecordsThanDataPages) {
+  // A genuine 80-chunk index with the data region cut out: the count matches the header but
+  // cannot fit, and the reader says so before reserving anything for the records.
+  WrittenContainer w = WriteContainer(MakeHeader({1, 1, 16}, 40, 1, {RawParams(16)}, {0}));
+  ASSERT_TRUE(w.status.ok());
+  const std::vector<uint8_t>& f = w.file;
+  const uint64_t fat = f.size() - 64, index_at = LoadU64(f.data() + fat);
+  ASSERT_EQ(LoadU64(f.data() + index_at), 80u);
+  std::vector<uint8_t> g(f.begin(), f.begin() + kContainerAlignment);
+  g.insert(g.end(), f.begin() + index_at, f.end());
+  const uint64_t gfat = g.size() - 64;
+  StoreU64(g.data() + gfat, kContainerAlignment);
+  StoreU64(g.data() + gfat + 24, g.size());
+  Resign(g);
+  Status s = OpenAndReadAll(g);
+  EXPECT_TRUE(s.IsCorruption()) << s.ToString();
+  EXPECT_NE(s.message().find("index record count at offset 4096: expected at most 0 chunks"),
+            std::string::npos)
+      << s.message();
+}
+
 TEST_F(CorruptionTest, MessagesNameObjectOffsetExpectedAndGot) {
   std::vector<uint8_t> f = file_;
   f[fat_ + 56] ^= 1;  // footer magic
