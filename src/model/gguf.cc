@@ -48,6 +48,7 @@ class Reader {
       : data_(data), size_(size), path_(std::move(path)) {}
 
   uint64_t pos() const { return pos_; }
+  void Skip(uint64_t n) { pos_ = n < remaining() ? pos_ + n : size_; }
   uint64_t remaining() const { return size_ - pos_; }
 
   Status Error(std::string_view what) const {
@@ -113,10 +114,18 @@ class Reader {
           return Error("array '" + std::string(key) + "' claims " + std::to_string(count) +
                        " elements, more than the file can hold");
         }
-        v->array.resize(count);
-        for (uint64_t k = 0; k < count; ++k) {
-          TQKV_RETURN_IF_ERROR(ReadValue(v->elem_type, &v->array[k], depth + 1, key));
+        v->count = count;
+        v->raw = data_ + pos_;
+        const uint64_t start = pos_;
+        if (v->elem_type == GgufValueType::kString || v->elem_type == GgufValueType::kArray) {
+          GgufValue scratch;  // validates each element without keeping it
+          for (uint64_t k = 0; k < count; ++k) {
+            TQKV_RETURN_IF_ERROR(ReadValue(v->elem_type, &scratch, depth + 1, key));
+          }
+        } else {
+          pos_ += count * MinValueBytes(v->elem_type);  // fixed size; bounded above
         }
+        v->raw_size = pos_ - start;
         break;
       }
       default:
@@ -149,6 +158,39 @@ bool GgufValue::is_integer() const {
 static bool IsSigned(GgufValueType t) {
   return t == GgufValueType::kInt8 || t == GgufValueType::kInt16 || t == GgufValueType::kInt32 ||
          t == GgufValueType::kInt64;
+}
+
+GgufValue GgufValue::ArrayElement(uint64_t index) const {
+  GgufValue out;
+  if (type != GgufValueType::kArray || index >= count || raw == nullptr) return out;
+  Reader r(raw, raw_size, "array");
+  if (elem_type != GgufValueType::kString && elem_type != GgufValueType::kArray) {
+    r.Skip(index * MinValueBytes(elem_type));
+  } else {
+    GgufValue scratch;
+    for (uint64_t k = 0; k < index; ++k) {
+      if (!r.ReadValue(elem_type, &scratch, 1, "array").ok()) return GgufValue();
+    }
+  }
+  if (!r.ReadValue(elem_type, &out, 1, "array").ok()) return GgufValue();
+  return out;
+}
+
+std::vector<std::string_view> GgufValue::ArrayStrings() const {
+  std::vector<std::string_view> out;
+  if (type != GgufValueType::kArray || elem_type != GgufValueType::kString) return out;
+  out.reserve(count);
+  uint64_t pos = 0;
+  for (uint64_t k = 0; k < count; ++k) {
+    uint64_t len = 0;
+    if (raw_size - pos < 8) return {};
+    std::memcpy(&len, raw + pos, 8);
+    pos += 8;
+    if (len > raw_size - pos) return {};
+    out.emplace_back(reinterpret_cast<const char*>(raw + pos), len);
+    pos += len;
+  }
+  return out;
 }
 
 std::optional<uint64_t> GgufValue::AsUint() const {

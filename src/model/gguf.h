@@ -50,15 +50,24 @@ struct GgufValue {
   int64_t i = 0;
   double f = 0.0;
   bool b = false;
-  std::string str;                 // kString
-  GgufValueType elem_type = GgufValueType::kUint8;  // kArray
-  std::vector<GgufValue> array;    // kArray
+  std::string str;  // kString
+  // kArray: elements stay in the mapped file (validated when parsed), so a file claiming huge
+  // arrays costs no memory; read them with ArrayElement / ArrayStrings.
+  GgufValueType elem_type = GgufValueType::kUint8;
+  uint64_t count = 0;
+  const uint8_t* raw = nullptr;  // first element
+  uint64_t raw_size = 0;         // bytes of all elements
 
   bool is_integer() const;
   // The value as an unsigned / signed integer / float, if it is a number that fits.
   std::optional<uint64_t> AsUint() const;
   std::optional<int64_t> AsInt() const;
   std::optional<double> AsDouble() const;
+  // Element i of an array (O(1) for numbers, O(i) for strings and nested arrays); a default
+  // value when out of range.
+  GgufValue ArrayElement(uint64_t index) const;
+  // All elements of an array of strings, as views into the mapped file (empty otherwise).
+  std::vector<std::string_view> ArrayStrings() const;
 };
 
 struct GgufTensorInfo {

@@ -12,6 +12,7 @@ namespace tqkv::model {
 namespace {
 
 constexpr std::string_view kSpmSpace = "\xE2\x96\x81";  // U+2581
+constexpr uint64_t kMaxVocabEntries = 1u << 22;         // bounds memory for hostile files
 
 // Decodes one UTF-8 sequence at s[i]; returns its length (1 for an invalid byte, cp = ~0u).
 size_t DecodeUtf8(std::string_view s, size_t i, uint32_t* cp) {
@@ -128,6 +129,19 @@ const ByteUnicode& ByteMap() {
   return m;
 }
 
+// A token id from metadata `key` (fallback when absent); Corruption when not an id < n.
+Result<int32_t> ReadTokenId(const GgufFile& gguf, std::string_view key, int32_t fallback,
+                            size_t n) {
+  const GgufValue* v = gguf.Find(key);
+  if (v == nullptr) return fallback;
+  const auto i = v->AsInt();
+  if (!i || *i < -1 || *i >= static_cast<int64_t>(n)) {
+    return Status::Corruption("GGUF: " + std::string(key) + " is not a token id < " +
+                              std::to_string(n));
+  }
+  return static_cast<int32_t>(*i);
+}
+
 }  // namespace
 
 std::string_view Tokenizer::Piece(int32_t id) const {
@@ -194,6 +208,9 @@ Result<std::unique_ptr<ScoreTokenizer>> ScoreTokenizer::LoadLlama2c(const std::s
   int32_t max_len = 0;
   std::memcpy(&max_len, d, 4);
   if (max_len <= 0) return corrupt(0, "bad max_token_length " + std::to_string(max_len));
+  if (vocab_size == 0 || vocab_size > kMaxVocabEntries) {
+    return Status::InvalidArgument("tokenizer " + path + ": bad vocab size " + std::to_string(vocab_size));
+  }
   std::unique_ptr<ScoreTokenizer> t(new ScoreTokenizer());
   t->pieces_.reserve(vocab_size);
   t->scores_.reserve(vocab_size);
@@ -235,26 +252,34 @@ Result<std::unique_ptr<ScoreTokenizer>> ScoreTokenizer::FromGguf(const GgufFile&
   const GgufValue* toks = gguf.Find("tokenizer.ggml.tokens");
   const GgufValue* scores = gguf.Find("tokenizer.ggml.scores");
   if (toks == nullptr || toks->type != GgufValueType::kArray ||
-      toks->elem_type != GgufValueType::kString || toks->array.empty()) {
-    return Status::Corruption("GGUF: tokenizer.ggml.tokens missing or not an array of strings");
+      toks->elem_type != GgufValueType::kString || toks->count == 0 ||
+      toks->count > kMaxVocabEntries) {
+    return Status::Corruption(
+        "GGUF: tokenizer.ggml.tokens missing, empty, too long or not an array of strings");
   }
   std::unique_ptr<ScoreTokenizer> t(new ScoreTokenizer());
-  for (const auto& v : toks->array) t->pieces_.push_back(v.str);
+  for (std::string_view v : toks->ArrayStrings()) t->pieces_.emplace_back(v);
   t->scores_.assign(t->pieces_.size(), 0.0f);
   if (scores != nullptr && scores->type == GgufValueType::kArray &&
-      scores->array.size() == t->pieces_.size()) {
+      scores->count == t->pieces_.size()) {
     for (size_t i = 0; i < t->pieces_.size(); ++i) {
-      t->scores_[i] = static_cast<float>(scores->array[i].AsDouble().value_or(0.0));
+      t->scores_[i] = static_cast<float>(scores->ArrayElement(i).AsDouble().value_or(0.0));
     }
   }
   t->BuildIndex();
   if (const GgufValue* types = gguf.Find("tokenizer.ggml.token_type");
-      types != nullptr && types->array.size() == t->pieces_.size()) {
+      types != nullptr && types->type == GgufValueType::kArray &&
+      types->count == t->pieces_.size()) {
     for (size_t i = 0; i < t->pieces_.size(); ++i) {
-      const int64_t ty = types->array[i].AsInt().value_or(1);
+      const int64_t ty = types->ArrayElement(i).AsInt().value_or(1);
       t->is_control_[i] = (ty == 3 || ty == 4) ? 1 : 0;
     }
   }
+  const size_t n = t->pieces_.size();
+  TQKV_ASSIGN_OR_RETURN(t->bos_id_, ReadTokenId(gguf, "tokenizer.ggml.bos_token_id", n > 1 ? 1 : -1, n));
+  TQKV_ASSIGN_OR_RETURN(t->eos_id_, ReadTokenId(gguf, "tokenizer.ggml.eos_token_id", n > 2 ? 2 : -1, n));
+  const GgufValue* add_bos = gguf.Find("tokenizer.ggml.add_bos_token");
+  t->add_bos_default_ = add_bos == nullptr || add_bos->type != GgufValueType::kBool || add_bos->b;
   t->spm_spaces_ = true;
   const GgufValue* prefix = gguf.Find("tokenizer.ggml.add_space_prefix");
   t->add_space_prefix_ = prefix == nullptr || prefix->type != GgufValueType::kBool || prefix->b;
@@ -377,42 +402,36 @@ Result<std::unique_ptr<BpeTokenizer>> BpeTokenizer::FromGguf(const GgufFile& ggu
   const GgufValue* toks = gguf.Find("tokenizer.ggml.tokens");
   const GgufValue* merges = gguf.Find("tokenizer.ggml.merges");
   if (toks == nullptr || toks->type != GgufValueType::kArray ||
-      toks->elem_type != GgufValueType::kString || toks->array.empty()) {
-    return Status::Corruption("GGUF: tokenizer.ggml.tokens missing or not an array of strings");
+      toks->elem_type != GgufValueType::kString || toks->count == 0 ||
+      toks->count > kMaxVocabEntries) {
+    return Status::Corruption(
+        "GGUF: tokenizer.ggml.tokens missing, empty, too long or not an array of strings");
   }
   if (merges == nullptr || merges->type != GgufValueType::kArray ||
-      merges->elem_type != GgufValueType::kString) {
+      merges->elem_type != GgufValueType::kString || merges->count > kMaxVocabEntries) {
     return Status::Corruption("GGUF: tokenizer.ggml.merges missing or not an array of strings");
   }
   std::unique_ptr<BpeTokenizer> t(new BpeTokenizer());
-  t->pieces_.reserve(toks->array.size());
-  for (const auto& v : toks->array) t->pieces_.push_back(v.str);
+  t->pieces_.reserve(toks->count);
+  for (std::string_view v : toks->ArrayStrings()) t->pieces_.emplace_back(v);
   t->BuildIndex();
   if (const GgufValue* types = gguf.Find("tokenizer.ggml.token_type");
-      types != nullptr && types->array.size() == t->pieces_.size()) {
+      types != nullptr && types->type == GgufValueType::kArray &&
+      types->count == t->pieces_.size()) {
     for (size_t i = 0; i < t->pieces_.size(); ++i) {
-      const int64_t ty = types->array[i].AsInt().value_or(1);
+      const int64_t ty = types->ArrayElement(i).AsInt().value_or(1);
       t->is_control_[i] = (ty == 3 || ty == 4) ? 1 : 0;
     }
   }
-  t->merge_rank_.reserve(merges->array.size() * 2);
-  for (size_t i = 0; i < merges->array.size(); ++i) {
-    t->merge_rank_.emplace(merges->array[i].str, static_cast<int32_t>(i));
+  const std::vector<std::string_view> merge_list = merges->ArrayStrings();
+  t->merge_rank_.reserve(merge_list.size() * 2);
+  for (size_t i = 0; i < merge_list.size(); ++i) {
+    t->merge_rank_.emplace(std::string(merge_list[i]), static_cast<int32_t>(i));
   }
-  const int64_t n = static_cast<int64_t>(t->pieces_.size());
-  auto id_or = [&](std::string_view key, int64_t fallback) -> Result<int32_t> {
-    const GgufValue* v = gguf.Find(key);
-    if (v == nullptr) return static_cast<int32_t>(fallback);
-    const auto i = v->AsInt();
-    if (!i || *i < -1 || *i >= n) {
-      return Status::Corruption("GGUF: " + std::string(key) + " is not a token id < " +
-                                std::to_string(n));
-    }
-    return static_cast<int32_t>(*i);
-  };
-  TQKV_ASSIGN_OR_RETURN(t->bos_id_, id_or("tokenizer.ggml.bos_token_id", -1));
-  TQKV_ASSIGN_OR_RETURN(t->eos_id_, id_or("tokenizer.ggml.eos_token_id", -1));
-  TQKV_ASSIGN_OR_RETURN(t->unk_id_, id_or("tokenizer.ggml.unknown_token_id", -1));
+  const size_t n = t->pieces_.size();
+  TQKV_ASSIGN_OR_RETURN(t->bos_id_, ReadTokenId(gguf, "tokenizer.ggml.bos_token_id", -1, n));
+  TQKV_ASSIGN_OR_RETURN(t->eos_id_, ReadTokenId(gguf, "tokenizer.ggml.eos_token_id", -1, n));
+  TQKV_ASSIGN_OR_RETURN(t->unk_id_, ReadTokenId(gguf, "tokenizer.ggml.unknown_token_id", -1, n));
   const GgufValue* add_bos = gguf.Find("tokenizer.ggml.add_bos_token");
   t->add_bos_default_ = add_bos != nullptr && add_bos->type == GgufValueType::kBool && add_bos->b;
   return t;

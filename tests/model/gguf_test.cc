@@ -81,13 +81,19 @@ TEST(GgufTest, ParsesAllValueTypesAndTensors) {
     EXPECT_EQ(*f.GetUintOr("missing", 7), 7u);
     const GgufValue* strs = f.Find("strs");
     ASSERT_NE(strs, nullptr);
-    ASSERT_EQ(strs->array.size(), 3u);
-    EXPECT_EQ(strs->array[2].str, "ccc");
-    EXPECT_EQ(f.Find("ints")->array[1].AsInt(), -2);
-    EXPECT_EQ(f.Find("floats")->array[0].AsDouble(), 0.5);
+    ASSERT_EQ(strs->count, 3u);
+    EXPECT_EQ(strs->ArrayElement(2).str, "ccc");
+    EXPECT_EQ(strs->ArrayStrings(), (std::vector<std::string_view>{"a", "", "ccc"}));
+    EXPECT_EQ(f.Find("ints")->ArrayElement(1).AsInt(), -2);
+    EXPECT_EQ(f.Find("ints")->ArrayElement(3).type, GgufValueType::kUint8);  // out of range
+    EXPECT_EQ(f.Find("floats")->ArrayElement(0).AsDouble(), 0.5);
+    EXPECT_TRUE(f.Find("ints")->ArrayStrings().empty());
     const GgufValue* nested = f.Find("nested");
-    ASSERT_EQ(nested->array.size(), 2u);
-    EXPECT_EQ(nested->array[1].array[0].AsUint(), 1u);
+    ASSERT_EQ(nested->count, 2u);
+    const GgufValue inner = nested->ArrayElement(1);
+    EXPECT_EQ(inner.count, 2u);
+    EXPECT_EQ(inner.ArrayElement(0).AsUint(), 1u);
+    EXPECT_EQ(inner.ArrayElement(1).AsUint(), 9u);
     ASSERT_EQ(f.tensors().size(), 3u);
     const GgufTensorInfo* q = f.FindTensor("m.q41");
     ASSERT_NE(q, nullptr);
@@ -101,6 +107,24 @@ TEST(GgufTest, ParsesAllValueTypesAndTensors) {
     EXPECT_EQ(f.FindTensor("v")->elements, 5u);
     EXPECT_EQ(f.FindTensor("nope"), nullptr);
   }
+}
+
+TEST(GgufTest, HugeArrayClaimsAreRejectedWithoutAllocating) {
+  GgufBuilder b;
+  std::string e;
+  GgufBuilder::Put<uint32_t>(&e, static_cast<uint32_t>(GgufValueType::kString));
+  GgufBuilder::Put<uint64_t>(&e, uint64_t{1} << 61);
+  b.KvRaw("a", GgufValueType::kArray, e);
+  auto g = ParseBytes(b.Build(), "huge.gguf");
+  ASSERT_FALSE(g.ok());
+  EXPECT_TRUE(g.status().IsCorruption());
+  // A large but real u8 array is kept in the file, not expanded.
+  GgufBuilder c;
+  c.KvArray<uint8_t>("bytes", GgufValueType::kUint8, std::vector<uint8_t>(1 << 20, 7));
+  auto h = ParseBytes(c.Build(), "big.gguf");
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  EXPECT_EQ((*h)->Find("bytes")->count, 1u << 20);
+  EXPECT_EQ((*h)->Find("bytes")->ArrayElement((1 << 20) - 1).AsUint(), 7u);
 }
 
 TEST(GgufTest, RejectsBadTensorTables) {
