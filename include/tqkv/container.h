@@ -58,6 +58,13 @@ struct ChunkEntry {
 // Writes a container to a WritableObject (which the caller commits). Chunks must come in
 // container order: for each layer, its meta chunk (when the layer's codec has group metadata),
 // then its K chunks by token, then its V chunks by token.
+// Create: InvalidArgument for an invalid header (codec params, layer_codec size/range, token_block,
+// geometry, model name over 256 bytes). AddChunk: `key` gives type, layer, kv, token_begin and
+// token_count (a meta chunk has kv 0, token_begin 0, token_count 0; code chunks cover
+// [0, tokens) in token_block steps); its offset, size and checksum are ignored (the writer
+// assigns them). A chunk out of order or of a size other than ExpectedChunkBytes is refused with
+// InvalidArgument and nothing is written, so the right chunk can still follow. An Append error is
+// returned and sticks: every later call returns it. Finish: InvalidArgument while chunks are missing.
 class ContainerWriter {
  public:
   static Result<std::unique_ptr<ContainerWriter>> Create(WritableObject* out,
@@ -82,7 +89,9 @@ class ContainerReader {
   virtual uint64_t file_bytes() const = 0;
   // Verifies a payload already read (e.g. by a batched read) against its entry.
   virtual Status VerifyChunk(const ChunkEntry& entry, std::span<const uint8_t> payload) const = 0;
-  // Reads one chunk's payload into dst (entry.size bytes) and verifies it.
+  // Reads one chunk's payload into dst (entry.size bytes) and verifies it, and checks that the
+  // zero padding after it is intact. `entry` must be one of chunks() (else InvalidArgument).
+  // VerifyChunk is const and thread-safe; ReadChunk is as thread-safe as the object's ReadAt.
   virtual Status ReadChunk(const ChunkEntry& entry, std::span<uint8_t> dst) = 0;
 };
 
