@@ -16,10 +16,9 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "tools/commands.h"
 #include "tqkv/codec.h"
@@ -67,7 +66,8 @@ Result<Timing> Time(int reps, Fn&& fn) {
 Status Run(const Options& o) {
   const auto kind = ParseSyntheticKind(o.data);
   if (!kind) return Status::InvalidArgument("--data must be gaussian or kv");
-  if (o.groups == 0 || o.vectors < o.groups) return Status::InvalidArgument("need vectors >= groups >= 1");
+  if (o.groups == 0 || o.vectors < o.groups)
+    return Status::InvalidArgument("need vectors >= groups >= 1");
   if (o.reps < 1) return Status::InvalidArgument("--reps must be >= 1");
   const uint32_t d = o.dim;
   const size_t per_group = o.vectors / o.groups;
@@ -89,14 +89,15 @@ Status Run(const Options& o) {
   std::printf("%-14s %7s %7s %8s %7s %10s %9s %12s %12s\n", "codec", "threads", "bits/v", "ratio",
               "nmse", "cosine", "", "encode GB/s", "decode GB/s");
   for (size_t threads : o.threads) {
-    std::unique_ptr<ThreadPool> pool = threads > 1 ? std::make_unique<ThreadPool>(threads) : nullptr;
+    std::unique_ptr<ThreadPool> pool =
+        threads > 1 ? std::make_unique<ThreadPool>(threads) : nullptr;
     // memcpy of the same buffer with the same parallelism.
     TQKV_ASSIGN_OR_RETURN(Timing mt, Time(o.reps, [&] {
-      ParallelFor(pool.get(), n, 4096, [&](size_t b, size_t e) {
-        std::memcpy(&copy[b * d], &input[b * d], (e - b) * d * 2);
-      });
-      return Status::Ok();
-    }));
+                            ParallelFor(pool.get(), n, 4096, [&](size_t b, size_t e) {
+                              std::memcpy(&copy[b * d], &input[b * d], (e - b) * d * 2);
+                            });
+                            return Status::Ok();
+                          }));
     const double mg = fp16_bytes / mt.best / 1e9;
     memcpy_gbps = std::max(memcpy_gbps, mg);
     std::printf("%-14s %7zu %52s %12.2f\n", "memcpy", threads, "", mg);
@@ -106,24 +107,27 @@ Status Run(const Options& o) {
       const size_t cb = codec->code_bytes(), mb = codec->group_meta_bytes();
       std::vector<uint8_t> codes(n * cb), meta(o.groups * mb);
       const auto meta_of = [&](size_t g) { return std::span<uint8_t>(meta.data() + g * mb, mb); };
-      TQKV_ASSIGN_OR_RETURN(Timing enc, Time(o.reps, [&]() -> Status {
-        for (size_t g = 0; g < o.groups; ++g) {
-          const uint16_t* x = &input[g * per_group * d];
-          TQKV_RETURN_IF_ERROR(codec->SelectGroupMeta(x, DType::kF16, per_group, d, meta_of(g)));
-          TQKV_RETURN_IF_ERROR(codec->Encode(x, DType::kF16, per_group, d, meta_of(g),
-                                             {codes.data() + g * per_group * cb, per_group * cb},
-                                             pool.get()));
-        }
-        return Status::Ok();
-      }));
-      TQKV_ASSIGN_OR_RETURN(Timing dec, Time(o.reps, [&]() -> Status {
-        for (size_t g = 0; g < o.groups; ++g) {
-          TQKV_RETURN_IF_ERROR(codec->Decode({codes.data() + g * per_group * cb, per_group * cb},
-                                             per_group, meta_of(g), &output[g * per_group * d],
-                                             DType::kF16, d, pool.get()));
-        }
-        return Status::Ok();
-      }));
+      TQKV_ASSIGN_OR_RETURN(
+          Timing enc, Time(o.reps, [&]() -> Status {
+            for (size_t g = 0; g < o.groups; ++g) {
+              const uint16_t* x = &input[g * per_group * d];
+              TQKV_RETURN_IF_ERROR(
+                  codec->SelectGroupMeta(x, DType::kF16, per_group, d, meta_of(g)));
+              TQKV_RETURN_IF_ERROR(
+                  codec->Encode(x, DType::kF16, per_group, d, meta_of(g),
+                                {codes.data() + g * per_group * cb, per_group * cb}, pool.get()));
+            }
+            return Status::Ok();
+          }));
+      TQKV_ASSIGN_OR_RETURN(
+          Timing dec, Time(o.reps, [&]() -> Status {
+            for (size_t g = 0; g < o.groups; ++g) {
+              TQKV_RETURN_IF_ERROR(codec->Decode(
+                  {codes.data() + g * per_group * cb, per_group * cb}, per_group, meta_of(g),
+                  &output[g * per_group * d], DType::kF16, d, pool.get()));
+            }
+            return Status::Ok();
+          }));
       double err = 0, ref = 0, cos = 0;
       for (size_t i = 0; i < n; ++i) {
         double xy = 0, xx = 0, yy = 0;
@@ -163,9 +167,10 @@ Status Run(const Options& o) {
     }
   }
   if (!o.json.empty()) {
-    nlohmann::json doc = {{"memcpy_gbps", memcpy_gbps},
-                          {"timing", "best of reps; GB/s of fp16-equivalent bytes (2*dim per vector)"},
-                          {"results", results}};
+    nlohmann::json doc = {
+        {"memcpy_gbps", memcpy_gbps},
+        {"timing", "best of reps; GB/s of fp16-equivalent bytes (2*dim per vector)"},
+        {"results", results}};
     std::ofstream f(o.json);
     f << doc.dump(2) << "\n";
     if (!f) return Status::IoError("cannot write " + o.json);

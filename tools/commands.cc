@@ -17,6 +17,8 @@ void Report(const std::string& command, const Status& status) {
 }
 
 void RegisterCommands(CLI::App& app) {
+  RegisterSessionCommands(app);
+  RegisterCapacityCommand(app);
   RegisterBenchCommands(app);
 }
 

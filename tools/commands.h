@@ -18,7 +18,9 @@ int ExitCode();
 // Prints "tqkv <command>: <status>" to stderr and sets exit code 1 when status is not OK.
 void Report(const std::string& command, const Status& status);
 
-void RegisterBenchCommands(CLI::App& app);  // bench/
+void RegisterBenchCommands(CLI::App& app);    // bench/
+void RegisterSessionCommands(CLI::App& app);  // tools/session_commands.cc
+void RegisterCapacityCommand(CLI::App& app);  // tools/capacity_command.cc
 
 }  // namespace tqkv::tools
 

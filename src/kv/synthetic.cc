@@ -154,7 +154,8 @@ Status SyntheticKv::FillLayer(uint32_t layer, int kv, uint64_t t0, uint64_t t1, 
 }
 
 Status SyntheticKv::FillCache(const KvCache& cache) const {
-  if (!(cache.geometry() == geometry_)) return Status::InvalidArgument("synthetic: geometry differs");
+  if (!(cache.geometry() == geometry_))
+    return Status::InvalidArgument("synthetic: geometry differs");
   TQKV_RETURN_IF_ERROR(cache.Validate());
   for (uint32_t l = 0; l < geometry_.layers; ++l) {
     for (int kv = 0; kv < 2; ++kv) {

@@ -1,0 +1,442 @@
+// `tqkv bench restore`: W concurrent workers checkpoint and restore their own sessions, for each
+// context length x codec x I/O path; per-cell statistics, bounds, quality, table/JSON/CSV/SVG.
+#include <sys/statvfs.h>
+
+#include <algorithm>
+#include <atomic>
+#include <barrier>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench/restore_bench_util.h"
+#include "bench/svg_chart.h"
+#include "tools/commands.h"
+#include "tqkv/aligned_buffer.h"
+#include "tqkv/checkpoint.h"
+#include "tqkv/container.h"
+#include "tqkv/store_testing.h"
+#include "tqkv/synthetic_source.h"
+#include "tqkv/thread_pool.h"
+
+namespace tqkv::tools {
+namespace {
+
+using json = nlohmann::json;
+using bench::Clock;
+using bench::Since;
+
+struct Options {
+  size_t workers = 8;
+  std::vector<uint64_t> tokens{10000, 30000, 50000};
+  std::vector<std::string> codecs;
+  std::vector<std::string> ios;
+  std::string store = "out/bench-store";
+  std::string model = "qwen2.5-7b";
+  double link_gbps = 0;
+  uint64_t max_memory = 0;
+  std::string json_path, csv_path, chart_path;
+  bool breakdown = true;
+  bool quality = true;
+  uint64_t quality_tokens = 4096;
+  uint64_t seed = 1;
+  bool keep = false;
+};
+
+struct WorkerResult {
+  double write_s = 0, restore_s = 0;
+  uint64_t bytes_written = 0, bytes_read = 0;
+  double start = 0, end = 0;  // restore, seconds since the phase barrier
+  bool drop_ok = true;
+  std::string drop_error;
+};
+
+struct Cell {
+  std::string codec, io;
+  uint64_t tokens = 0;
+  size_t workers = 0;
+  std::vector<WorkerResult> w;
+  bench::Stats restore, write;
+  double wall_s = 0;           // concurrent restore phase
+  double read_gbps_aggregate = 0, fp16_gbps_aggregate = 0, per_worker_gbps = 0;
+  uint64_t file_bytes = 0, fp16_bytes = 0;
+  bool streamed = false;
+  bool drop_ok = true;
+  std::string drop_error;
+  double nmse = NAN, cosine_mean = NAN;
+  // Bounds (TurboQuant codecs): read-only and decode-only phases measured in the same run.
+  double read_only_s = NAN, decode_only_s = NAN;
+  double read_only_gbps = NAN, decode_capacity_fp16_gbps = NAN, bound_fp16_gbps = NAN;
+  double speedup = NAN;
+};
+
+std::string Key(const Cell& c, size_t w) {
+  return "bench/" + c.codec + "-" + c.io + "-" + std::to_string(c.tokens) + "-w" + std::to_string(w);
+}
+
+std::string StoreUri(const Options& o, const std::string& io) {
+  return o.store + (o.store.find('?') == std::string::npos ? "?" : "&") + "io=" + io;
+}
+
+Result<std::unique_ptr<Store>> OpenWorkerStore(const Options& o, const std::string& io) {
+  TQKV_ASSIGN_OR_RETURN(auto store, OpenStore(StoreUri(o, io)));
+  if (o.link_gbps <= 0) return store;
+  ThrottleOptions t;
+  t.read_bytes_per_sec = t.write_bytes_per_sec = o.link_gbps * 1e9;
+  t.per_object = true;
+  return std::unique_ptr<Store>(new ThrottledStore(std::move(store), t));
+}
+
+// Runs fn(w) on W threads started together; returns the wall time of the slowest.
+template <typename Fn>
+Status RunWorkers(size_t n, Fn fn) {
+  std::vector<Status> st(n);
+  std::vector<std::thread> threads;
+  for (size_t w = 0; w < n; ++w) threads.emplace_back([&, w] { st[w] = fn(w); });
+  for (auto& t : threads) t.join();
+  for (auto& s : st) TQKV_RETURN_IF_ERROR(s);
+  return Status::Ok();
+}
+
+Status RunCell(const Options& o, const ModelGeometry& g, Cell& c, bench::Progress& progress) {
+  const size_t W = c.workers;
+  c.w.assign(W, {});
+  const uint64_t fp16_session = g.SessionBytes(c.tokens, DType::kF16);
+  c.fp16_bytes = fp16_session;
+  const size_t cores = std::max(1u, std::thread::hardware_concurrency());
+  const size_t pool_threads = W < cores ? cores / W : 1;
+  TQKV_ASSIGN_OR_RETURN(CodecSpec spec, ParseCodecSpec(c.codec));
+
+  // Phase 1: concurrent checkpoints.
+  progress.Set("checkpoint");
+  TQKV_RETURN_IF_ERROR(RunWorkers(W, [&](size_t w) -> Status {
+    TQKV_ASSIGN_OR_RETURN(auto store, OpenWorkerStore(o, c.io));
+    auto source = MakeSyntheticSource(o.model, g, DType::kF16, c.tokens, o.seed + w);
+    ThreadPool pool(pool_threads);
+    CheckpointOptions opts;
+    opts.codec = spec;
+    opts.pool = pool_threads > 1 ? &pool : nullptr;
+    TQKV_ASSIGN_OR_RETURN(CheckpointStats st, Checkpoint(*source, opts, *store, Key(c, w)));
+    c.w[w].write_s = st.seconds - st.source_seconds;
+    c.w[w].bytes_written = st.bytes_written;
+    progress.Tick();
+    return Status::Ok();
+  }));
+  c.file_bytes = c.w[0].bytes_written;
+
+  // Restore target: whole sessions when W of them fit, else streamed layer by layer.
+  const uint64_t target = W * fp16_session;
+  c.streamed = target > o.max_memory;
+  std::vector<std::unique_ptr<KvCacheBuffer>> dst(W);
+  if (!c.streamed) {
+    for (size_t w = 0; w < W; ++w) {
+      TQKV_ASSIGN_OR_RETURN(dst[w], KvCacheBuffer::Allocate(o.model, g, DType::kF16, c.tokens));
+      bench::Touch(dst[w]->cache());  // an inference server's KV memory is already mapped
+    }
+  }
+  auto restore_one = [&](Store& store, size_t w, bool drop, RestoreStats* st) -> Status {
+    ThreadPool pool(pool_threads);
+    RestoreOptions ro;
+    ro.dtype = DType::kF16;
+    ro.pool = pool_threads > 1 ? &pool : nullptr;
+    ro.drop_cache = drop;
+    ro.expect_geometry = &g;
+    if (!c.streamed) return RestoreInto(store, Key(c, w), dst[w]->cache(), ro, st);
+    return RestoreStreaming(store, Key(c, w), ro, bench::CheckLayer, st);
+  };
+
+  // Phase 2 (TurboQuant codecs): read-only and decode-only, for the bounds and the overlap check.
+  if (o.breakdown && spec.kind == CodecKind::kTurboQuant) {
+    progress.Set("read only");
+    std::vector<uint64_t> bytes(W, 0);
+    const auto t = Clock::now();
+    TQKV_RETURN_IF_ERROR(RunWorkers(W, [&](size_t w) -> Status {
+      TQKV_ASSIGN_OR_RETURN(auto store, OpenWorkerStore(o, c.io));
+      TQKV_ASSIGN_OR_RETURN(bytes[w], bench::ReadOnly(*store, Key(c, w)));
+      progress.Tick();
+      return Status::Ok();
+    }));
+    c.read_only_s = Since(t);
+    c.read_only_gbps = std::accumulate(bytes.begin(), bytes.end(), 0.0) / c.read_only_s / 1e9;
+
+    progress.Set("decode only");
+    MemoryStore mem_store;
+    Store* mem = &mem_store;
+    for (size_t w = 0; w < W; ++w) {
+      TQKV_ASSIGN_OR_RETURN(auto store, OpenStore(StoreUri(o, c.io)));
+      TQKV_RETURN_IF_ERROR(bench::CopyObject(*store, *mem, Key(c, w)));
+    }
+    const auto td = Clock::now();
+    TQKV_RETURN_IF_ERROR(RunWorkers(W, [&](size_t w) -> Status {
+      RestoreStats st;
+      TQKV_RETURN_IF_ERROR(restore_one(*mem, w, false, &st));
+      progress.Tick();
+      return Status::Ok();
+    }));
+    c.decode_only_s = Since(td);
+    c.decode_capacity_fp16_gbps = W * fp16_session / c.decode_only_s / 1e9;
+    const double ratio = static_cast<double>(fp16_session) / c.file_bytes;
+    c.bound_fp16_gbps = std::min(ratio * c.read_only_gbps, c.decode_capacity_fp16_gbps);
+  }
+
+  // Phase 3: the timed concurrent restore, from storage (page cache dropped per object).
+  progress.Set("restore");
+  const auto t0 = Clock::now();
+  TQKV_RETURN_IF_ERROR(RunWorkers(W, [&](size_t w) -> Status {
+    TQKV_ASSIGN_OR_RETURN(auto store, OpenWorkerStore(o, c.io));
+    RestoreStats st;
+    TQKV_RETURN_IF_ERROR(restore_one(*store, w, true, &st));
+    c.w[w].end = Since(t0);
+    c.w[w].start = c.w[w].end - st.seconds;  // the first read (after open and cache drop)
+    c.w[w].restore_s = st.seconds;
+    c.w[w].bytes_read = st.bytes_read;
+    c.w[w].drop_ok = st.drop_cache_ok;
+    c.w[w].drop_error = st.drop_cache_error;
+    progress.Tick();
+    return Status::Ok();
+  }));
+  double first = 1e300, last = 0;
+  uint64_t bytes = 0;
+  std::vector<double> rs, ws;
+  for (const auto& w : c.w) {
+    first = std::min(first, w.start);
+    last = std::max(last, w.end);
+    bytes += w.bytes_read;
+    rs.push_back(w.restore_s);
+    ws.push_back(w.write_s);
+    if (!w.drop_ok) {
+      c.drop_ok = false;
+      c.drop_error = w.drop_error;
+    }
+  }
+  c.wall_s = last - first;
+  c.read_gbps_aggregate = bytes / c.wall_s / 1e9;
+  c.fp16_gbps_aggregate = W * fp16_session / c.wall_s / 1e9;
+  c.restore = bench::Summarize(rs);
+  c.write = bench::Summarize(ws);
+  c.per_worker_gbps = (bytes / static_cast<double>(W)) / c.restore.mean / 1e9;
+
+  // Quality of what was restored (worker 0, untimed).
+  if (o.quality) {
+    progress.Set("quality");
+    TQKV_ASSIGN_OR_RETURN(auto store, OpenStore(StoreUri(o, c.io)));
+    auto q = bench::MeasureQuality(*store, Key(c, 0), o.model, g, c.tokens, o.seed,
+                                   std::min(c.tokens, o.quality_tokens));
+    if (!q.ok()) return q.status();
+    c.nmse = q->nmse;
+    c.cosine_mean = q->cosine_mean;
+  }
+  if (!o.keep) {
+    TQKV_ASSIGN_OR_RETURN(auto store, OpenStore(StoreUri(o, c.io)));
+    for (size_t w = 0; w < W; ++w) (void)store->Remove(Key(c, w));
+  }
+  return Status::Ok();
+}
+
+void PrintTable(const std::vector<Cell>& cells, const Options& o) {
+  std::printf("\n%-8s %-9s %7s %3s | %8s %8s %8s %8s | %8s | %9s %9s | %7s | %9s %9s %8s\n",
+              "codec", "io", "tokens", "W", "rest_mean", "p50", "p99", "max", "write", "read_GB/s",
+              "fp16eq", "speedup", "nmse", "cosine", "bound%");
+  for (const auto& c : cells) {
+    std::printf("%-8s %-9s %7llu %3zu | %8.3f %8.3f %8.3f %8.3f | %8.3f | %9.3f %9.3f | %7.2f | "
+                "%9.5f %9.5f %8s\n",
+                c.codec.c_str(), c.io.c_str(), static_cast<unsigned long long>(c.tokens), c.workers,
+                c.restore.mean, c.restore.p50, c.restore.p99, c.restore.max, c.write.mean,
+                c.read_gbps_aggregate, c.fp16_gbps_aggregate, c.speedup, c.nmse, c.cosine_mean,
+                std::isnan(c.bound_fp16_gbps)
+                    ? "-"
+                    : (std::to_string(static_cast<int>(100 * c.fp16_gbps_aggregate / c.bound_fp16_gbps)) + "%").c_str());
+  }
+  std::printf("\nrestore times in seconds (per worker: first read to session decoded and verified); "
+              "read_GB/s = bytes read by all workers / wall time of the concurrent phase;\n"
+              "fp16eq = FP16 bytes restored / wall; bound%% = fp16eq / min(ratio x read-only GB/s, "
+              "decode-only capacity), both measured in this run.\n");
+  if (o.link_gbps > 0) {
+    std::printf("LINK EMULATED: every worker's reads and writes go through a %.3f GB/s token bucket.\n",
+                o.link_gbps);
+  } else {
+    std::printf("No link emulation: raw local storage.\n");
+  }
+  for (const auto& c : cells) {
+    if (c.streamed) {
+      std::printf("note: %s %s %llu tokens: %zu sessions do not fit in --max-memory; restored "
+                  "layer by layer (each layer checked and released).\n",
+                  c.codec.c_str(), c.io.c_str(), static_cast<unsigned long long>(c.tokens), c.workers);
+    }
+    if (!c.drop_ok) {
+      std::printf("WARNING: %s %s %llu: page cache could not be dropped (%s): reads may be cached.\n",
+                  c.codec.c_str(), c.io.c_str(), static_cast<unsigned long long>(c.tokens),
+                  c.drop_error.c_str());
+    }
+    if (!std::isnan(c.bound_fp16_gbps)) {
+      std::printf("bounds %s %s %llu: read-only %.3f GB/s (%.3f s), decode-only %.3f GB/s fp16-eq "
+                  "(%.3f s), bound %.3f GB/s fp16-eq, achieved %.3f (%.0f%%); overlap: restore "
+                  "wall %.3f s vs max(read, decode) %.3f s = %.2fx\n",
+                  c.codec.c_str(), c.io.c_str(), static_cast<unsigned long long>(c.tokens),
+                  c.read_only_gbps, c.read_only_s, c.decode_capacity_fp16_gbps, c.decode_only_s,
+                  c.bound_fp16_gbps, c.fp16_gbps_aggregate,
+                  100 * c.fp16_gbps_aggregate / c.bound_fp16_gbps, c.wall_s,
+                  std::max(c.read_only_s, c.decode_only_s),
+                  c.wall_s / std::max(c.read_only_s, c.decode_only_s));
+    }
+  }
+}
+
+json CellJson(const Cell& c) {
+  auto num = [](double v) { return std::isnan(v) ? json(nullptr) : json(v); };
+  json j = {{"codec", c.codec}, {"io", c.io}, {"tokens", c.tokens}, {"workers", c.workers},
+            {"restore_s_mean", c.restore.mean}, {"restore_s_p50", c.restore.p50},
+            {"restore_s_p99", c.restore.p99}, {"restore_s_min", c.restore.min},
+            {"restore_s_max", c.restore.max}, {"restore_s_std", c.restore.std},
+            {"write_s_mean", c.write.mean}, {"write_s_p50", c.write.p50},
+            {"write_s_p99", c.write.p99}, {"write_s_min", c.write.min},
+            {"write_s_max", c.write.max}, {"write_s_std", c.write.std},
+            {"restore_wall_s", c.wall_s}, {"read_gbps_aggregate", c.read_gbps_aggregate},
+            {"fp16_gbps_aggregate", c.fp16_gbps_aggregate}, {"per_worker_gbps", c.per_worker_gbps},
+            {"file_bytes", c.file_bytes}, {"fp16_bytes", c.fp16_bytes},
+            {"speedup_vs_fp16_buffered", num(c.speedup)}, {"nmse", num(c.nmse)},
+            {"cosine_mean", num(c.cosine_mean)}, {"streamed", c.streamed},
+            {"page_cache_dropped", c.drop_ok},
+            {"read_only_s", num(c.read_only_s)}, {"decode_only_s", num(c.decode_only_s)},
+            {"read_only_gbps", num(c.read_only_gbps)},
+            {"decode_capacity_fp16_gbps", num(c.decode_capacity_fp16_gbps)},
+            {"bound_fp16_gbps", num(c.bound_fp16_gbps)}};
+  json per = json::array();
+  for (const auto& w : c.w) {
+    per.push_back({{"write_s", w.write_s}, {"restore_s", w.restore_s}, {"bytes_read", w.bytes_read},
+                   {"bytes_written", w.bytes_written}});
+  }
+  j["per_worker"] = per;
+  return j;
+}
+
+Status Run(Options o) {
+  TQKV_ASSIGN_OR_RETURN(ModelPreset preset, FindModelPreset(o.model));
+  const ModelGeometry g = preset.geometry;
+  if (o.codecs.empty()) o.codecs = {"fp16", "tq3"};
+  if (o.ios.empty()) o.ios = {"buffered", "direct"};
+  if (o.workers == 0) return Status::InvalidArgument("--workers must be at least 1");
+  for (const auto& io : o.ios) TQKV_RETURN_IF_ERROR(ParseIoMode(io).status());
+  if (o.max_memory == 0) o.max_memory = bench::AvailableMemory() * 6 / 10;
+  TQKV_RETURN_IF_ERROR(bench::EnsureStoreDir(o.store));
+  // Disk space: the largest cell's sessions must fit (they are removed after each cell).
+  uint64_t need = 0;
+  for (uint64_t t : o.tokens) need = std::max(need, o.workers * g.SessionBytes(t, DType::kF16));
+  TQKV_RETURN_IF_ERROR(bench::CheckDiskSpace(o.store, need * 11 / 10));
+
+  std::vector<Cell> cells;
+  for (uint64_t t : o.tokens) {
+    for (const auto& codec : o.codecs) {
+      for (const auto& io : o.ios) {
+        Cell c;
+        c.codec = codec;
+        c.io = io;
+        c.tokens = t;
+        c.workers = o.workers;
+        cells.push_back(c);
+      }
+    }
+  }
+  std::fprintf(stderr, "bench restore: %s, %zu workers, %zu cells, store %s%s\n", o.model.c_str(),
+               o.workers, cells.size(), o.store.c_str(),
+               o.link_gbps > 0 ? (", link emulated at " + std::to_string(o.link_gbps) + " GB/s per worker").c_str() : "");
+  bench::Progress progress(cells.size(), o.workers);
+  for (size_t i = 0; i < cells.size(); ++i) {
+    progress.Cell(i, cells[i].codec + " " + cells[i].io + " " + std::to_string(cells[i].tokens));
+    TQKV_RETURN_IF_ERROR(RunCell(o, g, cells[i], progress));
+  }
+  progress.Done();
+  // Speedups against fp16 + buffered at the same context length.
+  for (auto& c : cells) {
+    for (const auto& base : cells) {
+      if (base.codec == "fp16" && base.io == "buffered" && base.tokens == c.tokens) {
+        c.speedup = base.restore.mean / c.restore.mean;
+      }
+    }
+  }
+  PrintTable(cells, o);
+  json out;
+  out["link_gbps"] = o.link_gbps > 0 ? json(o.link_gbps) : json(nullptr);
+  out["model"] = o.model;
+  out["store"] = o.store;
+  out["max_memory"] = o.max_memory;
+  out["machine"] = bench::MachineDescription();
+  json results = json::array();
+  for (const auto& c : cells) results.push_back(CellJson(c));
+  out["results"] = results;
+  if (!o.json_path.empty()) {
+    std::ofstream(o.json_path) << out.dump(2) << "\n";
+    std::printf("json: %s\n", o.json_path.c_str());
+  }
+  if (!o.csv_path.empty()) {
+    std::ofstream f(o.csv_path);
+    f << "codec,io,tokens,workers,restore_s_mean,restore_s_p50,restore_s_p99,write_s_mean,"
+         "read_gbps_aggregate,speedup_vs_fp16_buffered,nmse,cosine_mean\n";
+    for (const auto& c : cells) {
+      f << c.codec << "," << c.io << "," << c.tokens << "," << c.workers << "," << c.restore.mean
+        << "," << c.restore.p50 << "," << c.restore.p99 << "," << c.write.mean << ","
+        << c.read_gbps_aggregate << "," << c.speedup << "," << c.nmse << "," << c.cosine_mean << "\n";
+    }
+    std::printf("csv: %s\n", o.csv_path.c_str());
+  }
+  if (!o.chart_path.empty()) {
+    std::map<std::string, bench::Series> times, bw;
+    for (const auto& c : cells) {
+      const std::string name = c.codec + " + " + c.io;
+      times[name].name = bw[name].name = name;
+      times[name].x.push_back(c.tokens);
+      times[name].y.push_back(c.restore.mean);
+      bw[name].x.push_back(c.tokens);
+      bw[name].y.push_back(c.read_gbps_aggregate);
+    }
+    bench::Panel p1{"Restore time vs context length (" + o.model + ", " +
+                        std::to_string(o.workers) + " workers)",
+                    "context length (tokens)", "mean restore time per session (s)", {}, false};
+    bench::Panel p2{"Aggregate read bandwidth", "context length (tokens)", "GB/s read (all workers)",
+                    {}, true};
+    for (auto& [k, s] : times) p1.series.push_back(s);
+    for (auto& [k, s] : bw) p2.series.push_back(s);
+    const std::string note =
+        (o.link_gbps > 0 ? "link emulated: " + std::to_string(o.link_gbps) + " GB/s per worker; "
+                         : std::string("raw local storage, no link emulation; ")) +
+        bench::MachineDescription();
+    std::ofstream(o.chart_path) << bench::RenderSvg({p1, p2}, note);
+    std::printf("chart: %s\n", o.chart_path.c_str());
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+void RegisterBenchRestore(CLI::App& bench) {
+  auto* cmd = bench.add_subcommand("restore", "Concurrent checkpoint/restore benchmark");
+  auto o = std::make_shared<Options>();
+  cmd->add_option("--workers", o->workers, "Concurrent workers, each with its own session")->capture_default_str();
+  cmd->add_option("--tokens", o->tokens, "Context lengths")->delimiter(',')->capture_default_str();
+  cmd->add_option("--codec", o->codecs, "Codec specs (repeatable; default fp16 and tq3)");
+  cmd->add_option("--io", o->ios, "I/O paths: buffered, direct, uring (repeatable; default buffered and direct)");
+  cmd->add_option("--store", o->store, "Store URI or directory")->capture_default_str();
+  cmd->add_option("--model", o->model, "Model preset")->capture_default_str();
+  cmd->add_option("--link-gbps", o->link_gbps, "Emulate a per-worker storage link of X GB/s");
+  cmd->add_option("--max-memory", o->max_memory, "Bytes of restore targets held at once (default 60% of available)");
+  cmd->add_option("--json", o->json_path, "Write results as JSON");
+  cmd->add_option("--csv", o->csv_path, "Write results as CSV");
+  cmd->add_option("--chart", o->chart_path, "Write an SVG chart");
+  cmd->add_option("--seed", o->seed, "Seed of worker 0's session (worker w uses seed + w)");
+  cmd->add_option("--quality-tokens", o->quality_tokens, "Tokens per layer compared for nmse/cosine")->capture_default_str();
+  cmd->add_flag("!--no-breakdown", o->breakdown, "Skip the read-only / decode-only phases");
+  cmd->add_flag("!--no-quality", o->quality, "Skip the quality measurement");
+  cmd->add_flag("--keep", o->keep, "Keep the session objects");
+  cmd->callback([o] { Report("bench restore", Run(*o)); });
+}
+
+}  // namespace tqkv::tools

@@ -1,0 +1,272 @@
+// Checkpoint: source -> group metadata -> encode (pool) -> writer thread -> container -> store.
+#include "tqkv/checkpoint.h"
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "checkpoint/layout.h"
+#include "tqkv/aligned_buffer.h"
+#include "tqkv/container.h"
+#include "tqkv/thread_pool.h"
+
+namespace tqkv {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+class CacheSource final : public KvSource {
+ public:
+  explicit CacheSource(const KvCache& cache) : cache_(cache) {}
+  const std::string& model() const override { return cache_.model(); }
+  const ModelGeometry& geometry() const override { return cache_.geometry(); }
+  DType dtype() const override { return cache_.dtype(); }
+  uint64_t tokens() const override { return cache_.tokens(); }
+  Status ReadLayer(uint32_t layer, void* k, void* v) override {
+    std::memcpy(k, cache_.k(layer), cache_.tensor_bytes());
+    std::memcpy(v, cache_.v(layer), cache_.tensor_bytes());
+    return Status::Ok();
+  }
+  const KvCache& cache() const { return cache_; }
+
+ private:
+  const KvCache& cache_;
+};
+
+// Appends chunks on its own thread so encoding the next chunk overlaps writing this one.
+class ChunkWriterThread {
+ public:
+  ChunkWriterThread(ContainerWriter* writer, size_t depth)
+      : writer_(writer), depth_(depth), thread_([this] { Loop(); }) {}
+  ~ChunkWriterThread() { Close(); }
+
+  // Takes a buffer to fill (blocks while `depth` chunks are queued).
+  AlignedBuffer TakeBuffer() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return queue_.size() < depth_ || !status_.ok(); });
+    if (!free_.empty()) {
+      AlignedBuffer b = std::move(free_.back());
+      free_.pop_back();
+      return b;
+    }
+    return AlignedBuffer();
+  }
+  Status Push(const ChunkEntry& entry, AlignedBuffer buf, size_t size) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!status_.ok()) return status_;
+    queue_.push_back(Item{entry, std::move(buf), size});
+    cv_.notify_all();
+    return Status::Ok();
+  }
+  // Waits for every queued chunk; returns the first error.
+  Status Close() {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      closing_ = true;
+      cv_.notify_all();
+    }
+    if (thread_.joinable()) thread_.join();
+    return status_;
+  }
+  double write_seconds() const { return write_seconds_; }
+
+ private:
+  struct Item {
+    ChunkEntry entry;
+    AlignedBuffer buf;
+    size_t size;
+  };
+  void Loop() {
+    for (;;) {
+      Item item;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return !queue_.empty() || closing_; });
+        if (queue_.empty()) return;
+        item = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      Status s;
+      if (status_.ok()) {
+        const auto t = Clock::now();
+        s = writer_->AddChunk(item.entry, {item.buf.data(), item.size});
+        write_seconds_ += Since(t);
+      }
+      std::unique_lock<std::mutex> lock(mu_);
+      if (!s.ok() && status_.ok()) status_ = s;
+      free_.push_back(std::move(item.buf));
+      cv_.notify_all();
+    }
+  }
+
+  ContainerWriter* writer_;
+  size_t depth_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Item> queue_;
+  std::vector<AlignedBuffer> free_;
+  Status status_;
+  bool closing_ = false;
+  double write_seconds_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace
+
+std::unique_ptr<KvSource> MakeCacheSource(const KvCache& cache) {
+  return std::make_unique<CacheSource>(cache);
+}
+
+Result<LayerCodec> ParseLayerCodec(std::string_view text) {
+  const size_t colon = text.find(':');
+  if (colon == std::string_view::npos || colon == 0) {
+    return Status::InvalidArgument("layer codec '" + std::string(text) + "': expected L:SPEC");
+  }
+  uint32_t layer = 0;
+  for (char c : text.substr(0, colon)) {
+    if (c < '0' || c > '9' || layer > 100000) {
+      return Status::InvalidArgument("layer codec '" + std::string(text) + "': bad layer number");
+    }
+    layer = layer * 10 + static_cast<uint32_t>(c - '0');
+  }
+  TQKV_ASSIGN_OR_RETURN(CodecSpec spec, ParseCodecSpec(text.substr(colon + 1)));
+  return LayerCodec{layer, spec};
+}
+
+Result<CheckpointStats> Checkpoint(KvSource& source, const CheckpointOptions& options, Store& store,
+                                   std::string_view key) {
+  const auto t0 = Clock::now();
+  const ModelGeometry g = source.geometry();
+  if (g.layers == 0 || g.kv_heads == 0 || g.head_dim == 0) {
+    return Status::InvalidArgument("checkpoint: empty geometry");
+  }
+  TQKV_ASSIGN_OR_RETURN(SessionCodecs codecs,
+                        ResolveSessionCodecs(options.codec, options.layer_overrides, g));
+  ContainerHeader header;
+  header.model = source.model();
+  header.geometry = g;
+  header.source_dtype = source.dtype();
+  header.tokens = source.tokens();
+  header.token_block = options.token_block ? options.token_block : DefaultTokenBlock(codecs, g);
+  header.codecs.reserve(codecs.codecs.size());
+  for (const auto& c : codecs.codecs) header.codecs.push_back(c->params());
+  header.layer_codec = codecs.layer_codec;
+
+  TQKV_ASSIGN_OR_RETURN(std::unique_ptr<WritableObject> object, store.Create(key));
+  TQKV_ASSIGN_OR_RETURN(std::unique_ptr<ContainerWriter> writer,
+                        ContainerWriter::Create(object.get(), header));
+
+  const DType dtype = source.dtype();
+  const size_t heads = g.kv_heads, d = g.head_dim;
+  const size_t row = heads * d;  // elements per token
+  const uint64_t tokens = header.tokens;
+  const auto* cache_source = dynamic_cast<const CacheSource*>(&source);
+  AlignedBuffer layer_k, layer_v;
+  if (cache_source == nullptr) {
+    const size_t bytes = tokens * row * DTypeSize(dtype);
+    layer_k.Reserve(bytes);
+    layer_v.Reserve(bytes);
+  }
+
+  CheckpointStats stats;
+  double encode_seconds = 0;
+  ChunkWriterThread chunk_writer(writer.get(), 2);
+  Status status;
+  std::vector<uint8_t> metas;
+  for (uint32_t layer = 0; layer < g.layers && status.ok(); ++layer) {
+    const void* tensors[2];
+    if (cache_source != nullptr) {
+      tensors[0] = cache_source->cache().k(layer);
+      tensors[1] = cache_source->cache().v(layer);
+    } else {
+      const auto ts = Clock::now();
+      status = source.ReadLayer(layer, layer_k.data(), layer_v.data());
+      stats.source_seconds += Since(ts);
+      if (!status.ok()) break;
+      tensors[0] = layer_k.data();
+      tensors[1] = layer_v.data();
+    }
+    const Codec& codec = *codecs.codecs[codecs.layer_codec[layer]];
+    const size_t meta_bytes = codec.group_meta_bytes();
+    const auto te = Clock::now();
+    metas.assign(2 * heads * meta_bytes, 0);
+    if (meta_bytes > 0) {
+      for (int kv = 0; kv < 2 && status.ok(); ++kv) {
+        for (size_t h = 0; h < heads && status.ok(); ++h) {
+          const auto* base = static_cast<const uint8_t*>(tensors[kv]) + h * d * DTypeSize(dtype);
+          status = codec.SelectGroupMeta(base, dtype, tokens, row,
+                                         {metas.data() + (kv * heads + h) * meta_bytes, meta_bytes});
+        }
+      }
+      encode_seconds += Since(te);
+      if (!status.ok()) break;
+      AlignedBuffer buf = chunk_writer.TakeBuffer();
+      buf.Reserve(metas.size());
+      std::memcpy(buf.data(), metas.data(), metas.size());
+      ChunkEntry entry;
+      entry.type = ChunkType::kGroupMeta;
+      entry.layer = layer;
+      status = chunk_writer.Push(entry, std::move(buf), metas.size());
+    }
+    const size_t code_bytes = codec.code_bytes();
+    for (int kv = 0; kv < 2 && status.ok(); ++kv) {
+      for (uint64_t t0b = 0; t0b < tokens && status.ok(); t0b += header.token_block) {
+        const uint64_t count = std::min<uint64_t>(header.token_block, tokens - t0b);
+        const size_t payload = heads * count * code_bytes;
+        AlignedBuffer buf = chunk_writer.TakeBuffer();
+        buf.Reserve(payload);
+        const auto tc = Clock::now();
+        for (size_t h = 0; h < heads && status.ok(); ++h) {
+          const auto* x = static_cast<const uint8_t*>(tensors[kv]) +
+                          (t0b * row + h * d) * DTypeSize(dtype);
+          status = codec.Encode(x, dtype, count, row,
+                                {metas.data() + (kv * heads + h) * meta_bytes, meta_bytes},
+                                {buf.data() + h * count * code_bytes, count * code_bytes},
+                                options.pool);
+        }
+        encode_seconds += Since(tc);
+        if (!status.ok()) break;
+        ChunkEntry entry;
+        entry.type = ChunkType::kCodes;
+        entry.layer = layer;
+        entry.kv = static_cast<uint8_t>(kv);
+        entry.token_begin = t0b;
+        entry.token_count = count;
+        status = chunk_writer.Push(entry, std::move(buf), payload);
+      }
+    }
+  }
+  Status closed = chunk_writer.Close();
+  if (status.ok()) status = closed;
+  const auto tw = Clock::now();
+  if (status.ok()) status = writer->Finish();
+  if (status.ok()) status = object->Commit();
+  if (!status.ok()) {
+    (void)object->Abort();
+    return status.WithContext("checkpoint " + std::string(key));
+  }
+  stats.write_seconds = chunk_writer.write_seconds() + Since(tw);
+  stats.encode_seconds = encode_seconds;
+  stats.bytes_written = writer->BytesWritten();
+  stats.fp16_bytes = g.SessionBytes(tokens, DType::kF16);
+  stats.seconds = Since(t0);
+  return stats;
+}
+
+Result<CheckpointStats> Checkpoint(const KvCache& cache, const CheckpointOptions& options,
+                                   Store& store, std::string_view key) {
+  TQKV_RETURN_IF_ERROR(cache.Validate());
+  CacheSource source(cache);
+  return Checkpoint(source, options, store, key);
+}
+
+}  // namespace tqkv

@@ -1,0 +1,50 @@
+#include "checkpoint/layout.h"
+
+#include <algorithm>
+#include <string>
+
+namespace tqkv {
+
+Result<SessionCodecs> ResolveSessionCodecs(const CodecSpec& spec,
+                                           const std::vector<LayerCodec>& overrides,
+                                           const ModelGeometry& geometry) {
+  SessionCodecs out;
+  std::vector<CodecSpec> specs{spec};
+  out.layer_codec.assign(geometry.layers, 0);
+  for (const auto& o : overrides) {
+    if (o.layer >= geometry.layers) {
+      return Status::InvalidArgument("layer override for layer " + std::to_string(o.layer) +
+                                     ", but the model has " + std::to_string(geometry.layers));
+    }
+    auto it = std::find(specs.begin(), specs.end(), o.spec);
+    if (it == specs.end()) it = specs.insert(specs.end(), o.spec);
+    out.layer_codec[o.layer] = static_cast<uint16_t>(it - specs.begin());
+  }
+  for (const auto& s : specs) {
+    auto codec = Codec::Create(s, geometry.head_dim);
+    if (!codec.ok()) return codec.status().WithContext("codec " + FormatCodecSpec(s));
+    out.codecs.push_back(std::move(codec).value());
+  }
+  return out;
+}
+
+Result<SessionCodecs> SessionCodecsFromHeader(const ContainerHeader& header) {
+  SessionCodecs out;
+  for (const auto& p : header.codecs) {
+    TQKV_ASSIGN_OR_RETURN(auto codec, Codec::FromParams(p));
+    out.codecs.push_back(std::move(codec));
+  }
+  out.layer_codec = header.layer_codec;
+  return out;
+}
+
+uint32_t DefaultTokenBlock(const SessionCodecs& codecs, const ModelGeometry& geometry) {
+  size_t max_code = 1;
+  for (const auto& c : codecs.codecs) max_code = std::max(max_code, c->code_bytes());
+  const size_t per_token = std::max<size_t>(1, max_code * geometry.kv_heads);
+  const size_t target = 2u << 20;
+  size_t block = target / per_token / 16 * 16;
+  return static_cast<uint32_t>(std::clamp<size_t>(block, 16, 1u << 20));
+}
+
+}  // namespace tqkv

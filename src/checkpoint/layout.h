@@ -1,0 +1,30 @@
+// Shared by checkpoint and restore: codecs of a session and chunk sizing.
+#ifndef TQKV_SRC_CHECKPOINT_LAYOUT_H_
+#define TQKV_SRC_CHECKPOINT_LAYOUT_H_
+
+#include <memory>
+#include <vector>
+
+#include "tqkv/checkpoint.h"
+#include "tqkv/codec.h"
+#include "tqkv/container.h"
+
+namespace tqkv {
+
+struct SessionCodecs {
+  std::vector<std::unique_ptr<Codec>> codecs;  // distinct
+  std::vector<uint16_t> layer_codec;           // per layer: index into codecs
+};
+
+// Builds the distinct codecs of a checkpoint (default spec + per-layer overrides).
+Result<SessionCodecs> ResolveSessionCodecs(const CodecSpec& spec,
+                                           const std::vector<LayerCodec>& overrides,
+                                           const ModelGeometry& geometry);
+// Builds decoders from a container header.
+Result<SessionCodecs> SessionCodecsFromHeader(const ContainerHeader& header);
+// Tokens per chunk for chunks of about 2 MiB (a multiple of 16, at least 16).
+uint32_t DefaultTokenBlock(const SessionCodecs& codecs, const ModelGeometry& geometry);
+
+}  // namespace tqkv
+
+#endif  // TQKV_SRC_CHECKPOINT_LAYOUT_H_

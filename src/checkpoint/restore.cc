@@ -1,0 +1,309 @@
+// Restore: store -> container reader (verify) -> decode (pool) -> sink, with reads running ahead
+// of decoding on a reader thread so wall time approaches max(read, decode).
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "checkpoint/layout.h"
+#include "tqkv/aligned_buffer.h"
+#include "tqkv/checkpoint.h"
+#include "tqkv/container.h"
+#include "tqkv/thread_pool.h"
+
+namespace tqkv {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// Where decoded layers go.
+class Sink {
+ public:
+  virtual ~Sink() = default;
+  // Destination of layer `layer`'s tensor kv (0 = K, 1 = V), tokens * kv_heads * head_dim elements.
+  virtual void* Tensor(uint32_t layer, int kv) = 0;
+  virtual Status LayerDone(uint32_t layer) = 0;
+};
+
+class CacheSink final : public Sink {
+ public:
+  explicit CacheSink(KvCache& cache) : cache_(cache) {}
+  void* Tensor(uint32_t layer, int kv) override { return cache_.tensor(layer, kv); }
+  Status LayerDone(uint32_t) override { return Status::Ok(); }
+
+ private:
+  KvCache& cache_;
+};
+
+class CallbackSink final : public Sink {
+ public:
+  CallbackSink(size_t tensor_bytes, const LayerCallback& cb) : cb_(cb) {
+    k_.Reserve(tensor_bytes);
+    v_.Reserve(tensor_bytes);
+  }
+  void* Tensor(uint32_t, int kv) override { return kv == 0 ? k_.data() : v_.data(); }
+  Status LayerDone(uint32_t layer) override { return cb_(layer, k_.data(), v_.data()); }
+
+ private:
+  const LayerCallback& cb_;
+  AlignedBuffer k_, v_;
+};
+
+struct Slot {
+  AlignedBuffer buf;
+  const ChunkEntry* entry = nullptr;
+};
+
+// Reads chunks in container order into a ring of slots, verifying each, ahead of the consumer.
+class ChunkReader {
+ public:
+  ChunkReader(ReadableObject* object, ContainerReader* reader, size_t slots, size_t slot_bytes)
+      : object_(object), reader_(reader), slots_(slots) {
+    for (auto& s : slots_) s.buf.Reserve(slot_bytes);
+    for (size_t i = 0; i < slots_.size(); ++i) free_.push_back(i);
+    thread_ = std::thread([this] { Loop(); });
+  }
+  ~ChunkReader() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+      cv_.notify_all();
+    }
+    thread_.join();
+  }
+  // Next verified chunk in order (slot index), or the first read/verify error.
+  Result<size_t> Next() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return !ready_.empty() || !status_.ok(); });
+    if (!ready_.empty()) {
+      const size_t s = ready_.front();
+      ready_.pop_front();
+      return s;
+    }
+    return status_;
+  }
+  void Release(size_t slot) {
+    std::lock_guard<std::mutex> lock(mu_);
+    free_.push_back(slot);
+    cv_.notify_all();
+  }
+  Slot& slot(size_t i) { return slots_[i]; }
+  double busy_seconds() const { return busy_; }
+
+ private:
+  void Loop() {
+    const auto& chunks = reader_->chunks();
+    const uint64_t file = reader_->file_bytes();
+    size_t next = 0;
+    while (next < chunks.size()) {
+      // Take every free slot (at least one) and read that many chunks in one batch.
+      std::vector<size_t> batch;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return !free_.empty() || stop_; });
+        if (stop_) return;
+        while (!free_.empty() && next + batch.size() < chunks.size()) {
+          batch.push_back(free_.front());
+          free_.pop_front();
+        }
+      }
+      std::vector<ReadRequest> reqs;
+      for (size_t i = 0; i < batch.size(); ++i) {
+        const ChunkEntry& e = chunks[next + i];
+        // Read the 4 KiB-padded extent so O_DIRECT goes straight into the slot.
+        const uint64_t len = std::min<uint64_t>(AlignUp(e.size, kContainerAlignment), file - e.offset);
+        Slot& s = slots_[batch[i]];
+        s.entry = &e;
+        reqs.push_back(ReadRequest{e.offset, {s.buf.data(), static_cast<size_t>(len)}});
+      }
+      const auto t = Clock::now();
+      Status st = object_->ReadBatch(reqs);
+      for (size_t i = 0; i < batch.size() && st.ok(); ++i) {
+        const ChunkEntry& e = chunks[next + i];
+        st = reader_->VerifyChunk(e, {slots_[batch[i]].buf.data(), static_cast<size_t>(e.size)});
+      }
+      busy_ += Since(t);
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!st.ok()) {
+        status_ = st;
+        cv_.notify_all();
+        return;
+      }
+      for (size_t s : batch) ready_.push_back(s);
+      next += batch.size();
+      cv_.notify_all();
+    }
+  }
+
+  ReadableObject* object_;
+  ContainerReader* reader_;
+  std::vector<Slot> slots_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<size_t> free_, ready_;
+  Status status_;
+  bool stop_ = false;
+  double busy_ = 0;
+  std::thread thread_;
+};
+
+Status CheckGeometry(const ContainerHeader& h, const ModelGeometry& want, const std::string& what) {
+  if (h.geometry == want) return Status::Ok();
+  auto str = [](const ModelGeometry& g) {
+    return std::to_string(g.layers) + " layers x " + std::to_string(g.kv_heads) + " KV heads x " +
+           std::to_string(g.head_dim) + " dims";
+  };
+  return Status::InvalidArgument(what + " holds " + str(h.geometry) + " (model '" + h.model +
+                                 "'), expected " + str(want));
+}
+
+// The pipeline shared by every restore flavour. `make_sink` is called after the header is known.
+Status RunRestore(Store& store, std::string_view key, const RestoreOptions& options,
+                  const std::function<Result<std::unique_ptr<Sink>>(const ContainerHeader&)>& make_sink,
+                  RestoreStats* stats_out) {
+  RestoreStats stats;
+  const std::string name(key);
+  TQKV_ASSIGN_OR_RETURN(std::unique_ptr<ReadableObject> object, store.Open(key));
+  if (options.drop_cache) {
+    Status s = object->DropCache();
+    if (!s.ok()) {
+      stats.drop_cache_ok = false;
+      stats.drop_cache_error = s.ToString();
+    }
+  }
+  const uint64_t read_before = object->BytesRead();
+  const auto t0 = Clock::now();
+  TQKV_ASSIGN_OR_RETURN(std::unique_ptr<ContainerReader> reader,
+                        ContainerReader::Open(object.get(), name));
+  const ContainerHeader& h = reader->header();
+  if (options.expect_geometry != nullptr) {
+    TQKV_RETURN_IF_ERROR(CheckGeometry(h, *options.expect_geometry, name));
+  }
+  TQKV_ASSIGN_OR_RETURN(SessionCodecs codecs, SessionCodecsFromHeader(h));
+  TQKV_ASSIGN_OR_RETURN(std::unique_ptr<Sink> sink, make_sink(h));
+
+  const auto& chunks = reader->chunks();
+  uint64_t max_chunk = kContainerAlignment;
+  for (const auto& e : chunks) max_chunk = std::max(max_chunk, AlignUp(e.size, kContainerAlignment));
+  const size_t slots = std::clamp<size_t>(options.inflight_bytes / max_chunk, 2, 64);
+  ChunkReader chunk_reader(object.get(), reader.get(), slots, max_chunk);
+
+  const size_t heads = h.geometry.kv_heads, d = h.geometry.head_dim;
+  const size_t row = heads * d;
+  const size_t out_size = DTypeSize(options.dtype);
+  std::vector<uint8_t> metas;
+  double decode_busy = 0;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    TQKV_ASSIGN_OR_RETURN(size_t si, chunk_reader.Next());
+    const Slot& slot = chunk_reader.slot(si);
+    const ChunkEntry& e = *slot.entry;
+    const Codec& codec = *codecs.codecs[codecs.layer_codec[e.layer]];
+    const size_t meta_bytes = codec.group_meta_bytes();
+    const auto td = Clock::now();
+    if (e.type == ChunkType::kGroupMeta) {
+      metas.assign(slot.buf.data(), slot.buf.data() + e.size);
+    } else {
+      if (meta_bytes > 0 && metas.size() != 2 * heads * meta_bytes) {
+        return Status::Corruption(name + ": layer " + std::to_string(e.layer) +
+                                  " codes without group metadata");
+      }
+      const size_t code_bytes = codec.code_bytes();
+      auto* dst = static_cast<uint8_t*>(sink->Tensor(e.layer, e.kv)) +
+                  e.token_begin * row * out_size;
+      for (size_t hd = 0; hd < heads; ++hd) {
+        const uint8_t* meta =
+            meta_bytes ? metas.data() + (static_cast<size_t>(e.kv) * heads + hd) * meta_bytes : nullptr;
+        TQKV_RETURN_IF_ERROR(codec.Decode(
+            {slot.buf.data() + hd * e.token_count * code_bytes, e.token_count * code_bytes},
+            e.token_count, {meta, meta_bytes}, dst + hd * d * out_size, options.dtype, row,
+            options.pool));
+      }
+    }
+    decode_busy += Since(td);
+    chunk_reader.Release(si);
+    const bool layer_end = i + 1 == chunks.size() || chunks[i + 1].layer != e.layer;
+    if (layer_end) {
+      if (e.layer == 0) stats.first_layer_seconds = Since(t0);
+      TQKV_RETURN_IF_ERROR(sink->LayerDone(e.layer));
+      if (e.layer + 1 < h.geometry.layers) metas.clear();
+    }
+  }
+  stats.seconds = Since(t0);
+  stats.read_busy_seconds = chunk_reader.busy_seconds();
+  stats.decode_busy_seconds = decode_busy;
+  stats.bytes_read = object->BytesRead() - read_before;
+  if (stats.bytes_read == 0) stats.bytes_read = reader->file_bytes();
+  stats.tokens = h.tokens;
+  stats.model = h.model;
+  stats.geometry = h.geometry;
+  stats.fp16_bytes = h.geometry.SessionBytes(h.tokens, DType::kF16);
+  if (stats_out != nullptr) *stats_out = stats;
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status RestoreInto(Store& store, std::string_view key, KvCache& dst, const RestoreOptions& options,
+                   RestoreStats* stats) {
+  RestoreOptions opts = options;
+  opts.dtype = dst.dtype();
+  const ModelGeometry want = dst.geometry();
+  if (opts.expect_geometry == nullptr) opts.expect_geometry = &want;
+  return RunRestore(
+      store, key, opts,
+      [&](const ContainerHeader& h) -> Result<std::unique_ptr<Sink>> {
+        if (h.tokens != dst.tokens()) {
+          return Status::InvalidArgument(std::string(key) + " holds " + std::to_string(h.tokens) +
+                                         " tokens, the destination has room for " +
+                                         std::to_string(dst.tokens()));
+        }
+        TQKV_RETURN_IF_ERROR(dst.Validate());
+        return std::unique_ptr<Sink>(new CacheSink(dst));
+      },
+      stats);
+}
+
+Result<std::unique_ptr<KvCacheBuffer>> Restore(Store& store, std::string_view key,
+                                               const RestoreOptions& options, RestoreStats* stats) {
+  std::unique_ptr<KvCacheBuffer> buffer;
+  TQKV_RETURN_IF_ERROR(RunRestore(
+      store, key, options,
+      [&](const ContainerHeader& h) -> Result<std::unique_ptr<Sink>> {
+        TQKV_ASSIGN_OR_RETURN(buffer, KvCacheBuffer::Allocate(h.model, h.geometry, options.dtype,
+                                                              h.tokens));
+        return std::unique_ptr<Sink>(new CacheSink(buffer->cache()));
+      },
+      stats));
+  return buffer;
+}
+
+Status RestoreStreaming(Store& store, std::string_view key, const RestoreOptions& options,
+                        const LayerCallback& on_layer, RestoreStats* stats) {
+  return RunRestore(
+      store, key, options,
+      [&](const ContainerHeader& h) -> Result<std::unique_ptr<Sink>> {
+        const size_t bytes = h.tokens * h.geometry.token_elems() * DTypeSize(options.dtype);
+        return std::unique_ptr<Sink>(new CallbackSink(bytes, on_layer));
+      },
+      stats);
+}
+
+Status VerifyObject(Store& store, std::string_view key) {
+  TQKV_ASSIGN_OR_RETURN(std::unique_ptr<ReadableObject> object, store.Open(key));
+  TQKV_ASSIGN_OR_RETURN(std::unique_ptr<ContainerReader> reader,
+                        ContainerReader::Open(object.get(), std::string(key)));
+  AlignedBuffer buf;
+  for (const auto& e : reader->chunks()) {
+    buf.Reserve(e.size);
+    TQKV_RETURN_IF_ERROR(reader->ReadChunk(e, {buf.data(), static_cast<size_t>(e.size)}));
+  }
+  return Status::Ok();
+}
+
+}  // namespace tqkv

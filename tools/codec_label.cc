@@ -1,0 +1,38 @@
+#include "tools/codec_label.h"
+
+namespace tqkv::tools {
+
+std::string CodecLabel(const CodecParams& p) {
+  if (p.kind == CodecKind::kRaw) {
+    switch (p.raw_dtype) {
+      case DType::kF16: return "fp16";
+      case DType::kBF16: return "bf16";
+      case DType::kF32: return "fp32";
+    }
+  }
+  // Rebuild the spec the params were resolved from (seeds aside) and print it.
+  CodecSpec spec;
+  spec.kind = CodecKind::kTurboQuant;
+  const SubsetParams& last = p.subsets.back();
+  spec.bits = static_cast<uint8_t>(last.bits + (p.qjl ? 1 : 0));
+  if (p.split()) {
+    spec.outlier_bits = p.subsets[0].bits;
+    if (p.subsets[0].channels * 4u == p.head_dim) {
+      spec.outlier_num = 1;
+      spec.outlier_den = 4;
+    } else {
+      spec.outlier_channels = p.subsets[0].channels;
+    }
+  }
+  const bool pow2 = (last.channels & (last.channels - 1)) == 0;
+  spec.rotation = (last.rotation == RotationKind::kHadamard && pow2) ||
+                          (last.rotation == RotationKind::kHaar && !pow2)
+                      ? RotationKind::kAuto
+                      : last.rotation;
+  spec.norm_dtype = p.norm_dtype;
+  spec.norm_correction = p.norm_correction;
+  spec.qjl = p.qjl;
+  return FormatCodecSpec(spec);
+}
+
+}  // namespace tqkv::tools

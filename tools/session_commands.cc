@@ -1,0 +1,348 @@
+// Session commands: checkpoint, restore, compress, decompress, inspect, verify.
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tools/codec_label.h"
+#include "tools/commands.h"
+#include "tools/file_object.h"
+#include "tqkv/checkpoint.h"
+#include "tqkv/container.h"
+#include "tqkv/safetensors.h"
+#include "tqkv/synthetic_source.h"
+#include "tqkv/thread_pool.h"
+
+namespace tqkv::tools {
+namespace {
+
+using json = nlohmann::json;
+
+std::string WithIo(const std::string& uri, const std::string& io) {
+  if (io.empty()) return uri;
+  return uri + (uri.find('?') == std::string::npos ? "?" : "&") + "io=" + io;
+}
+
+void EmitJson(const json& j, const std::string& path) {
+  if (path.empty() || path == "-") {
+    std::cout << j.dump(2) << "\n";
+    return;
+  }
+  std::ofstream(path) << j.dump(2) << "\n";
+}
+
+struct GeometryFlags {
+  std::string model = "qwen2.5-7b";
+  uint32_t layers = 0, kv_heads = 0, head_dim = 0;
+  void Add(CLI::App* cmd) {
+    cmd->add_option("--model", model, "Model preset (qwen2.5-7b, llama-3.1-8b, qwen2.5-0.5b, "
+                    "smollm2-135m) or a name for custom geometry")->capture_default_str();
+    cmd->add_option("--layers", layers, "Custom geometry: layers");
+    cmd->add_option("--kv-heads", kv_heads, "Custom geometry: KV heads");
+    cmd->add_option("--head-dim", head_dim, "Custom geometry: head dimension");
+  }
+  Result<ModelGeometry> Resolve() const {
+    ModelGeometry g;
+    auto preset = FindModelPreset(model);
+    if (preset.ok()) g = preset->geometry;
+    if (layers) g.layers = layers;
+    if (kv_heads) g.kv_heads = kv_heads;
+    if (head_dim) g.head_dim = head_dim;
+    if (g.layers == 0 || g.kv_heads == 0 || g.head_dim == 0) {
+      return preset.ok() ? Status::InvalidArgument("empty geometry")
+                         : preset.status().WithContext("give --layers, --kv-heads and --head-dim");
+    }
+    return g;
+  }
+};
+
+json InspectJson(ContainerReader& reader) {
+  const ContainerHeader& h = reader.header();
+  const uint64_t fp16 = h.geometry.SessionBytes(h.tokens, DType::kF16);
+  json j;
+  j["model"] = h.model;
+  j["tokens"] = h.tokens;
+  j["layers"] = h.geometry.layers;
+  j["kv_heads"] = h.geometry.kv_heads;
+  j["head_dim"] = h.geometry.head_dim;
+  j["source_dtype"] = std::string(DTypeName(h.source_dtype));
+  j["token_block"] = h.token_block;
+  j["file_bytes"] = reader.file_bytes();
+  j["fp16_bytes"] = fp16;
+  j["ratio"] = reader.file_bytes() ? static_cast<double>(fp16) / reader.file_bytes() : 0.0;
+  j["bits_per_value"] = h.tokens ? 8.0 * reader.file_bytes() /
+                                       (2.0 * h.geometry.layers * h.tokens * h.geometry.token_elems())
+                                 : 0.0;
+  j["codec"] = CodecLabel(h.codecs[h.layer_codec.empty() ? 0 : h.layer_codec[0]]);
+  json codecs = json::array();
+  for (const auto& c : h.codecs) codecs.push_back(CodecLabel(c));
+  j["codecs"] = codecs;
+  j["layer_codec"] = h.layer_codec;
+  json chunks = json::array();
+  for (const auto& e : reader.chunks()) {
+    chunks.push_back({{"type", e.type == ChunkType::kGroupMeta ? "meta" : (e.kv ? "V" : "K")},
+                      {"layer", e.layer},
+                      {"token_begin", e.token_begin},
+                      {"token_count", e.token_count},
+                      {"offset", e.offset},
+                      {"size", e.size},
+                      {"checksum", e.checksum}});
+  }
+  j["chunks"] = chunks;
+  return j;
+}
+
+void RegisterCheckpoint(CLI::App& app) {
+  auto* cmd = app.add_subcommand("checkpoint", "Checkpoint a synthetic session of a model preset");
+  struct Opts {
+    GeometryFlags geo;
+    uint64_t tokens = 10000, seed = 1;
+    std::string codec = "tq3", store, session, json_path, dtype = "f16";
+    std::vector<std::string> layer_codecs;
+    size_t threads = 0;
+  };
+  auto o = std::make_shared<Opts>();
+  o->geo.Add(cmd);
+  cmd->add_option("--tokens", o->tokens, "Context length")->capture_default_str();
+  cmd->add_option("--seed", o->seed, "Seed of the synthetic session")->capture_default_str();
+  cmd->add_option("--dtype", o->dtype, "Element type of the session (f16, bf16, f32)")->capture_default_str();
+  cmd->add_option("--codec", o->codec, "Codec spec (fp16, tq2, tq3, tq4, tq2.5, tq3.5, ...)")->capture_default_str();
+  cmd->add_option("--layer-codec", o->layer_codecs, "Per-layer override L:SPEC (repeatable)");
+  cmd->add_option("--store", o->store, "Store URI (file:///dir, a directory path)")->required();
+  cmd->add_option("--session", o->session, "Session id (the object key)")->required();
+  cmd->add_option("--threads", o->threads, "Encode threads (0: all cores)");
+  cmd->add_option("--json", o->json_path, "Write figures as JSON to FILE ('-' for stdout)");
+  cmd->callback([o] {
+    Status s = [&]() -> Status {
+      TQKV_ASSIGN_OR_RETURN(ModelGeometry g, o->geo.Resolve());
+      auto dtype = ParseDType(o->dtype);
+      if (!dtype) return Status::InvalidArgument("unknown dtype " + o->dtype);
+      CheckpointOptions opts;
+      TQKV_ASSIGN_OR_RETURN(opts.codec, ParseCodecSpec(o->codec));
+      for (const auto& lc : o->layer_codecs) {
+        TQKV_ASSIGN_OR_RETURN(LayerCodec l, ParseLayerCodec(lc));
+        opts.layer_overrides.push_back(l);
+      }
+      ThreadPool pool(o->threads);
+      opts.pool = &pool;
+      TQKV_ASSIGN_OR_RETURN(auto store, OpenStore(o->store));
+      auto source = MakeSyntheticSource(o->geo.model, g, *dtype, o->tokens, o->seed);
+      TQKV_ASSIGN_OR_RETURN(CheckpointStats st, Checkpoint(*source, opts, *store, o->session));
+      std::printf("checkpoint %s: %llu tokens, %s, %.1f MB (fp16 %.1f MB, %.2fx) in %.3f s "
+                  "(encode %.3f s, write %.3f s)\n",
+                  o->session.c_str(), static_cast<unsigned long long>(o->tokens), o->codec.c_str(),
+                  st.bytes_written / 1e6, st.fp16_bytes / 1e6,
+                  static_cast<double>(st.fp16_bytes) / st.bytes_written, st.seconds,
+                  st.encode_seconds, st.write_seconds);
+      if (!o->json_path.empty()) {
+        EmitJson({{"session", o->session}, {"codec", o->codec}, {"tokens", o->tokens},
+                  {"bytes_written", st.bytes_written}, {"fp16_bytes", st.fp16_bytes},
+                  {"write_s", st.seconds}, {"encode_s", st.encode_seconds}},
+                 o->json_path);
+      }
+      return Status::Ok();
+    }();
+    Report("checkpoint", s);
+  });
+}
+
+void RegisterRestore(CLI::App& app) {
+  auto* cmd = app.add_subcommand("restore", "Restore a session into host memory; prints time and bandwidth");
+  struct Opts {
+    std::string store, session, io, out, dtype = "f16", json_path;
+    size_t threads = 0;
+    bool drop_cache = false, json = false;
+  };
+  auto o = std::make_shared<Opts>();
+  cmd->add_option("--store", o->store, "Store URI")->required();
+  cmd->add_option("--session", o->session, "Session id")->required();
+  cmd->add_option("--io", o->io, "buffered | direct | uring (overrides the URI's io option)");
+  cmd->add_option("--dtype", o->dtype, "Restored element type (f16, bf16, f32)")->capture_default_str();
+  cmd->add_option("--out", o->out, "Also write the restored cache as safetensors");
+  cmd->add_option("--threads", o->threads, "Decode threads (0: all cores)");
+  cmd->add_flag("--drop-cache", o->drop_cache, "Evict the object from the page cache first");
+  cmd->add_flag("--json", o->json, "Print figures as JSON");
+  cmd->callback([o] {
+    Status s = [&]() -> Status {
+      auto dtype = ParseDType(o->dtype);
+      if (!dtype) return Status::InvalidArgument("unknown dtype " + o->dtype);
+      TQKV_ASSIGN_OR_RETURN(auto store, OpenStore(WithIo(o->store, o->io)));
+      ThreadPool pool(o->threads);
+      RestoreOptions opts;
+      opts.dtype = *dtype;
+      opts.pool = &pool;
+      opts.drop_cache = o->drop_cache;
+      RestoreStats st;
+      TQKV_ASSIGN_OR_RETURN(auto cache, Restore(*store, o->session, opts, &st));
+      const double gbps = st.seconds > 0 ? st.bytes_read / st.seconds / 1e9 : 0;
+      const std::string io = o->io.empty() ? "uri" : o->io;
+      if (o->json) {
+        EmitJson({{"session", o->session}, {"restore_s", st.seconds}, {"bytes_read", st.bytes_read},
+                  {"gbps", gbps}, {"fp16_gbps", st.seconds > 0 ? st.fp16_bytes / st.seconds / 1e9 : 0},
+                  {"io", io}, {"tokens", st.tokens}, {"model", st.model},
+                  {"first_layer_s", st.first_layer_seconds}, {"drop_cache_ok", st.drop_cache_ok},
+                  {"read_busy_s", st.read_busy_seconds}, {"decode_busy_s", st.decode_busy_seconds}},
+                 "-");
+      } else {
+        std::printf("restore %s: %llu tokens of %s, %.1f MB read in %.3f s = %.3f GB/s "
+                    "(%.3f GB/s fp16-equivalent), layer 0 ready after %.3f s, io=%s\n",
+                    o->session.c_str(), static_cast<unsigned long long>(st.tokens), st.model.c_str(),
+                    st.bytes_read / 1e6, st.seconds, gbps,
+                    st.seconds > 0 ? st.fp16_bytes / st.seconds / 1e9 : 0.0,
+                    st.first_layer_seconds, io.c_str());
+      }
+      if (!st.drop_cache_ok) std::fprintf(stderr, "warning: page cache not dropped: %s\n",
+                                          st.drop_cache_error.c_str());
+      if (!o->out.empty()) TQKV_RETURN_IF_ERROR(WriteSafetensors(cache->cache(), o->out));
+      return Status::Ok();
+    }();
+    Report("restore", s);
+  });
+}
+
+void RegisterCompress(CLI::App& app) {
+  auto* cmd = app.add_subcommand("compress", "Compress a safetensors KV cache into a .tqkv file");
+  struct Opts {
+    std::string in, out, codec = "tq3";
+    std::vector<std::string> layer_codecs;
+    size_t threads = 0;
+  };
+  auto o = std::make_shared<Opts>();
+  cmd->add_option("IN", o->in, "Input .safetensors (tensors layers.<i>.k / .v)")->required();
+  cmd->add_option("OUT", o->out, "Output .tqkv")->required();
+  cmd->add_option("--codec", o->codec, "Codec spec")->capture_default_str();
+  cmd->add_option("--layer-codec", o->layer_codecs, "Per-layer override L:SPEC (repeatable)");
+  cmd->add_option("--threads", o->threads, "Encode threads (0: all cores)");
+  cmd->callback([o] {
+    Status s = [&]() -> Status {
+      TQKV_ASSIGN_OR_RETURN(auto cache, ReadSafetensors(o->in));
+      CheckpointOptions opts;
+      TQKV_ASSIGN_OR_RETURN(opts.codec, ParseCodecSpec(o->codec));
+      for (const auto& lc : o->layer_codecs) {
+        TQKV_ASSIGN_OR_RETURN(LayerCodec l, ParseLayerCodec(lc));
+        opts.layer_overrides.push_back(l);
+      }
+      ThreadPool pool(o->threads);
+      opts.pool = &pool;
+      TQKV_ASSIGN_OR_RETURN(StoreAndKey sk, OpenFilePath(o->out, true));
+      TQKV_ASSIGN_OR_RETURN(CheckpointStats st, Checkpoint(cache->cache(), opts, *sk.store, sk.key));
+      std::printf("%s: %.1f MB -> %.1f MB (%.2fx) in %.3f s\n", o->out.c_str(), st.fp16_bytes / 1e6,
+                  st.bytes_written / 1e6, static_cast<double>(st.fp16_bytes) / st.bytes_written,
+                  st.seconds);
+      return Status::Ok();
+    }();
+    Report("compress", s);
+  });
+}
+
+void RegisterDecompress(CLI::App& app) {
+  auto* cmd = app.add_subcommand("decompress", "Decode a .tqkv file into safetensors");
+  struct Opts {
+    std::string in, out, dtype = "f16";
+    size_t threads = 0;
+  };
+  auto o = std::make_shared<Opts>();
+  cmd->add_option("IN", o->in, "Input .tqkv")->required();
+  cmd->add_option("OUT", o->out, "Output .safetensors")->required();
+  cmd->add_option("--dtype", o->dtype, "Output element type (f16, bf16, f32)")->capture_default_str();
+  cmd->add_option("--threads", o->threads, "Decode threads (0: all cores)");
+  cmd->callback([o] {
+    Status s = [&]() -> Status {
+      auto dtype = ParseDType(o->dtype);
+      if (!dtype) return Status::InvalidArgument("unknown dtype " + o->dtype);
+      TQKV_ASSIGN_OR_RETURN(StoreAndKey sk, OpenFilePath(o->in));
+      ThreadPool pool(o->threads);
+      RestoreOptions opts;
+      opts.dtype = *dtype;
+      opts.pool = &pool;
+      TQKV_ASSIGN_OR_RETURN(auto cache, Restore(*sk.store, sk.key, opts));
+      return WriteSafetensors(cache->cache(), o->out);
+    }();
+    Report("decompress", s);
+  });
+}
+
+void RegisterInspect(CLI::App& app) {
+  auto* cmd = app.add_subcommand("inspect", "Show a .tqkv file's geometry, codec, sizes and chunks");
+  struct Opts {
+    std::string file;
+    bool json = false, chunks = false;
+  };
+  auto o = std::make_shared<Opts>();
+  cmd->add_option("FILE", o->file, "A .tqkv file")->required();
+  cmd->add_flag("--json", o->json, "Print as JSON");
+  cmd->add_flag("--chunks", o->chunks, "Also print the chunk table");
+  cmd->callback([o] {
+    Status s = [&]() -> Status {
+      TQKV_ASSIGN_OR_RETURN(StoreAndKey sk, OpenFilePath(o->file));
+      TQKV_ASSIGN_OR_RETURN(auto object, sk.store->Open(sk.key));
+      TQKV_ASSIGN_OR_RETURN(auto reader, ContainerReader::Open(object.get(), o->file));
+      json j = InspectJson(*reader);
+      if (o->json) {
+        if (!o->chunks) j.erase("chunks");
+        std::cout << j.dump(2) << "\n";
+        return Status::Ok();
+      }
+      std::printf("file        %s\nmodel       %s\ngeometry    %u layers x %u KV heads x %u dims\n"
+                  "tokens      %llu (token block %u)\ncodec       %s\nfile bytes  %llu\n"
+                  "fp16 bytes  %llu\nratio       %.3fx (%.3f bits per value)\nchunks      %zu\n",
+                  o->file.c_str(), j["model"].get<std::string>().c_str(),
+                  j["layers"].get<unsigned>(), j["kv_heads"].get<unsigned>(),
+                  j["head_dim"].get<unsigned>(), j["tokens"].get<unsigned long long>(),
+                  j["token_block"].get<unsigned>(), j["codec"].get<std::string>().c_str(),
+                  j["file_bytes"].get<unsigned long long>(), j["fp16_bytes"].get<unsigned long long>(),
+                  j["ratio"].get<double>(), j["bits_per_value"].get<double>(), j["chunks"].size());
+      if (j["codecs"].size() > 1) {
+        std::printf("per layer   ");
+        for (size_t l = 0; l < j["layer_codec"].size(); ++l) {
+          std::printf("%zu:%s ", l, j["codecs"][j["layer_codec"][l].get<size_t>()].get<std::string>().c_str());
+        }
+        std::printf("\n");
+      }
+      if (o->chunks) {
+        std::printf("%-5s %-6s %-3s %-10s %-8s %-12s %-10s %s\n", "#", "layer", "kv", "tokens",
+                    "count", "offset", "size", "xxh3");
+        size_t i = 0;
+        for (const auto& c : j["chunks"]) {
+          std::printf("%-5zu %-6u %-3s %-10llu %-8llu %-12llu %-10llu %016llx\n", i++,
+                      c["layer"].get<unsigned>(), c["type"].get<std::string>().c_str(),
+                      c["token_begin"].get<unsigned long long>(), c["token_count"].get<unsigned long long>(),
+                      c["offset"].get<unsigned long long>(), c["size"].get<unsigned long long>(),
+                      c["checksum"].get<unsigned long long>());
+        }
+      }
+      return Status::Ok();
+    }();
+    Report("inspect", s);
+  });
+}
+
+void RegisterVerify(CLI::App& app) {
+  auto* cmd = app.add_subcommand("verify", "Check every checksum of a .tqkv file (exit status says)");
+  auto file = std::make_shared<std::string>();
+  cmd->add_option("FILE", *file, "A .tqkv file")->required();
+  cmd->callback([file] {
+    Status s = [&]() -> Status {
+      TQKV_ASSIGN_OR_RETURN(StoreAndKey sk, OpenFilePath(*file));
+      TQKV_RETURN_IF_ERROR(VerifyObject(*sk.store, sk.key));
+      std::printf("%s: OK\n", file->c_str());
+      return Status::Ok();
+    }();
+    Report("verify", s);
+  });
+}
+
+}  // namespace
+
+void RegisterSessionCommands(CLI::App& app) {
+  RegisterCheckpoint(app);
+  RegisterRestore(app);
+  RegisterCompress(app);
+  RegisterDecompress(app);
+  RegisterInspect(app);
+  RegisterVerify(app);
+}
+
+}  // namespace tqkv::tools
