@@ -23,11 +23,12 @@ using Clock = std::chrono::steady_clock;
 class TokenBucket {
  public:
   TokenBucket(double bytes_per_sec, uint64_t burst_bytes) : rate_(bytes_per_sec) {
+    if (rate_ <= 0) return;  // unlimited
     const double burst =
         burst_bytes > 0 ? static_cast<double>(burst_bytes)
                         : std::max(64.0 * 1024.0, bytes_per_sec * 0.002);  // 2 ms worth
     credit_ = std::chrono::duration_cast<Clock::duration>(
-        std::chrono::duration<double>(burst / std::max(rate_, 1e-9)));
+        std::chrono::duration<double>(std::min(burst / rate_, 3600.0)));
     paid_until_ = Clock::now() - credit_;
   }
 
@@ -40,7 +41,7 @@ class TokenBucket {
       paid_until_ = std::max(paid_until_, now - credit_ - overslept_);
       overslept_ = Clock::duration::zero();
       paid_until_ += std::chrono::duration_cast<Clock::duration>(
-          std::chrono::duration<double>(static_cast<double>(bytes) / rate_));
+          std::chrono::duration<double>(std::min(static_cast<double>(bytes) / rate_, 1e6)));
       wake = paid_until_;
       if (wake <= now) return;
     }
