@@ -14,7 +14,8 @@
 //
 // Encoding one subset vector x[0..m) (already converted to float and gathered):
 //   ss = Sum8(x^2); norm = sqrtf(ss)
-//   if norm == 0 or !isfinite(norm): every index 0; stored norm = 0 (zero vector) or NaN.
+//   if norm == 0 or !isfinite(norm): every index 0; stored norm = +0 (zero vector) or NaN
+//   (the quiet NaN 0x7FC00000, f16 0x7E00, so every table writes the same bytes).
 //   Hadamard:  y = Fwht(signs1 * x)                       (sign multiply by +-1.0f is exact)
 //   Hadamard2: y = Fwht(signs2 * Fwht(signs1 * x))
 //   Haar:      y = MatVec(Q, x)
