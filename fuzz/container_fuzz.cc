@@ -4,7 +4,11 @@
 // structural checksums recomputed (so mutations of sizes, counts and offsets reach the semantic
 // checks behind the checksums). For both the in-memory parser and ContainerReader must agree, and
 // a file that parses must be rewritten byte for byte by ContainerWriter (the layout is canonical).
-// Build: -DTQKV_BUILD_FUZZERS=ON with clang; seeds in fuzz/corpus/container/.
+// Build: -DTQKV_BUILD_FUZZERS=ON with clang. Run with the seeds (a valid file is at least 4176
+// bytes, above libFuzzer's default -max_len of 4096 when it starts from an empty corpus):
+//   mkdir -p /tmp/cf && ./build-fuzz/container_fuzz -max_total_time=30 -malloc_limit_mb=256 \
+//       /tmp/cf fuzz/corpus/container
+// (new inputs go to the first directory; fuzz/corpus/container holds only the checked-in seeds).
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
