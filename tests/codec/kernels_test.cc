@@ -323,6 +323,11 @@ TEST(KernelsRef, EncodeZeroAndNonFiniteNorms) {
         EXPECT_EQ(std::bit_cast<uint32_t>(norm), 0u);
       } else {
         EXPECT_TRUE(std::isnan(norm));
+        if (nd == DType::kF32) {
+          EXPECT_EQ(std::bit_cast<uint32_t>(norm), 0x7FC00000u);
+        } else {
+          EXPECT_EQ(c[0] | c[1] << 8, 0x7E00);
+        }
       }
       for (size_t b = nb; b < stride; ++b) EXPECT_EQ(c[b], 0) << v;
     }
