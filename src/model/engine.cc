@@ -123,9 +123,15 @@ void LlamaEngine::MatMul(const WeightMatrix& w, const float* x, size_t n_tokens,
           const float* xt = x + t * cols;
           float v;
           switch (w.type) {
-            case GgmlType::kF32: v = k.dot_f32(reinterpret_cast<const float*>(wr), xt, cols); break;
-            case GgmlType::kF16: v = k.dot_f16(reinterpret_cast<const uint16_t*>(wr), xt, cols); break;
-            default: v = k.dot_bf16(reinterpret_cast<const uint16_t*>(wr), xt, cols); break;
+            case GgmlType::kF32:
+              v = k.dot_f32(reinterpret_cast<const float*>(wr), xt, cols);
+              break;
+            case GgmlType::kF16:
+              v = k.dot_f16(reinterpret_cast<const uint16_t*>(wr), xt, cols);
+              break;
+            default:
+              v = k.dot_bf16(reinterpret_cast<const uint16_t*>(wr), xt, cols);
+              break;
           }
           out[t * rows + r] = v;
         }
@@ -250,7 +256,8 @@ Result<std::vector<float>> LlamaEngine::Prefill(std::span<const int32_t> tokens)
   for (int32_t t : tokens) {
     if (t < 0 || static_cast<uint32_t>(t) >= config_.vocab_size) {
       return Status::InvalidArgument("LlamaEngine: token id " + std::to_string(t) +
-                                     " out of range [0, " + std::to_string(config_.vocab_size) + ")");
+                                     " out of range [0, " + std::to_string(config_.vocab_size) +
+                                     ")");
     }
   }
   if (position_ + tokens.size() > max_tokens_) {
@@ -280,8 +287,8 @@ KvCache LlamaEngine::CacheView() const {
 }
 
 Result<std::unique_ptr<KvCacheBuffer>> LlamaEngine::ExportCache() const {
-  TQKV_ASSIGN_OR_RETURN(auto buf, KvCacheBuffer::Allocate(model_.name(), config_.geometry(),
-                                                          DType::kF16, position_));
+  TQKV_ASSIGN_OR_RETURN(
+      auto buf, KvCacheBuffer::Allocate(model_.name(), config_.geometry(), DType::kF16, position_));
   const size_t bytes = buf->cache().tensor_bytes();
   for (uint32_t l = 0; l < config_.n_layers && bytes > 0; ++l) {
     std::memcpy(buf->cache().k(l), k_cache_[l].data(), bytes);

@@ -98,11 +98,11 @@ class LlamaEngine {
   uint32_t max_tokens_ = 0;
   uint32_t prefill_chunk_ = 256;
   uint64_t position_ = 0;
-  uint64_t capacity_ = 0;  // tokens allocated per layer
+  uint64_t capacity_ = 0;                                 // tokens allocated per layer
   std::vector<std::vector<uint16_t>> k_cache_, v_cache_;  // per layer [capacity][kv_dim] f16
   // Per-call scratch, sized for prefill_chunk tokens.
   std::vector<float> x_, xb_, q_, k_, v_, att_, hb_, hb2_;
-  std::vector<BlockQ8x4> xq_;  // [ceil(n / 4)][cols / 32]
+  std::vector<BlockQ8x4> xq_;    // [ceil(n / 4)][cols / 32]
   std::vector<float> inv_freq_;  // [rope_dim / 2]
 };
 

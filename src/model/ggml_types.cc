@@ -22,16 +22,26 @@ constexpr GgmlTypeTraits kTraits[] = {
 // Names of ggml ids we do not support, for clearer errors.
 std::string_view KnownUnsupportedName(uint32_t id) {
   switch (id) {
-    case 6: return "q5_0";
-    case 7: return "q5_1";
-    case 9: return "q8_1";
-    case 10: return "q2_k";
-    case 11: return "q3_k";
-    case 12: return "q4_k";
-    case 13: return "q5_k";
-    case 14: return "q6_k";
-    case 15: return "q8_k";
-    default: return {};
+    case 6:
+      return "q5_0";
+    case 7:
+      return "q5_1";
+    case 9:
+      return "q8_1";
+    case 10:
+      return "q2_k";
+    case 11:
+      return "q3_k";
+    case 12:
+      return "q4_k";
+    case 13:
+      return "q5_k";
+    case 14:
+      return "q6_k";
+    case 15:
+      return "q8_k";
+    default:
+      return {};
   }
 }
 
@@ -177,7 +187,9 @@ void QuantizeRowQ8_0(const float* x, size_t elems, void* out) {
 void QuantizeRow(GgmlType type, const float* x, size_t elems, void* out) {
   uint8_t* o = static_cast<uint8_t*>(out);
   switch (type) {
-    case GgmlType::kF32: std::memcpy(o, x, elems * 4); return;
+    case GgmlType::kF32:
+      std::memcpy(o, x, elems * 4);
+      return;
     case GgmlType::kF16:
       for (size_t i = 0; i < elems; ++i) {
         const uint16_t h = FloatToHalf(x[i]);
@@ -190,9 +202,15 @@ void QuantizeRow(GgmlType type, const float* x, size_t elems, void* out) {
         std::memcpy(o + 2 * i, &h, 2);
       }
       return;
-    case GgmlType::kQ4_0: QuantizeRowQ4_0(x, elems, out); return;
-    case GgmlType::kQ4_1: QuantizeRowQ4_1(x, elems, out); return;
-    case GgmlType::kQ8_0: QuantizeRowQ8_0(x, elems, out); return;
+    case GgmlType::kQ4_0:
+      QuantizeRowQ4_0(x, elems, out);
+      return;
+    case GgmlType::kQ4_1:
+      QuantizeRowQ4_1(x, elems, out);
+      return;
+    case GgmlType::kQ8_0:
+      QuantizeRowQ8_0(x, elems, out);
+      return;
   }
 }
 

@@ -12,19 +12,32 @@ constexpr int kMaxArrayDepth = 4;
 
 std::string_view ValueTypeName(GgufValueType t) {
   switch (t) {
-    case GgufValueType::kUint8: return "u8";
-    case GgufValueType::kInt8: return "i8";
-    case GgufValueType::kUint16: return "u16";
-    case GgufValueType::kInt16: return "i16";
-    case GgufValueType::kUint32: return "u32";
-    case GgufValueType::kInt32: return "i32";
-    case GgufValueType::kFloat32: return "f32";
-    case GgufValueType::kBool: return "bool";
-    case GgufValueType::kString: return "string";
-    case GgufValueType::kArray: return "array";
-    case GgufValueType::kUint64: return "u64";
-    case GgufValueType::kInt64: return "i64";
-    case GgufValueType::kFloat64: return "f64";
+    case GgufValueType::kUint8:
+      return "u8";
+    case GgufValueType::kInt8:
+      return "i8";
+    case GgufValueType::kUint16:
+      return "u16";
+    case GgufValueType::kInt16:
+      return "i16";
+    case GgufValueType::kUint32:
+      return "u32";
+    case GgufValueType::kInt32:
+      return "i32";
+    case GgufValueType::kFloat32:
+      return "f32";
+    case GgufValueType::kBool:
+      return "bool";
+    case GgufValueType::kString:
+      return "string";
+    case GgufValueType::kArray:
+      return "array";
+    case GgufValueType::kUint64:
+      return "u64";
+    case GgufValueType::kInt64:
+      return "i64";
+    case GgufValueType::kFloat64:
+      return "f64";
   }
   return "?";
 }
@@ -32,12 +45,25 @@ std::string_view ValueTypeName(GgufValueType t) {
 // Smallest encoded size of a value of type t (for bounding counts before allocating).
 uint64_t MinValueBytes(GgufValueType t) {
   switch (t) {
-    case GgufValueType::kUint8: case GgufValueType::kInt8: case GgufValueType::kBool: return 1;
-    case GgufValueType::kUint16: case GgufValueType::kInt16: return 2;
-    case GgufValueType::kUint32: case GgufValueType::kInt32: case GgufValueType::kFloat32: return 4;
-    case GgufValueType::kUint64: case GgufValueType::kInt64: case GgufValueType::kFloat64: return 8;
-    case GgufValueType::kString: return 8;
-    case GgufValueType::kArray: return 12;
+    case GgufValueType::kUint8:
+    case GgufValueType::kInt8:
+    case GgufValueType::kBool:
+      return 1;
+    case GgufValueType::kUint16:
+    case GgufValueType::kInt16:
+      return 2;
+    case GgufValueType::kUint32:
+    case GgufValueType::kInt32:
+    case GgufValueType::kFloat32:
+      return 4;
+    case GgufValueType::kUint64:
+    case GgufValueType::kInt64:
+    case GgufValueType::kFloat64:
+      return 8;
+    case GgufValueType::kString:
+      return 8;
+    case GgufValueType::kArray:
+      return 12;
   }
   return 1;
 }
@@ -82,31 +108,86 @@ class Reader {
   Status ReadValue(GgufValueType type, GgufValue* v, int depth, std::string_view key) {
     v->type = type;
     switch (type) {
-      case GgufValueType::kUint8: { uint8_t x; TQKV_RETURN_IF_ERROR(Read(&x, key)); v->u = x; break; }
-      case GgufValueType::kInt8: { int8_t x; TQKV_RETURN_IF_ERROR(Read(&x, key)); v->i = x; break; }
-      case GgufValueType::kUint16: { uint16_t x; TQKV_RETURN_IF_ERROR(Read(&x, key)); v->u = x; break; }
-      case GgufValueType::kInt16: { int16_t x; TQKV_RETURN_IF_ERROR(Read(&x, key)); v->i = x; break; }
-      case GgufValueType::kUint32: { uint32_t x; TQKV_RETURN_IF_ERROR(Read(&x, key)); v->u = x; break; }
-      case GgufValueType::kInt32: { int32_t x; TQKV_RETURN_IF_ERROR(Read(&x, key)); v->i = x; break; }
-      case GgufValueType::kUint64: { uint64_t x; TQKV_RETURN_IF_ERROR(Read(&x, key)); v->u = x; break; }
-      case GgufValueType::kInt64: { int64_t x; TQKV_RETURN_IF_ERROR(Read(&x, key)); v->i = x; break; }
-      case GgufValueType::kFloat32: { float x; TQKV_RETURN_IF_ERROR(Read(&x, key)); v->f = x; break; }
-      case GgufValueType::kFloat64: { double x; TQKV_RETURN_IF_ERROR(Read(&x, key)); v->f = x; break; }
+      case GgufValueType::kUint8: {
+        uint8_t x;
+        TQKV_RETURN_IF_ERROR(Read(&x, key));
+        v->u = x;
+        break;
+      }
+      case GgufValueType::kInt8: {
+        int8_t x;
+        TQKV_RETURN_IF_ERROR(Read(&x, key));
+        v->i = x;
+        break;
+      }
+      case GgufValueType::kUint16: {
+        uint16_t x;
+        TQKV_RETURN_IF_ERROR(Read(&x, key));
+        v->u = x;
+        break;
+      }
+      case GgufValueType::kInt16: {
+        int16_t x;
+        TQKV_RETURN_IF_ERROR(Read(&x, key));
+        v->i = x;
+        break;
+      }
+      case GgufValueType::kUint32: {
+        uint32_t x;
+        TQKV_RETURN_IF_ERROR(Read(&x, key));
+        v->u = x;
+        break;
+      }
+      case GgufValueType::kInt32: {
+        int32_t x;
+        TQKV_RETURN_IF_ERROR(Read(&x, key));
+        v->i = x;
+        break;
+      }
+      case GgufValueType::kUint64: {
+        uint64_t x;
+        TQKV_RETURN_IF_ERROR(Read(&x, key));
+        v->u = x;
+        break;
+      }
+      case GgufValueType::kInt64: {
+        int64_t x;
+        TQKV_RETURN_IF_ERROR(Read(&x, key));
+        v->i = x;
+        break;
+      }
+      case GgufValueType::kFloat32: {
+        float x;
+        TQKV_RETURN_IF_ERROR(Read(&x, key));
+        v->f = x;
+        break;
+      }
+      case GgufValueType::kFloat64: {
+        double x;
+        TQKV_RETURN_IF_ERROR(Read(&x, key));
+        v->f = x;
+        break;
+      }
       case GgufValueType::kBool: {
         uint8_t x;
         TQKV_RETURN_IF_ERROR(Read(&x, key));
-        if (x > 1) return Error("bool value " + std::to_string(x) + " of '" + std::string(key) + "'");
+        if (x > 1)
+          return Error("bool value " + std::to_string(x) + " of '" + std::string(key) + "'");
         v->b = x != 0;
         break;
       }
-      case GgufValueType::kString: TQKV_RETURN_IF_ERROR(ReadString(&v->str, key)); break;
+      case GgufValueType::kString:
+        TQKV_RETURN_IF_ERROR(ReadString(&v->str, key));
+        break;
       case GgufValueType::kArray: {
-        if (depth >= kMaxArrayDepth) return Error("arrays nested too deeply in '" + std::string(key) + "'");
+        if (depth >= kMaxArrayDepth)
+          return Error("arrays nested too deeply in '" + std::string(key) + "'");
         uint32_t et = 0;
         uint64_t count = 0;
         TQKV_RETURN_IF_ERROR(Read(&et, key));
         if (et > static_cast<uint32_t>(GgufValueType::kFloat64)) {
-          return Error("unknown array element type " + std::to_string(et) + " of '" + std::string(key) + "'");
+          return Error("unknown array element type " + std::to_string(et) + " of '" +
+                       std::string(key) + "'");
         }
         TQKV_RETURN_IF_ERROR(Read(&count, key));
         v->elem_type = static_cast<GgufValueType>(et);
@@ -129,8 +210,8 @@ class Reader {
         break;
       }
       default:
-        return Error("unknown value type " + std::to_string(static_cast<uint32_t>(type)) +
-                     " of '" + std::string(key) + "'");
+        return Error("unknown value type " + std::to_string(static_cast<uint32_t>(type)) + " of '" +
+                     std::string(key) + "'");
     }
     return Status::Ok();
   }
@@ -146,9 +227,14 @@ class Reader {
 
 bool GgufValue::is_integer() const {
   switch (type) {
-    case GgufValueType::kUint8: case GgufValueType::kInt8: case GgufValueType::kUint16:
-    case GgufValueType::kInt16: case GgufValueType::kUint32: case GgufValueType::kInt32:
-    case GgufValueType::kUint64: case GgufValueType::kInt64:
+    case GgufValueType::kUint8:
+    case GgufValueType::kInt8:
+    case GgufValueType::kUint16:
+    case GgufValueType::kInt16:
+    case GgufValueType::kUint32:
+    case GgufValueType::kInt32:
+    case GgufValueType::kUint64:
+    case GgufValueType::kInt64:
       return true;
     default:
       return false;
@@ -237,7 +323,8 @@ Result<std::unique_ptr<GgufFile>> GgufFile::Parse(std::shared_ptr<const MappedFi
   uint64_t n_tensors = 0, n_kv = 0;
   TQKV_RETURN_IF_ERROR(r.Read(&n_tensors, "tensor count"));
   TQKV_RETURN_IF_ERROR(r.Read(&n_kv, "metadata count"));
-  if (n_kv > r.remaining() / 13) return r.Error("metadata count " + std::to_string(n_kv) + " exceeds the file");
+  if (n_kv > r.remaining() / 13)
+    return r.Error("metadata count " + std::to_string(n_kv) + " exceeds the file");
   if (n_tensors > r.remaining() / 24) {
     return r.Error("tensor count " + std::to_string(n_tensors) + " exceeds the file");
   }
@@ -252,7 +339,8 @@ Result<std::unique_ptr<GgufFile>> GgufFile::Parse(std::shared_ptr<const MappedFi
     }
     GgufValue v;
     TQKV_RETURN_IF_ERROR(r.ReadValue(static_cast<GgufValueType>(type), &v, 0, key));
-    if (!g->metadata_.emplace(key, std::move(v)).second) return r.Error("duplicate key '" + key + "'");
+    if (!g->metadata_.emplace(key, std::move(v)).second)
+      return r.Error("duplicate key '" + key + "'");
   }
 
   if (const GgufValue* a = g->Find("general.alignment")) {
@@ -312,10 +400,9 @@ Result<std::unique_ptr<GgufFile>> GgufFile::Parse(std::shared_ptr<const MappedFi
     if (__builtin_add_overflow(g->data_offset_, t.offset, &begin) ||
         __builtin_add_overflow(begin, t.bytes, &stop) || stop > size) {
       return Status::Corruption("GGUF " + g->file_->path() + ": tensor '" + t.name + "' data [" +
-                                std::to_string(g->data_offset_) + " + " +
-                                std::to_string(t.offset) + ", +" + std::to_string(t.bytes) +
-                                ") extends past the end of the " + std::to_string(size) +
-                                "-byte file (truncated?)");
+                                std::to_string(g->data_offset_) + " + " + std::to_string(t.offset) +
+                                ", +" + std::to_string(t.bytes) + ") extends past the end of the " +
+                                std::to_string(size) + "-byte file (truncated?)");
     }
     t.data = g->file_->data() + begin;
   }
@@ -334,7 +421,9 @@ const GgufTensorInfo* GgufFile::FindTensor(std::string_view name) const {
 
 Result<uint64_t> GgufFile::GetUint(std::string_view key) const {
   const GgufValue* v = Find(key);
-  if (v == nullptr) return Status::NotFound("GGUF " + file_->path() + ": no metadata key '" + std::string(key) + "'");
+  if (v == nullptr)
+    return Status::NotFound("GGUF " + file_->path() + ": no metadata key '" + std::string(key) +
+                            "'");
   auto u = v->AsUint();
   if (!u) {
     return Status::Corruption("GGUF " + file_->path() + ": '" + std::string(key) +
@@ -346,20 +435,26 @@ Result<uint64_t> GgufFile::GetUint(std::string_view key) const {
 
 Result<double> GgufFile::GetDouble(std::string_view key) const {
   const GgufValue* v = Find(key);
-  if (v == nullptr) return Status::NotFound("GGUF " + file_->path() + ": no metadata key '" + std::string(key) + "'");
+  if (v == nullptr)
+    return Status::NotFound("GGUF " + file_->path() + ": no metadata key '" + std::string(key) +
+                            "'");
   auto d = v->AsDouble();
   if (!d) {
     return Status::Corruption("GGUF " + file_->path() + ": '" + std::string(key) +
-                              "' is not a number (type " + std::string(ValueTypeName(v->type)) + ")");
+                              "' is not a number (type " + std::string(ValueTypeName(v->type)) +
+                              ")");
   }
   return *d;
 }
 
 Result<std::string> GgufFile::GetString(std::string_view key) const {
   const GgufValue* v = Find(key);
-  if (v == nullptr) return Status::NotFound("GGUF " + file_->path() + ": no metadata key '" + std::string(key) + "'");
+  if (v == nullptr)
+    return Status::NotFound("GGUF " + file_->path() + ": no metadata key '" + std::string(key) +
+                            "'");
   if (v->type != GgufValueType::kString) {
-    return Status::Corruption("GGUF " + file_->path() + ": '" + std::string(key) + "' is not a string");
+    return Status::Corruption("GGUF " + file_->path() + ": '" + std::string(key) +
+                              "' is not a string");
   }
   return v->str;
 }

@@ -75,7 +75,7 @@ struct GgufTensorInfo {
   uint32_t n_dims = 0;
   uint64_t ne[4] = {1, 1, 1, 1};
   GgmlType type = GgmlType::kF32;
-  uint64_t offset = 0;      // relative to the data section
+  uint64_t offset = 0;  // relative to the data section
   uint64_t elements = 0;
   uint64_t bytes = 0;
   const uint8_t* data = nullptr;  // inside the mapping

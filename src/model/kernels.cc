@@ -53,8 +53,7 @@ void QuantDotRef(const uint8_t* w_row, const BlockQ8x4* acts, size_t nblocks, si
   }
 }
 
-void QuantizeX4Ref(const float* x, size_t stride, size_t n_tokens, size_t elems,
-                   BlockQ8x4* out) {
+void QuantizeX4Ref(const float* x, size_t stride, size_t n_tokens, size_t elems, BlockQ8x4* out) {
   const size_t nb = elems / kQkBlock;
   std::memset(out, 0, nb * sizeof(BlockQ8x4));
   for (size_t t = 0; t < n_tokens && t < 4; ++t) {
@@ -122,9 +121,16 @@ void WeightedSumF16Ref(const float* p, const uint16_t* v, size_t stride, size_t 
 
 const ModelKernels& ScalarModelKernels() {
   static const ModelKernels k = {
-      SimdLevel::kScalar, QuantizeX4Ref, QuantDotRef<GgmlType::kQ4_0>,
-      QuantDotRef<GgmlType::kQ4_1>, QuantDotRef<GgmlType::kQ8_0>, DotF32Ref, DotF16Ref, DotBF16Ref,
-      DotF16RowsRef, WeightedSumF16Ref,
+      SimdLevel::kScalar,
+      QuantizeX4Ref,
+      QuantDotRef<GgmlType::kQ4_0>,
+      QuantDotRef<GgmlType::kQ4_1>,
+      QuantDotRef<GgmlType::kQ8_0>,
+      DotF32Ref,
+      DotF16Ref,
+      DotBF16Ref,
+      DotF16RowsRef,
+      WeightedSumF16Ref,
   };
   return k;
 }

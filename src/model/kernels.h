@@ -67,10 +67,14 @@ struct ModelKernels {
 
   QuantDotFn quant_dot(GgmlType t) const {
     switch (t) {
-      case GgmlType::kQ4_0: return dot_q4_0;
-      case GgmlType::kQ4_1: return dot_q4_1;
-      case GgmlType::kQ8_0: return dot_q8_0;
-      default: return nullptr;
+      case GgmlType::kQ4_0:
+        return dot_q4_0;
+      case GgmlType::kQ4_1:
+        return dot_q4_1;
+      case GgmlType::kQ8_0:
+        return dot_q8_0;
+      default:
+        return nullptr;
     }
   }
 };

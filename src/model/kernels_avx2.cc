@@ -44,7 +44,7 @@ inline int32_t Sum1(__m256i p) {
 
 template <GgmlType kType>
 constexpr size_t BlockBytes() {
-  return kType == GgmlType::kQ4_0 ? sizeof(BlockQ4_0)
+  return kType == GgmlType::kQ4_0   ? sizeof(BlockQ4_0)
          : kType == GgmlType::kQ4_1 ? sizeof(BlockQ4_1)
                                     : sizeof(BlockQ8_0);
 }
@@ -95,10 +95,9 @@ void QuantDotAvx2(const uint8_t* w_row, const BlockQ8x4* acts, size_t nblocks, s
       const __m256i w = LoadWeights<kType>(blk);
       const __m256i w_abs = kType == GgmlType::kQ8_0 ? _mm256_sign_epi8(w, w) : w;
       const BlockQ8x4& ab = a[b];
-      __m128i isum = Sum4(BlockProducts<kType>(w, w_abs, ab.qs[0]),
-                          BlockProducts<kType>(w, w_abs, ab.qs[1]),
-                          BlockProducts<kType>(w, w_abs, ab.qs[2]),
-                          BlockProducts<kType>(w, w_abs, ab.qs[3]));
+      __m128i isum =
+          Sum4(BlockProducts<kType>(w, w_abs, ab.qs[0]), BlockProducts<kType>(w, w_abs, ab.qs[1]),
+               BlockProducts<kType>(w, w_abs, ab.qs[2]), BlockProducts<kType>(w, w_abs, ab.qs[3]));
       const __m128 da = _mm_loadu_ps(ab.d);
       const __m128 dw = _mm_set1_ps(LoadHalf(blk));
       if constexpr (kType == GgmlType::kQ4_0) {
@@ -117,8 +116,7 @@ void QuantDotAvx2(const uint8_t* w_row, const BlockQ8x4* acts, size_t nblocks, s
   }
 }
 
-void QuantizeX4Avx2(const float* x, size_t stride, size_t n_tokens, size_t elems,
-                    BlockQ8x4* out) {
+void QuantizeX4Avx2(const float* x, size_t stride, size_t n_tokens, size_t elems, BlockQ8x4* out) {
   const size_t nb = elems / kQkBlock;
   std::memset(out, 0, nb * sizeof(BlockQ8x4));
   const __m256 sign_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
@@ -146,7 +144,8 @@ void QuantizeX4Avx2(const float* x, size_t stride, size_t n_tokens, size_t elems
         s = _mm256_min_ps(s, hi);
         q[k] = _mm256_cvtps_epi32(s);  // round to nearest even
       }
-      const __m256i sum32 = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+      const __m256i sum32 =
+          _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
       const int32_t sum = Sum1(sum32);
       // Pack 32 int32 -> 32 int8 in element order.
       const __m256i p01 = _mm256_packs_epi32(q[0], q[1]);  // lanes interleaved per 128 bits
@@ -220,8 +219,8 @@ void WeightedSumF16Avx2(const float* p, const uint16_t* v, size_t stride, size_t
   for (; i + 8 <= n; i += 8) {
     __m256 acc = _mm256_setzero_ps();
     for (size_t r = 0; r < n_rows; ++r) {
-      const __m256 vf = _mm256_cvtph_ps(
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(v + r * stride + i)));
+      const __m256 vf =
+          _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v + r * stride + i)));
       acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(p[r]), vf));
     }
     _mm256_storeu_ps(out + i, acc);
@@ -249,8 +248,7 @@ float DotF16Avx2(const uint16_t* w, const float* x, size_t n) {
   __m256 acc = _mm256_setzero_ps();
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    const __m256 wf =
-        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i)));
+    const __m256 wf = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i)));
     acc = _mm256_add_ps(acc, _mm256_mul_ps(wf, _mm256_loadu_ps(x + i)));
   }
   float l[8];
@@ -277,9 +275,16 @@ float DotBF16Avx2(const uint16_t* w, const float* x, size_t n) {
 
 const ModelKernels& Avx2ModelKernels() {
   static const ModelKernels k = {
-      SimdLevel::kAvx2, QuantizeX4Avx2, QuantDotAvx2<GgmlType::kQ4_0>,
-      QuantDotAvx2<GgmlType::kQ4_1>, QuantDotAvx2<GgmlType::kQ8_0>, DotF32Avx2, DotF16Avx2,
-      DotBF16Avx2, DotF16RowsAvx2, WeightedSumF16Avx2,
+      SimdLevel::kAvx2,
+      QuantizeX4Avx2,
+      QuantDotAvx2<GgmlType::kQ4_0>,
+      QuantDotAvx2<GgmlType::kQ4_1>,
+      QuantDotAvx2<GgmlType::kQ8_0>,
+      DotF32Avx2,
+      DotF16Avx2,
+      DotBF16Avx2,
+      DotF16RowsAvx2,
+      WeightedSumF16Avx2,
   };
   return k;
 }

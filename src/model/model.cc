@@ -35,18 +35,23 @@ bool FileExists(const std::string& path) {
 Status CheckConfig(const LlamaConfig& c, const std::string& what) {
   auto bad = [&](const std::string& m) { return Status::Corruption(what + ": " + m); };
   if (c.dim == 0 || c.dim > kMaxDim) return bad("bad dim " + std::to_string(c.dim));
-  if (c.hidden_dim == 0 || c.hidden_dim > 16 * kMaxDim) return bad("bad hidden_dim " + std::to_string(c.hidden_dim));
-  if (c.n_layers == 0 || c.n_layers > kMaxLayers) return bad("bad layer count " + std::to_string(c.n_layers));
-  if (c.n_heads == 0 || c.n_heads > c.dim) return bad("bad head count " + std::to_string(c.n_heads));
+  if (c.hidden_dim == 0 || c.hidden_dim > 16 * kMaxDim)
+    return bad("bad hidden_dim " + std::to_string(c.hidden_dim));
+  if (c.n_layers == 0 || c.n_layers > kMaxLayers)
+    return bad("bad layer count " + std::to_string(c.n_layers));
+  if (c.n_heads == 0 || c.n_heads > c.dim)
+    return bad("bad head count " + std::to_string(c.n_heads));
   if (c.n_kv_heads == 0 || c.n_kv_heads > c.n_heads || c.n_heads % c.n_kv_heads != 0) {
     return bad("KV head count " + std::to_string(c.n_kv_heads) + " does not divide head count " +
                std::to_string(c.n_heads));
   }
-  if (c.head_dim == 0 || c.head_dim > 4096 || c.head_dim % 2 != 0) return bad("bad head_dim " + std::to_string(c.head_dim));
+  if (c.head_dim == 0 || c.head_dim > 4096 || c.head_dim % 2 != 0)
+    return bad("bad head_dim " + std::to_string(c.head_dim));
   if (c.rope_dim == 0 || c.rope_dim > c.head_dim || c.rope_dim % 2 != 0) {
     return bad("bad RoPE dimension count " + std::to_string(c.rope_dim));
   }
-  if (c.vocab_size == 0 || c.vocab_size > kMaxVocab) return bad("bad vocab size " + std::to_string(c.vocab_size));
+  if (c.vocab_size == 0 || c.vocab_size > kMaxVocab)
+    return bad("bad vocab size " + std::to_string(c.vocab_size));
   if (c.context_length == 0 || c.context_length > kMaxContext) {
     return bad("bad context length " + std::to_string(c.context_length));
   }
@@ -78,7 +83,8 @@ std::string_view RopeLayoutName(RopeLayout layout) {
   return layout == RopeLayout::kInterleaved ? "interleaved" : "half-split";
 }
 
-Result<std::unique_ptr<Model>> Model::Load(const std::string& path, const ModelLoadOptions& options) {
+Result<std::unique_ptr<Model>> Model::Load(const std::string& path,
+                                           const ModelLoadOptions& options) {
   TQKV_ASSIGN_OR_RETURN(auto file, MappedFile::Open(path));
   uint32_t magic = 0;
   if (file->size() >= 4) std::memcpy(&magic, file->data(), 4);
@@ -102,7 +108,8 @@ Result<std::unique_ptr<Model>> Model::LoadLlama2c(const std::string& path,
                                 std::to_string(h[i]));
     }
   }
-  if (h[5] == 0 || h[5] == INT32_MIN) return Status::Corruption(what + ": vocab_size is " + std::to_string(h[5]));
+  if (h[5] == 0 || h[5] == INT32_MIN)
+    return Status::Corruption(what + ": vocab_size is " + std::to_string(h[5]));
   std::unique_ptr<Model> m(new Model());
   LlamaConfig& c = m->config_;
   c.dim = static_cast<uint32_t>(h[0]);
@@ -186,7 +193,8 @@ Result<std::unique_ptr<Model>> Model::LoadGguf(const std::string& path) {
   LlamaConfig& c = m->config_;
   auto u32 = [&](const std::string& key, uint64_t fallback, bool required) -> Result<uint32_t> {
     Result<uint64_t> v = required ? g.GetUint(key) : g.GetUintOr(key, fallback);
-    if (!v.ok()) return v.status().IsNotFound() ? Status::Corruption(v.status().message()) : v.status();
+    if (!v.ok())
+      return v.status().IsNotFound() ? Status::Corruption(v.status().message()) : v.status();
     if (*v > UINT32_MAX) return Status::Corruption(what + ": '" + key + "' out of range");
     return static_cast<uint32_t>(*v);
   };
@@ -230,7 +238,9 @@ Result<std::unique_ptr<Model>> Model::LoadGguf(const std::string& path) {
                                 ", ...], expected [" + std::to_string(cols) + ", " +
                                 std::to_string(rows) + "]");
     }
-    const size_t elem_align = t->type == GgmlType::kF32 ? 4 : (t->type == GgmlType::kF16 || t->type == GgmlType::kBF16) ? 2 : 1;
+    const size_t elem_align = t->type == GgmlType::kF32                                   ? 4
+                              : (t->type == GgmlType::kF16 || t->type == GgmlType::kBF16) ? 2
+                                                                                          : 1;
     if (reinterpret_cast<uintptr_t>(t->data) % elem_align != 0) {
       return Status::Unsupported(what + ": tensor " + name + " data is misaligned");
     }

@@ -63,13 +63,13 @@ struct WeightMatrix {
 struct LayerWeights {
   std::vector<float> attn_norm;  // [dim]
   std::vector<float> ffn_norm;   // [dim]
-  WeightMatrix wq;      // [q_dim rows][dim]
-  WeightMatrix wk;      // [kv_dim][dim]
-  WeightMatrix wv;      // [kv_dim][dim]
-  WeightMatrix wo;      // [dim][q_dim]
-  WeightMatrix w_gate;  // [hidden][dim]  (llama2.c w1)
-  WeightMatrix w_up;    // [hidden][dim]  (llama2.c w3)
-  WeightMatrix w_down;  // [dim][hidden]  (llama2.c w2)
+  WeightMatrix wq;               // [q_dim rows][dim]
+  WeightMatrix wk;               // [kv_dim][dim]
+  WeightMatrix wv;               // [kv_dim][dim]
+  WeightMatrix wo;               // [dim][q_dim]
+  WeightMatrix w_gate;           // [hidden][dim]  (llama2.c w1)
+  WeightMatrix w_up;             // [hidden][dim]  (llama2.c w3)
+  WeightMatrix w_down;           // [dim][hidden]  (llama2.c w2)
 };
 
 struct LlamaWeights {

@@ -2,8 +2,8 @@
 
 #include <array>
 #include <climits>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 
 #include "model/gguf.h"
 #include "model/mapped_file.h"
@@ -86,23 +86,41 @@ CpClass Classify(uint32_t cp) {
     if ((cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z')) return CpClass::kLetter;
     return CpClass::kOther;
   }
-  if (InRanges(cp, {{0x85, 0x85}, {0xA0, 0xA0}, {0x1680, 0x1680}, {0x2000, 0x200A},
-                    {0x2028, 0x2029}, {0x202F, 0x202F}, {0x205F, 0x205F}, {0x3000, 0x3000}})) {
+  if (InRanges(cp, {{0x85, 0x85},
+                    {0xA0, 0xA0},
+                    {0x1680, 0x1680},
+                    {0x2000, 0x200A},
+                    {0x2028, 0x2029},
+                    {0x202F, 0x202F},
+                    {0x205F, 0x205F},
+                    {0x3000, 0x3000}})) {
     return CpClass::kSpace;
   }
-  if (InRanges(cp, {{0xB2, 0xB3}, {0xB9, 0xB9}, {0xBC, 0xBE}, {0x660, 0x669}, {0x6F0, 0x6F9},
-                    {0x966, 0x96F}, {0x2070, 0x2070}, {0x2074, 0x2079}, {0x2080, 0x2089},
-                    {0x2150, 0x2189}, {0x2460, 0x249B}, {0x2776, 0x2793}, {0x3007, 0x3007},
-                    {0x3021, 0x3029}, {0xFF10, 0xFF19}})) {
+  if (InRanges(cp, {{0xB2, 0xB3},
+                    {0xB9, 0xB9},
+                    {0xBC, 0xBE},
+                    {0x660, 0x669},
+                    {0x6F0, 0x6F9},
+                    {0x966, 0x96F},
+                    {0x2070, 0x2070},
+                    {0x2074, 0x2079},
+                    {0x2080, 0x2089},
+                    {0x2150, 0x2189},
+                    {0x2460, 0x249B},
+                    {0x2776, 0x2793},
+                    {0x3007, 0x3007},
+                    {0x3021, 0x3029},
+                    {0xFF10, 0xFF19}})) {
     return CpClass::kNumber;
   }
   if (cp == 0xAA || cp == 0xB5 || cp == 0xBA) return CpClass::kLetter;
-  if (InRanges(cp, {{0x80, 0xBF}, {0xD7, 0xD7}, {0xF7, 0xF7}, {0x300, 0x36F}, {0x2010, 0x2027},
-                    {0x200B, 0x200F}, {0x2030, 0x205E}, {0x2060, 0x206F}, {0x20A0, 0x20FF},
-                    {0x2100, 0x214F}, {0x2190, 0x245F}, {0x2500, 0x2775}, {0x2794, 0x2BFF},
-                    {0x3001, 0x3006}, {0x3008, 0x3020}, {0x3030, 0x303F}, {0xE000, 0xF8FF},
-                    {0xFE00, 0xFE0F}, {0xFE30, 0xFE4F}, {0xFEFF, 0xFEFF}, {0xFF01, 0xFF0F},
-                    {0xFF1A, 0xFF20}, {0xFF3B, 0xFF40}, {0xFF5B, 0xFF65}, {0x1F000, 0x1FAFF}})) {
+  if (InRanges(cp, {{0x80, 0xBF},      {0xD7, 0xD7},     {0xF7, 0xF7},     {0x300, 0x36F},
+                    {0x2010, 0x2027},  {0x200B, 0x200F}, {0x2030, 0x205E}, {0x2060, 0x206F},
+                    {0x20A0, 0x20FF},  {0x2100, 0x214F}, {0x2190, 0x245F}, {0x2500, 0x2775},
+                    {0x2794, 0x2BFF},  {0x3001, 0x3006}, {0x3008, 0x3020}, {0x3030, 0x303F},
+                    {0xE000, 0xF8FF},  {0xFE00, 0xFE0F}, {0xFE30, 0xFE4F}, {0xFEFF, 0xFEFF},
+                    {0xFF01, 0xFF0F},  {0xFF1A, 0xFF20}, {0xFF3B, 0xFF40}, {0xFF5B, 0xFF65},
+                    {0x1F000, 0x1FAFF}})) {
     return CpClass::kOther;
   }
   return CpClass::kLetter;
@@ -209,7 +227,8 @@ Result<std::unique_ptr<ScoreTokenizer>> ScoreTokenizer::LoadLlama2c(const std::s
   std::memcpy(&max_len, d, 4);
   if (max_len <= 0) return corrupt(0, "bad max_token_length " + std::to_string(max_len));
   if (vocab_size == 0 || vocab_size > kMaxVocabEntries) {
-    return Status::InvalidArgument("tokenizer " + path + ": bad vocab size " + std::to_string(vocab_size));
+    return Status::InvalidArgument("tokenizer " + path + ": bad vocab size " +
+                                   std::to_string(vocab_size));
   }
   std::unique_ptr<ScoreTokenizer> t(new ScoreTokenizer());
   t->pieces_.reserve(vocab_size);
@@ -226,7 +245,8 @@ Result<std::unique_ptr<ScoreTokenizer>> ScoreTokenizer::LoadLlama2c(const std::s
     std::memcpy(&len, d + off + 4, 4);
     off += 8;
     if (len < 0 || len > max_len || static_cast<size_t>(len) > size - off) {
-      return corrupt(off - 4, "bad length " + std::to_string(len) + " of token " + std::to_string(i));
+      return corrupt(off - 4,
+                     "bad length " + std::to_string(len) + " of token " + std::to_string(i));
     }
     t->pieces_.emplace_back(reinterpret_cast<const char*>(d + off), static_cast<size_t>(len));
     t->scores_.push_back(score);
@@ -276,8 +296,10 @@ Result<std::unique_ptr<ScoreTokenizer>> ScoreTokenizer::FromGguf(const GgufFile&
     }
   }
   const size_t n = t->pieces_.size();
-  TQKV_ASSIGN_OR_RETURN(t->bos_id_, ReadTokenId(gguf, "tokenizer.ggml.bos_token_id", n > 1 ? 1 : -1, n));
-  TQKV_ASSIGN_OR_RETURN(t->eos_id_, ReadTokenId(gguf, "tokenizer.ggml.eos_token_id", n > 2 ? 2 : -1, n));
+  TQKV_ASSIGN_OR_RETURN(t->bos_id_,
+                        ReadTokenId(gguf, "tokenizer.ggml.bos_token_id", n > 1 ? 1 : -1, n));
+  TQKV_ASSIGN_OR_RETURN(t->eos_id_,
+                        ReadTokenId(gguf, "tokenizer.ggml.eos_token_id", n > 2 ? 2 : -1, n));
   const GgufValue* add_bos = gguf.Find("tokenizer.ggml.add_bos_token");
   t->add_bos_default_ = add_bos == nullptr || add_bos->type != GgufValueType::kBool || add_bos->b;
   t->spm_spaces_ = true;
@@ -604,8 +626,7 @@ Result<std::unique_ptr<Tokenizer>> TokenizerFromGguf(const GgufFile& gguf) {
     TQKV_ASSIGN_OR_RETURN(auto t, ScoreTokenizer::FromGguf(gguf));
     return std::unique_ptr<Tokenizer>(std::move(t));
   }
-  return Status::Unsupported("GGUF: tokenizer model '" + model->str +
-                             "' (supported: gpt2, llama)");
+  return Status::Unsupported("GGUF: tokenizer model '" + model->str + "' (supported: gpt2, llama)");
 }
 
 }  // namespace tqkv::model

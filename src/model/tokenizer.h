@@ -70,7 +70,7 @@ class ScoreTokenizer final : public Tokenizer {
   void EncodeText(std::string_view text, std::vector<int32_t>* out) const;
   int32_t ByteToken(uint8_t byte) const;
   std::vector<float> scores_;
-  bool spm_spaces_ = false;   // pieces spell spaces as U+2581
+  bool spm_spaces_ = false;  // pieces spell spaces as U+2581
   bool add_space_prefix_ = true;
   std::vector<int32_t> byte_tokens_;  // byte -> id of <0xXX>, -1 if none
 };

@@ -1,10 +1,11 @@
 // GGUF parsing: every metadata value type (arrays included), alignment, tensor table checks.
+#include "model/gguf.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <cstring>
 
-#include "model/gguf.h"
 #include "model/model.h"
 #include "model_test_util.h"
 
@@ -142,7 +143,8 @@ TEST(GgufTest, RejectsBadTensorTables) {
   EXPECT_TRUE(ParseBytes(one({33}, 2, 64).Build(), "t33.gguf").status().IsCorruption());
   // Zero dimension; shape product overflow.
   EXPECT_TRUE(ParseBytes(one({0}, 0, 0).Build(), "t0.gguf").status().IsCorruption());
-  EXPECT_TRUE(ParseBytes(one({1ull << 40, 1ull << 40}, 0, 4).Build(), "tov.gguf").status().IsCorruption());
+  EXPECT_TRUE(
+      ParseBytes(one({1ull << 40, 1ull << 40}, 0, 4).Build(), "tov.gguf").status().IsCorruption());
   // Data past the end of the file.
   EXPECT_TRUE(ParseBytes(one({64, 64}, 0, 100).Build(), "tshort.gguf").status().IsCorruption());
   // Duplicate keys and tensors.

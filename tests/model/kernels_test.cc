@@ -1,5 +1,7 @@
 // The AVX2 model kernels against their scalar references (bit for bit), and the quantized dot
 // products against float math on dequantized values.
+#include "model/kernels.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,7 +11,6 @@
 #include <vector>
 
 #include "model/ggml_types.h"
-#include "model/kernels.h"
 #include "tqkv/simd.h"
 #include "tqkv/types.h"
 
@@ -30,7 +31,8 @@ std::vector<uint8_t> QuantizeMatrix(GgmlType type, const std::vector<float>& x, 
                                     size_t cols) {
   const size_t rb = *GgmlRowBytes(type, cols);
   std::vector<uint8_t> out(rb * rows);
-  for (size_t r = 0; r < rows; ++r) QuantizeRow(type, x.data() + r * cols, cols, out.data() + r * rb);
+  for (size_t r = 0; r < rows; ++r)
+    QuantizeRow(type, x.data() + r * cols, cols, out.data() + r * rb);
   return out;
 }
 
@@ -129,9 +131,13 @@ TEST(ModelKernelsTest, FloatKernelsAvx2MatchScalarBitForBit) {
       bf[i] = FloatToBF16(b[i]);
     }
     if (n > 3) h[3] = 0x0001;  // subnormal
-    EXPECT_EQ(Bits(ref.dot_f32(a.data(), b.data(), n)), Bits(avx.dot_f32(a.data(), b.data(), n))) << n;
-    EXPECT_EQ(Bits(ref.dot_f16(h.data(), a.data(), n)), Bits(avx.dot_f16(h.data(), a.data(), n))) << n;
-    EXPECT_EQ(Bits(ref.dot_bf16(bf.data(), a.data(), n)), Bits(avx.dot_bf16(bf.data(), a.data(), n))) << n;
+    EXPECT_EQ(Bits(ref.dot_f32(a.data(), b.data(), n)), Bits(avx.dot_f32(a.data(), b.data(), n)))
+        << n;
+    EXPECT_EQ(Bits(ref.dot_f16(h.data(), a.data(), n)), Bits(avx.dot_f16(h.data(), a.data(), n)))
+        << n;
+    EXPECT_EQ(Bits(ref.dot_bf16(bf.data(), a.data(), n)),
+              Bits(avx.dot_bf16(bf.data(), a.data(), n)))
+        << n;
   }
 }
 
@@ -172,8 +178,8 @@ TEST(ModelKernelsTest, DequantizeMatchesBlockLayout) {
   float out[32];
   DequantizeRow(GgmlType::kQ4_0, blk, 32, out);
   for (int j = 0; j < 16; ++j) {
-    EXPECT_EQ(out[j], 0.5f * (j - 8)) << j;             // low nibbles: elements 0..15
-    EXPECT_EQ(out[j + 16], 0.5f * (15 - j - 8)) << j;   // high nibbles: elements 16..31
+    EXPECT_EQ(out[j], 0.5f * (j - 8)) << j;            // low nibbles: elements 0..15
+    EXPECT_EQ(out[j + 16], 0.5f * (15 - j - 8)) << j;  // high nibbles: elements 16..31
   }
   // q4_1: x = d * q + m.
   uint8_t blk1[20];

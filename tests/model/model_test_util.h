@@ -44,13 +44,13 @@ inline std::string SmolLm2Path() {
   return dir + "/SmolLM2-135M-Instruct.Q4_1.gguf";
 }
 
-#define TQKV_REQUIRE_STORIES()                                                              \
-  do {                                                                                      \
-    if (!::tqkv::model::testing::FileExists(::tqkv::model::testing::StoriesBin()) ||        \
-        !::tqkv::model::testing::FileExists(::tqkv::model::testing::StoriesTok())) {        \
-      GTEST_SKIP() << "stories260K not found at " << ::tqkv::model::testing::StoriesDir()   \
-                   << " (set TQKV_SHARED_DIR to the folder holding models/stories260K)";    \
-    }                                                                                       \
+#define TQKV_REQUIRE_STORIES()                                                            \
+  do {                                                                                    \
+    if (!::tqkv::model::testing::FileExists(::tqkv::model::testing::StoriesBin()) ||      \
+        !::tqkv::model::testing::FileExists(::tqkv::model::testing::StoriesTok())) {      \
+      GTEST_SKIP() << "stories260K not found at " << ::tqkv::model::testing::StoriesDir() \
+                   << " (set TQKV_SHARED_DIR to the folder holding models/stories260K)";  \
+    }                                                                                     \
   } while (0)
 
 inline std::string TempPath(const std::string& name) {
@@ -127,8 +127,8 @@ class GgufBuilder {
     const uint64_t rb = *GgmlRowBytes(type, cols);
     std::string d(rb * rows, '\0');
     for (uint64_t r = 0; r < rows; ++r) QuantizeRow(type, x + r * cols, cols, d.data() + r * rb);
-    Tensor(name, rows == 0 ? std::vector<uint64_t>{cols} : std::vector<uint64_t>{cols, rows},
-           type, d);
+    Tensor(name, rows == 0 ? std::vector<uint64_t>{cols} : std::vector<uint64_t>{cols, rows}, type,
+           d);
   }
   void Vector(const std::string& name, uint64_t n, const float* x) {
     Tensor(name, {n}, GgmlType::kF32,

@@ -1,6 +1,7 @@
 // SmolLM2-135M-Instruct (Q4_1 GGUF): metadata, geometry, tokenizer and a short greedy
 // generation. Skipped when the file is absent: fetch it with scripts/fetch_smollm2.sh.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <cctype>
@@ -8,7 +9,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <sys/resource.h>
 #include <memory>
 
 #include "model/engine.h"
@@ -97,8 +97,10 @@ TEST_F(SmolLm2Test, Tokenizer) {
   EXPECT_EQ(chat.back(), 2);
   EXPECT_GT(t->Encode("<|im_start|>", false).size(), 1u);
   for (std::string s : {"The quick brown fox jumps over the lazy dog.", "  leading and trailing  ",
-                        "tabs\tand\nnew\n\nlines", "It's 3.14159, isn't it?", "caf\xC3\xA9 \xE2\x98\x95 "
-                        "\xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E",  "<|im_start|>user\nHi<|im_end|>"}) {
+                        "tabs\tand\nnew\n\nlines", "It's 3.14159, isn't it?",
+                        "caf\xC3\xA9 \xE2\x98\x95 "
+                        "\xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E",
+                        "<|im_start|>user\nHi<|im_end|>"}) {
     EXPECT_EQ(t->Decode(t->Encode(s, false)), s) << s;
     EXPECT_EQ(t->Decode(t->Encode(s, false, true)), s) << s;
   }
@@ -108,7 +110,8 @@ TEST_F(SmolLm2Test, Tokenizer) {
   EXPECT_EQ(bad[1], 0);
   // Pre-tokenizer: words keep their leading space, runs of spaces give all but the last.
   const auto words = BpeTokenizer::PreTokenize("Hello,  world 42 it's");
-  const std::vector<std::string_view> expect = {"Hello", ",", " ", " world", " ", "4", "2", " it", "'s"};
+  const std::vector<std::string_view> expect = {"Hello", ",", " ",   " world", " ",
+                                                "4",     "2", " it", "'s"};
   EXPECT_EQ(words, expect);
 }
 
@@ -168,9 +171,11 @@ TEST_F(SmolLm2Test, BenchPrefill2048) {
   const char* on = std::getenv("TQKV_MODEL_BENCH");
   if (on == nullptr || *on == '\0' || *on == '0') GTEST_SKIP() << "set TQKV_MODEL_BENCH=1 to run";
   size_t threads = 2;
-  if (const char* t = std::getenv("TQKV_MODEL_BENCH_THREADS")) threads = std::strtoul(t, nullptr, 10);
+  if (const char* t = std::getenv("TQKV_MODEL_BENCH_THREADS"))
+    threads = std::strtoul(t, nullptr, 10);
   size_t n_tokens = 2048;
-  if (const char* t = std::getenv("TQKV_MODEL_BENCH_TOKENS")) n_tokens = std::strtoul(t, nullptr, 10);
+  if (const char* t = std::getenv("TQKV_MODEL_BENCH_TOKENS"))
+    n_tokens = std::strtoul(t, nullptr, 10);
   n_tokens = std::clamp<size_t>(n_tokens, 1, 8000);
   const Tokenizer& tok = *model_->tokenizer();
   const std::string para =
@@ -193,7 +198,8 @@ TEST_F(SmolLm2Test, BenchPrefill2048) {
   const auto cpu_seconds = [] {
     struct rusage ru;
     ::getrusage(RUSAGE_SELF, &ru);
-    return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + 1e-6 * (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+    return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec +
+           1e-6 * (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
   };
   const double c0 = cpu_seconds();
   const auto t0 = std::chrono::steady_clock::now();
@@ -211,10 +217,11 @@ TEST_F(SmolLm2Test, BenchPrefill2048) {
   const auto t2 = std::chrono::steady_clock::now();
   const double prefill_s = std::chrono::duration<double>(t1 - t0).count();
   const double decode_s = std::chrono::duration<double>(t2 - t1).count();
-  std::printf("SmolLM2-135M Q4_1 prefill of %zu tokens on %zu threads (%s): %.2f s = %.1f tok/s; "
-              "prefill CPU time %.2f s; decode after it: %.1f ms/token\n",
-              ids.size(), threads, std::string(SimdLevelName((*e)->simd_level())).c_str(),
-              prefill_s, ids.size() / prefill_s, c1 - c0, 1000.0 * decode_s / kDecode);
+  std::printf(
+      "SmolLM2-135M Q4_1 prefill of %zu tokens on %zu threads (%s): %.2f s = %.1f tok/s; "
+      "prefill CPU time %.2f s; decode after it: %.1f ms/token\n",
+      ids.size(), threads, std::string(SimdLevelName((*e)->simd_level())).c_str(), prefill_s,
+      ids.size() / prefill_s, c1 - c0, 1000.0 * decode_s / kDecode);
 }
 
 }  // namespace

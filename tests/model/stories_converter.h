@@ -20,7 +20,8 @@ struct ConvertOptions {
 
 inline std::vector<float> MatrixFloats(const WeightMatrix& m) {
   std::vector<float> v(m.rows * m.cols);
-  for (uint64_t r = 0; r < m.rows; ++r) DequantizeRow(m.type, m.row(r), m.cols, v.data() + r * m.cols);
+  for (uint64_t r = 0; r < m.rows; ++r)
+    DequantizeRow(m.type, m.row(r), m.cols, v.data() + r * m.cols);
   return v;
 }
 
@@ -101,9 +102,9 @@ inline std::string StoriesAsGguf(const Model& m, const ConvertOptions& o) {
   auto mat = [&](const std::string& name, const WeightMatrix& wm, bool permute, size_t heads) {
     std::vector<float> v = MatrixFloats(wm);
     if (permute && o.half_split) v = ToHalfSplit(v, heads, c.head_dim, wm.cols);
-    const GgmlType t = wm.cols % 32 == 0 ? o.type
+    const GgmlType t = wm.cols % 32 == 0                                         ? o.type
                        : (o.type == GgmlType::kF16 || o.type == GgmlType::kBF16) ? o.type
-                                                                               : GgmlType::kF32;
+                                                                                 : GgmlType::kF32;
     b.Matrix(name, wm.cols, wm.rows, t, v.data());
   };
   mat("token_embd.weight", w.token_embd, false, 0);

@@ -80,7 +80,8 @@ TEST(StoriesTest, GreedyFromBosReproducesReferenceIds) {
   EXPECT_EQ(*ids, kReferenceIds);
   EXPECT_EQ(e->position(), 24u);  // BOS + 23 fed back; the 24th id is not yet in the cache
   const std::string text = m->tokenizer()->Decode(*ids);
-  EXPECT_EQ(text.rfind("Once upon a time, there was a little girl named Lily. She loved to play", 0), 0u)
+  EXPECT_EQ(
+      text.rfind("Once upon a time, there was a little girl named Lily. She loved to play", 0), 0u)
       << text;
 }
 
@@ -269,9 +270,9 @@ TEST(StoriesTest, TruncatedOrCorruptCheckpointFailsCleanly) {
   EXPECT_FALSE(Model::Load(path).ok());
   // Header fields: zero, negative, huge, inconsistent.
   const std::vector<std::pair<int, int32_t>> flips = {
-      {0, 0}, {0, -64}, {0, 1 << 30}, {0, 63}, {1, 0}, {1, 1 << 30}, {2, 0}, {2, 1 << 20},
-      {3, 0}, {3, 7}, {3, 65}, {4, 0}, {4, 3}, {4, 16}, {5, 0}, {5, INT32_MIN}, {5, 1 << 30},
-      {6, 0}, {6, -1}, {6, 1 << 30}, {5, -512}};
+      {0, 0},       {0, -64},       {0, 1 << 30}, {0, 63}, {1, 0},  {1, 1 << 30}, {2, 0},
+      {2, 1 << 20}, {3, 0},         {3, 7},       {3, 65}, {4, 0},  {4, 3},       {4, 16},
+      {5, 0},       {5, INT32_MIN}, {5, 1 << 30}, {6, 0},  {6, -1}, {6, 1 << 30}, {5, -512}};
   for (const auto& [field, value] : flips) {
     std::string b = bytes;
     std::memcpy(b.data() + 4 * field, &value, 4);
@@ -334,8 +335,8 @@ TEST(StoriesGgufTest, F32GgufMatchesCheckpointBitExact) {
   EXPECT_TRUE(BitEqual(*la, *lb));
   // The GGUF SentencePiece tokenizer (U+2581 spaces) agrees with the llama2.c one.
   ASSERT_NE(g->tokenizer(), nullptr);
-  for (std::string s : {"Once upon a time, there was a little girl named Lily.", "  x  y ",
-                        "caf\xC3\xA9!"}) {
+  for (std::string s :
+       {"Once upon a time, there was a little girl named Lily.", "  x  y ", "caf\xC3\xA9!"}) {
     EXPECT_EQ(g->tokenizer()->Encode(s, true), m->tokenizer()->Encode(s, true)) << s;
     EXPECT_EQ(g->tokenizer()->Decode(g->tokenizer()->Encode(s, true)), s);
   }
@@ -358,8 +359,8 @@ TEST(StoriesGgufTest, QuantizedGgufsRunAndStayClose) {
   const auto prompt = Prompt();
   auto lref = ref->Prefill(prompt);
   ASSERT_TRUE(lref.ok());
-  for (GgmlType type : {GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0, GgmlType::kQ4_0,
-                        GgmlType::kQ4_1}) {
+  for (GgmlType type :
+       {GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1}) {
     testing::ConvertOptions o;
     o.type = type;
     auto g = LoadConverted(*m, o, "stories_q.gguf");
@@ -408,7 +409,8 @@ TEST(StoriesGgufTest, HalfSplitRopeLayoutMatchesInterleaved) {
   auto b = r->Prefill(Prompt());
   ASSERT_TRUE(a.ok() && b.ok());
   double diff = 0;
-  for (size_t i = 0; i < a->size(); ++i) diff = std::max(diff, std::fabs(double((*a)[i]) - (*b)[i]));
+  for (size_t i = 0; i < a->size(); ++i)
+    diff = std::max(diff, std::fabs(double((*a)[i]) - (*b)[i]));
   EXPECT_GT(diff, 1e-3);
 }
 
