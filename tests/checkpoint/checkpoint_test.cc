@@ -1,0 +1,271 @@
+// End-to-end checkpoint/restore: every preset through every store and io mode, bit-exact against
+// a direct decode of the stored codes; streaming; geometry checks; per-layer overrides.
+#include "tqkv/checkpoint.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "store/store_test_util.h"
+#include "tqkv/aligned_buffer.h"
+#include "tqkv/container.h"
+#include "tqkv/store_testing.h"
+#include "tqkv/synthetic.h"
+#include "tqkv/synthetic_source.h"
+#include "tqkv/thread_pool.h"
+
+namespace tqkv {
+namespace {
+
+constexpr ModelGeometry kSmall64{3, 2, 64};
+constexpr ModelGeometry kSmall128{2, 2, 128};
+
+std::unique_ptr<KvCacheBuffer> MakeSession(const ModelGeometry& g, uint64_t tokens, DType dtype,
+                                           uint64_t seed) {
+  auto buf = KvCacheBuffer::Allocate("test-model", g, dtype, tokens);
+  EXPECT_TRUE(buf.ok());
+  SyntheticKv gen(SyntheticKind::kKv, g, seed);
+  EXPECT_TRUE(gen.FillCache(buf.value()->cache()).ok());
+  return std::move(buf).value();
+}
+
+// Decodes every codes chunk of the stored container directly with the stored codec params.
+std::unique_ptr<KvCacheBuffer> DirectDecode(Store& store, const std::string& key, DType dtype) {
+  auto object = store.Open(key);
+  EXPECT_TRUE(object.ok()) << object.status().ToString();
+  auto reader = ContainerReader::Open(object->get(), key);
+  EXPECT_TRUE(reader.ok()) << reader.status().ToString();
+  const ContainerHeader& h = (*reader)->header();
+  auto out = KvCacheBuffer::Allocate(h.model, h.geometry, dtype, h.tokens);
+  EXPECT_TRUE(out.ok());
+  std::vector<std::unique_ptr<Codec>> codecs;
+  for (const auto& p : h.codecs) codecs.push_back(std::move(Codec::FromParams(p)).value());
+  std::vector<uint8_t> meta, payload;
+  const size_t heads = h.geometry.kv_heads, d = h.geometry.head_dim;
+  for (const ChunkEntry& e : (*reader)->chunks()) {
+    payload.resize(e.size);
+    EXPECT_TRUE((*reader)->ReadChunk(e, payload).ok());
+    const Codec& codec = *codecs[h.layer_codec[e.layer]];
+    if (e.type == ChunkType::kGroupMeta) {
+      meta = payload;
+      continue;
+    }
+    const size_t mb = codec.group_meta_bytes();
+    auto* dst = static_cast<uint8_t*>((*out)->cache().tensor(e.layer, e.kv));
+    for (size_t hd = 0; hd < heads; ++hd) {
+      std::span<const uint8_t> m;
+      if (mb) m = {meta.data() + (e.kv * heads + hd) * mb, mb};
+      const size_t cb = codec.code_bytes();
+      EXPECT_TRUE(codec
+                      .Decode({payload.data() + hd * e.token_count * cb, e.token_count * cb},
+                              e.token_count, m,
+                              dst + (e.token_begin * heads * d + hd * d) * DTypeSize(dtype), dtype,
+                              heads * d)
+                      .ok());
+    }
+  }
+  return std::move(out).value();
+}
+
+bool SameBytes(const KvCache& a, const KvCache& b) {
+  if (a.geometry() != b.geometry() || a.tokens() != b.tokens() || a.dtype() != b.dtype()) return false;
+  for (uint32_t l = 0; l < a.geometry().layers; ++l) {
+    if (std::memcmp(a.k(l), b.k(l), a.tensor_bytes()) != 0) return false;
+    if (std::memcmp(a.v(l), b.v(l), a.tensor_bytes()) != 0) return false;
+  }
+  return true;
+}
+
+struct StoreCase {
+  std::string name;
+  std::string io;  // empty: memory store
+};
+
+class CheckpointRoundTrip : public ::testing::TestWithParam<std::tuple<StoreCase, std::string>> {
+ protected:
+  void SetUp() override {
+    const StoreCase& sc = std::get<0>(GetParam());
+    if (sc.io.empty()) {
+      store_ = std::make_unique<MemoryStore>();
+    } else {
+      ASSERT_TRUE(dir_.ok());
+      auto s = OpenStore("file://" + dir_.path() + "?io=" + sc.io);
+      ASSERT_TRUE(s.ok()) << s.status().ToString();
+      store_ = std::move(s).value();
+    }
+  }
+  testing_util::ScratchDir dir_;
+  std::unique_ptr<Store> store_;
+};
+
+TEST_P(CheckpointRoundTrip, RestoreEqualsDirectDecodeBitForBit) {
+  const std::string spec_text = std::get<1>(GetParam());
+  ThreadPool pool(2);
+  for (const ModelGeometry& g : {kSmall64, kSmall128}) {
+    const uint64_t tokens = 77;  // several chunks of 16 plus a short one
+    auto session = MakeSession(g, tokens, DType::kF16, 7);
+    CheckpointOptions opts;
+    opts.codec = ParseCodecSpec(spec_text).value();
+    opts.token_block = 16;
+    opts.pool = &pool;
+    auto st = Checkpoint(session->cache(), opts, *store_, "s/one");
+    ASSERT_TRUE(st.ok()) << st.status().ToString();
+    EXPECT_GT(st->bytes_written, 0u);
+    EXPECT_EQ(st->fp16_bytes, g.SessionBytes(tokens, DType::kF16));
+
+    for (DType dtype : {DType::kF16, DType::kF32, DType::kBF16}) {
+      auto expected = DirectDecode(*store_, "s/one", dtype);
+      RestoreOptions ro;
+      ro.dtype = dtype;
+      ro.pool = &pool;
+      ro.inflight_bytes = 1;  // the smallest read-ahead ring exercises slot reuse
+      RestoreStats rs;
+      auto restored = Restore(*store_, "s/one", ro, &rs);
+      ASSERT_TRUE(restored.ok()) << restored.status().ToString();
+      EXPECT_TRUE(SameBytes(expected->cache(), (*restored)->cache()))
+          << spec_text << " d=" << g.head_dim << " " << DTypeName(dtype);
+      EXPECT_EQ(rs.tokens, tokens);
+      EXPECT_EQ(rs.geometry, g);
+    }
+    if (spec_text == "fp16") {  // the raw codec is exactly lossless
+      auto restored = Restore(*store_, "s/one", {});
+      ASSERT_TRUE(restored.ok());
+      EXPECT_TRUE(SameBytes(session->cache(), (*restored)->cache()));
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllPresetsAllStores, CheckpointRoundTrip,
+    ::testing::Combine(::testing::Values(StoreCase{"memory", ""}, StoreCase{"buffered", "buffered"},
+                                         StoreCase{"direct", "direct"}, StoreCase{"uring", "uring"}),
+                       ::testing::Values("fp16", "tq2", "tq3", "tq4", "tq2.5", "tq3.5", "bf16",
+                                         "tq3,norm=f16,nc=1", "tq:b=3,rot=haar")),
+    [](const auto& info) {
+      std::string s = std::get<0>(info.param).name + "_" + std::get<1>(info.param);
+      for (char& c : s) {
+        if (!isalnum(static_cast<unsigned char>(c))) c = '_';
+      }
+      return s;
+    });
+
+TEST(Checkpoint, StoredCodesAreTheCodecsCodesVerbatim) {
+  MemoryStore store;
+  const ModelGeometry g = kSmall128;
+  auto session = MakeSession(g, 40, DType::kF16, 3);
+  CheckpointOptions opts;
+  opts.codec = ParseCodecSpec("tq3").value();
+  opts.token_block = 40;
+  ASSERT_TRUE(Checkpoint(session->cache(), opts, store, "k").ok());
+  auto codec = Codec::Create(opts.codec, g.head_dim).value();
+  auto object = store.Open("k").value();
+  auto reader = ContainerReader::Open(object.get(), "k").value();
+  const size_t heads = g.kv_heads, d = g.head_dim, cb = codec->code_bytes();
+  for (const ChunkEntry& e : reader->chunks()) {
+    std::vector<uint8_t> payload(e.size), fresh(e.size);
+    ASSERT_TRUE(reader->ReadChunk(e, payload).ok());
+    const auto* src = static_cast<const uint16_t*>(session->cache().tensor(e.layer, e.kv));
+    for (size_t hd = 0; hd < heads; ++hd) {
+      ASSERT_TRUE(codec
+                      ->Encode(src + e.token_begin * heads * d + hd * d, DType::kF16, e.token_count,
+                               heads * d, {}, {fresh.data() + hd * e.token_count * cb, e.token_count * cb})
+                      .ok());
+    }
+    EXPECT_EQ(payload, fresh) << "layer " << e.layer << " kv " << int(e.kv);
+  }
+}
+
+TEST(Checkpoint, StreamingRestoreHandsOutEveryLayerInOrder) {
+  MemoryStore store;
+  const ModelGeometry g = kSmall64;
+  auto session = MakeSession(g, 50, DType::kF16, 11);
+  CheckpointOptions opts;
+  opts.codec = ParseCodecSpec("tq2.5").value();
+  opts.token_block = 16;
+  ASSERT_TRUE(Checkpoint(session->cache(), opts, store, "stream").ok());
+  auto expected = DirectDecode(store, "stream", DType::kF16);
+  std::vector<uint32_t> seen;
+  Status s = RestoreStreaming(store, "stream", {}, [&](uint32_t layer, const void* k, const void* v) {
+    seen.push_back(layer);
+    EXPECT_EQ(std::memcmp(k, expected->cache().k(layer), expected->cache().tensor_bytes()), 0);
+    EXPECT_EQ(std::memcmp(v, expected->cache().v(layer), expected->cache().tensor_bytes()), 0);
+    return Status::Ok();
+  });
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(seen, (std::vector<uint32_t>{0, 1, 2}));
+  // A callback error stops the restore and is returned.
+  s = RestoreStreaming(store, "stream", {}, [](uint32_t layer, const void*, const void*) {
+    return layer == 1 ? Status::Busy("engine full") : Status::Ok();
+  });
+  EXPECT_EQ(s.code(), StatusCode::kBusy);
+}
+
+TEST(Checkpoint, PerLayerOverridesAreStoredAndDecoded) {
+  MemoryStore store;
+  const ModelGeometry g = kSmall64;
+  auto session = MakeSession(g, 33, DType::kF32, 5);
+  CheckpointOptions opts;
+  opts.codec = ParseCodecSpec("tq3").value();
+  opts.layer_overrides.push_back(ParseLayerCodec("0:tq4").value());
+  opts.layer_overrides.push_back(ParseLayerCodec("2:fp16").value());
+  ASSERT_TRUE(Checkpoint(session->cache(), opts, store, "mixed").ok());
+  auto object = store.Open("mixed").value();
+  auto reader = ContainerReader::Open(object.get(), "mixed").value();
+  const auto& h = reader->header();
+  ASSERT_EQ(h.codecs.size(), 3u);
+  EXPECT_EQ(h.codecs[h.layer_codec[0]].subsets.at(0).bits, 4);
+  EXPECT_EQ(h.codecs[h.layer_codec[1]].subsets.at(0).bits, 3);
+  EXPECT_EQ(h.codecs[h.layer_codec[2]].kind, CodecKind::kRaw);
+  auto expected = DirectDecode(store, "mixed", DType::kF32);
+  RestoreOptions ro;
+  ro.dtype = DType::kF32;
+  auto restored = Restore(store, "mixed", ro);
+  ASSERT_TRUE(restored.ok());
+  EXPECT_TRUE(SameBytes(expected->cache(), (*restored)->cache()));
+  EXPECT_FALSE(ParseLayerCodec("x:tq3").ok());
+  EXPECT_FALSE(ParseLayerCodec("1").ok());
+  opts.layer_overrides = {ParseLayerCodec("9:tq4").value()};  // no layer 9
+  EXPECT_EQ(Checkpoint(session->cache(), opts, store, "bad").status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST(Checkpoint, RestoreChecksGeometryAndTokens) {
+  MemoryStore store;
+  auto session = MakeSession(kSmall64, 20, DType::kF16, 1);
+  CheckpointOptions opts;
+  opts.codec = ParseCodecSpec("tq3").value();
+  ASSERT_TRUE(Checkpoint(session->cache(), opts, store, "g").ok());
+  auto other = KvCacheBuffer::Allocate("m", ModelGeometry{3, 2, 128}, DType::kF16, 20).value();
+  Status s = RestoreInto(store, "g", other->cache(), {});
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("expected 3 layers x 2 KV heads x 128 dims"), std::string::npos)
+      << s.ToString();
+  auto shorter = KvCacheBuffer::Allocate("m", kSmall64, DType::kF16, 19).value();
+  EXPECT_EQ(RestoreInto(store, "g", shorter->cache(), {}).code(), StatusCode::kInvalidArgument);
+  ModelGeometry want{3, 2, 64};
+  RestoreOptions ro;
+  ro.expect_geometry = &want;
+  EXPECT_TRUE(Restore(store, "g", ro).ok());
+  EXPECT_EQ(Restore(store, "absent", {}).status().code(), StatusCode::kNotFound);
+}
+
+TEST(Checkpoint, StreamsFromASourceLayerByLayer) {
+  MemoryStore store;
+  const ModelGeometry g = kSmall64;
+  auto source = MakeSyntheticSource("synthetic", g, DType::kF16, 64, 9);
+  CheckpointOptions opts;
+  opts.codec = ParseCodecSpec("fp16").value();
+  auto st = Checkpoint(*source, opts, store, "src");
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  auto same = MakeSession(g, 64, DType::kF16, 9);
+  auto restored = Restore(store, "src", {});
+  ASSERT_TRUE(restored.ok());
+  EXPECT_TRUE(SameBytes(same->cache(), (*restored)->cache()));
+  EXPECT_EQ((*restored)->cache().model(), "synthetic");
+}
+
+}  // namespace
+}  // namespace tqkv
