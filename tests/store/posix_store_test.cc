@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -216,6 +217,48 @@ TEST(PosixStoreTest, UriOptionsAreChecked) {
     EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument) << uri << ": "
                                                                << s.status().ToString();
   }
+}
+
+TEST(PosixStoreTest, UriRoundTripsOddDirectoryNames) {
+  ScratchDir dir;
+  PosixStoreOptions o;
+  o.dir = dir.path() + "/a b?c%d&e";
+  auto store = OpenPosixStore(o);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  ASSERT_TRUE(WriteObject(store->get(), "k", Pattern(1, 10)).ok());
+  auto again = OpenStore((*store)->Uri());
+  ASSERT_TRUE(again.ok()) << (*store)->Uri() << ": " << again.status().ToString();
+  auto back = ReadObject(again->get(), "k");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(*back == Pattern(1, 10));
+}
+
+TEST(PosixStoreTest, UringReadBatchRunsOnTheRing) {
+  ScratchDir dir;
+  auto store = MustOpen("file://" + dir.path() + "?io=uring&qd=4&chunk=64k");
+  ASSERT_NE(store, nullptr);
+  if (store->Caps().io_mode != IoMode::kUring) {
+    GTEST_SKIP() << "io_uring unavailable here: store runs as io="
+                 << IoModeName(store->Caps().io_mode);
+  }
+  const auto data = Pattern(7, (2u << 20) + 100);
+  ASSERT_TRUE(WriteObject(store.get(), "u", data).ok());
+  auto r = store->Open("u");
+  ASSERT_TRUE(r.ok());
+  AlignedBuffer buf(data.size() + 4096);
+  // One big aligned request (32 pieces of 64 KiB, 4 in flight) and a batch of odd ones.
+  ASSERT_TRUE((*r)->ReadAt(0, std::span<uint8_t>(buf.data(), data.size())).ok());
+  EXPECT_EQ(0, std::memcmp(buf.data(), data.data(), data.size()));
+  std::vector<ReadRequest> reqs;
+  for (uint64_t i = 0; i < 20; ++i) {
+    reqs.push_back({i * 100003, std::span<uint8_t>(buf.data() + 1 + i * 70001, 70000)});
+  }
+  ASSERT_TRUE((*r)->ReadBatch(reqs).ok());
+  for (const auto& q : reqs) {
+    ASSERT_EQ(0, std::memcmp(q.dst.data(), data.data() + q.offset, q.dst.size())) << q.offset;
+  }
+  EXPECT_EQ(store->Caps().io_mode, IoMode::kUring) << "no silent fallback while reading";
+  EXPECT_GE((*r)->BytesRead(), data.size() + 20 * 70000);
 }
 
 TEST(StoreUriTest, Parse) {

@@ -35,6 +35,7 @@ constexpr std::string_view kTempMarker = ".tqkv.tmp.";
 constexpr std::string_view kProbePrefix = ".tqkv-probe.";
 constexpr uint64_t kMaxSyscallBytes = 1ull << 30;  // Linux moves at most ~2 GiB per call
 constexpr size_t kMaxPooledBounce = 4;
+constexpr size_t kMaxPooledStaging = 4;
 
 bool IsAligned(uint64_t x) { return x % kAlign == 0; }
 bool IsAlignedPtr(const void* p) { return reinterpret_cast<uintptr_t>(p) % kAlign == 0; }
@@ -96,6 +97,30 @@ struct Shared {
   PosixStoreOptions opts;
   std::atomic<bool> direct_refused{false};
   std::atomic<bool> uring_refused{false};
+  // Staging buffers of finished writers, reused so their pages are not faulted in again.
+  std::mutex pool_mu;
+  std::vector<AlignedBuffer> staging_pool;
+
+  AlignedBuffer TakeStaging() {
+    {
+      std::lock_guard<std::mutex> lock(pool_mu);
+      if (!staging_pool.empty()) {
+        AlignedBuffer b = std::move(staging_pool.back());
+        staging_pool.pop_back();
+        return b;
+      }
+    }
+    // 2 MiB alignment so MADV_HUGEPAGE can back the buffer with huge pages.
+    constexpr size_t kHuge = 2u << 20;
+    AlignedBuffer b(opts.write_buffer_bytes, kHuge);
+    (void)madvise(b.data(), AlignUp(opts.write_buffer_bytes, kHuge), MADV_HUGEPAGE);
+    return b;
+  }
+  void ReturnStaging(AlignedBuffer b) {
+    if (b.size() < opts.write_buffer_bytes) return;
+    std::lock_guard<std::mutex> lock(pool_mu);
+    if (staging_pool.size() < kMaxPooledStaging) staging_pool.push_back(std::move(b));
+  }
 
   std::string ObjectPath(std::string_view key) const {
     return opts.dir + "/" + std::string(key) + std::string(kSuffix);
@@ -161,11 +186,7 @@ class PosixWritable final : public WritableObject, public store_internal::Crasha
         src = src.subspan(n);
         continue;
       }
-      if (staging_.size() < cap) {
-        // 2 MiB alignment so MADV_HUGEPAGE can back the buffer with huge pages.
-        staging_ = AlignedBuffer(cap, 2u << 20);
-        madvise(staging_.data(), AlignUp(cap, 2u << 20), MADV_HUGEPAGE);
-      }
+      if (staging_.size() < cap) staging_ = sh_->TakeStaging();
       const uint64_t k = std::min<uint64_t>(cap - used_, src.size());
       std::memcpy(staging_.data() + used_, src.data(), k);
       used_ += k;
@@ -196,6 +217,7 @@ class PosixWritable final : public WritableObject, public store_internal::Crasha
       return s;
     }
     state_ = State::kCommitted;
+    ReleaseStaging();
     return Status::Ok();
   }
 
@@ -289,7 +311,14 @@ class PosixWritable final : public WritableObject, public store_internal::Crasha
     return Status::Ok();
   }
 
+  void ReleaseStaging() {
+    if (staging_.data() != nullptr) sh_->ReturnStaging(std::move(staging_));
+    staging_ = AlignedBuffer();
+    used_ = 0;
+  }
+
   Status Cleanup() {
+    ReleaseStaging();
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;
     if (::unlink(tmp_path_.c_str()) != 0 && errno != ENOENT) {
@@ -545,7 +574,18 @@ class PosixStore final : public Store {
 
   std::string Uri() const override {
     const PosixStoreOptions& o = sh_->opts;
-    std::string uri = "file://" + o.dir + "?io=" + std::string(IoModeName(o.io));
+    std::string uri = "file://";
+    for (char c : o.dir) {
+      if (c == '%' || c == '?' || c == '#' || c == '&' || c == ' ') {
+        static const char kHex[] = "0123456789ABCDEF";
+        uri += '%';
+        uri += kHex[(static_cast<unsigned char>(c) >> 4) & 0xf];
+        uri += kHex[static_cast<unsigned char>(c) & 0xf];
+      } else {
+        uri += c;
+      }
+    }
+    uri += "?io=" + std::string(IoModeName(o.io));
     if (o.io == IoMode::kUring) uri += "&qd=" + std::to_string(o.queue_depth);
     uri += "&chunk=" + std::to_string(o.chunk_bytes);
     return uri;
