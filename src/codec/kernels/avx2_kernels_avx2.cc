@@ -472,6 +472,28 @@ InverseFn PickInverse(uint32_t dim) {
   return nullptr;
 }
 
+// kRegs (1..4) registers of z -> 32 index bytes (zero padded); with norm correction also adds the
+// squared centroids to csum, lane k taking elements 8r + k in order of r as Sum8 does.
+template <int kBits, int kRegs>
+inline void QuantizeGroup(const SubsetPlan& plan, const Tables& t, const float* z, __m256* csum,
+                          uint8_t* idx) {
+  __m256 zr[4];
+#pragma GCC unroll 4
+  for (int r = 0; r < 4; ++r) zr[r] = r < kRegs ? _mm256_load_ps(z + 8 * r) : _mm256_setzero_ps();
+  __m256i q[4];
+  Quantize4x8<kBits>(plan, t, zr, q);
+#pragma GCC unroll 4
+  for (int r = kRegs; r < 4; ++r) q[r] = _mm256_setzero_si256();
+  if (plan.norm_correction) {
+#pragma GCC unroll 4
+    for (int r = 0; r < kRegs; ++r) {
+      const __m256 c = Lookup8<kBits>(plan, t.cent, q[r]);
+      *csum = _mm256_add_ps(*csum, _mm256_mul_ps(c, c));
+    }
+  }
+  _mm256_store_si256(reinterpret_cast<__m256i*>(idx), PackIdx32(q[0], q[1], q[2], q[3]));
+}
+
 template <int kBits>
 void EncodeBits(const SubsetPlan& plan, const float* x, size_t x_stride, size_t n,
                 uint8_t* norm_out, uint8_t* planes_out, size_t code_stride) {
@@ -515,23 +537,20 @@ void EncodeBits(const SubsetPlan& plan, const float* x, size_t x_stride, size_t 
       } else {
         forward(plan, xv, s, z);
       }
-      // Quantize 32 lanes at a time; pad the last group with zero indices.
+      // Quantize 32 lanes at a time; a short last group is padded with zero indices.
       __m256 csum = _mm256_setzero_ps();
-      for (size_t j = 0; j < m; j += 32) {
-        const int regs = static_cast<int>(std::min<size_t>(4, (m - j) / 8));
-        __m256 zr[4];
-        for (int r = 0; r < 4; ++r)
-          zr[r] = r < regs ? _mm256_load_ps(z + j + 8 * r) : _mm256_setzero_ps();
-        __m256i q[4];
-        Quantize4x8<kBits>(plan, t, zr, q);
-        for (int r = regs; r < 4; ++r) q[r] = _mm256_setzero_si256();  // padding indices
-        if (plan.norm_correction) {
-          for (int r = 0; r < regs; ++r) {
-            const __m256 c = Lookup8<kBits>(plan, t.cent, q[r]);
-            csum = _mm256_add_ps(csum, _mm256_mul_ps(c, c));
-          }
-        }
-        _mm256_store_si256(reinterpret_cast<__m256i*>(idx + j), PackIdx32(q[0], q[1], q[2], q[3]));
+      size_t j = 0;
+      for (; j + 32 <= m; j += 32) QuantizeGroup<kBits, 4>(plan, t, z + j, &csum, idx + j);
+      switch ((m - j) / 8) {
+        case 1:
+          QuantizeGroup<kBits, 1>(plan, t, z + j, &csum, idx + j);
+          break;
+        case 2:
+          QuantizeGroup<kBits, 2>(plan, t, z + j, &csum, idx + j);
+          break;
+        case 3:
+          QuantizeGroup<kBits, 3>(plan, t, z + j, &csum, idx + j);
+          break;
       }
       float stored = norm;
       if (plan.norm_correction) {
