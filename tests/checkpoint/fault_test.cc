@@ -64,7 +64,9 @@ TEST_P(CheckpointFaults, NoPartialSessionAndNextCheckpointSucceeds) {
         FaultInjectionStore store(Base());
         const std::string key = "sess-" + std::to_string(with_previous) + "-" + std::to_string(at) +
                                 "-" + std::to_string(kind);
-        if (with_previous) ASSERT_TRUE(Checkpoint(session_old->cache(), Opts(), store, key).ok());
+        if (with_previous) {
+          ASSERT_TRUE(Checkpoint(session_old->cache(), Opts(), store, key).ok());
+        }
         WriteFaults f;
         if (kind == 0) f.no_space_at = at;
         if (kind == 1) f.io_error_at = at;
