@@ -4,10 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <filesystem>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -216,6 +219,50 @@ TEST(PosixStoreTest, UriOptionsAreChecked) {
     auto s = OpenStore(uri);
     EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument) << uri << ": "
                                                                << s.status().ToString();
+  }
+}
+
+// A real ENOSPC: a 1 MiB tmpfs (needs CAP_SYS_ADMIN; skipped otherwise).
+TEST(PosixStoreTest, RealNoSpaceFailsCleanlyAndTheKeyStaysUsable) {
+  ScratchDir dir;
+  const std::string mnt = dir.path() + "/small";
+  ASSERT_EQ(::mkdir(mnt.c_str(), 0755), 0);
+  if (::mount("tqkv-test", mnt.c_str(), "tmpfs", 0, "size=1m") != 0) {
+    GTEST_SKIP() << "cannot mount a small tmpfs here: " << std::strerror(errno);
+  }
+  struct Unmount {
+    std::string path;
+    ~Unmount() { ::umount2(path.c_str(), MNT_DETACH); }
+  } unmount{mnt};
+  for (const char* io : {"buffered", "direct"}) {
+    SCOPED_TRACE(io);
+    auto store = MustOpen("file://" + mnt + "?io=" + io);
+    ASSERT_NE(store, nullptr);
+    auto w = store->Create("ckpt");
+    ASSERT_TRUE(w.ok());
+    const auto data = Pattern(1, 3u << 20);
+    Status s;
+    for (size_t off = 0; off < data.size() && s.ok(); off += 100000) {
+      s = (*w)->Append(std::span<const uint8_t>(data).subspan(
+          off, std::min<size_t>(100000, data.size() - off)));
+    }
+    if (s.ok()) s = (*w)->Commit();
+    EXPECT_TRUE(s.IsNoSpace()) << s.ToString();
+    EXPECT_NE(s.message().find("ckpt"), std::string::npos) << s.ToString();
+    w->reset();
+    EXPECT_TRUE(store->Open("ckpt").status().IsNotFound());
+    size_t files = 0;
+    for (const auto& e : std::filesystem::directory_iterator(mnt)) {
+      (void)e;
+      ++files;
+    }
+    EXPECT_EQ(files, 0u) << "the failed writer's temp file is gone";
+    const auto small = Pattern(2, 100000);
+    ASSERT_TRUE(WriteObject(store.get(), "ckpt", small).ok());
+    auto back = ReadObject(store.get(), "ckpt");
+    ASSERT_TRUE(back.ok());
+    EXPECT_TRUE(*back == small);
+    ASSERT_TRUE(store->Remove("ckpt").ok());
   }
 }
 
