@@ -113,11 +113,17 @@ class Codec {
 
   // Group metadata from the group's vectors: the outlier channels with the largest L2 norm over
   // the n vectors (original basis), as a bitmask of ceil(d/8) bytes. No-op when unsplit.
+  // Split codecs: meta must be exactly group_meta_bytes(); ties go to the lower channel index and
+  // a channel with a NaN energy ranks first.
   // x: n vectors of head_dim elements of `dtype`, `stride` elements apart.
   virtual Status SelectGroupMeta(const void* x, DType dtype, size_t n, size_t stride,
                                  std::span<uint8_t> meta) const = 0;
 
   // Encodes n vectors (x as above) into out: n * code_bytes() bytes. `pool` may be null.
+  // meta: the group's mask from SelectGroupMeta (split codecs; exactly K channels marked).
+  // Zero vectors (or ones whose f32 sum of squares underflows) decode to zeros; a vector with any
+  // inf/NaN element (or an f32 sum of squares that overflows) decodes to all-NaN, that vector only.
+  // Bad arguments (sizes, stride < head_dim, dtype, meta) give InvalidArgument before any work.
   virtual Status Encode(const void* x, DType dtype, size_t n, size_t stride,
                         std::span<const uint8_t> meta, std::span<uint8_t> out,
                         ThreadPool* pool = nullptr) const = 0;

@@ -23,7 +23,8 @@ Result<CodecParams> ResolveParams(const CodecSpec& spec, uint32_t head_dim) {
   CodecParams p;
   p.kind = spec.kind;
   p.head_dim = head_dim;
-  const std::string where = " (" + FormatCodecSpec(spec) + ", head_dim " + std::to_string(head_dim) + ")";
+  const std::string where =
+      " (" + FormatCodecSpec(spec) + ", head_dim " + std::to_string(head_dim) + ")";
   if (head_dim == 0 || head_dim > 65535) {
     return Status::InvalidArgument("codec: head_dim must be 1..65535" + where);
   }
@@ -32,8 +33,10 @@ Result<CodecParams> ResolveParams(const CodecSpec& spec, uint32_t head_dim) {
     return p;
   }
   if (spec.kind != CodecKind::kTurboQuant) return Status::InvalidArgument("codec: unknown kind");
-  if (head_dim < 16) return Status::InvalidArgument("codec: TurboQuant needs head_dim >= 16" + where);
-  if (spec.bits < 1 || spec.bits > 8) return Status::InvalidArgument("codec: bits must be 1..8" + where);
+  if (head_dim < 16)
+    return Status::InvalidArgument("codec: TurboQuant needs head_dim >= 16" + where);
+  if (spec.bits < 1 || spec.bits > 8)
+    return Status::InvalidArgument("codec: bits must be 1..8" + where);
   if (spec.qjl && (spec.outlier_bits != 0 || spec.bits < 2)) {
     return Status::InvalidArgument("codec: qjl needs an unsplit codec with b >= 2" + where);
   }
@@ -49,7 +52,8 @@ Result<CodecParams> ResolveParams(const CodecSpec& spec, uint32_t head_dim) {
   };
   std::vector<Part> parts;
   if (spec.outlier_bits != 0) {
-    if (spec.outlier_bits > 8) return Status::InvalidArgument("codec: outlier bits must be 1..8" + where);
+    if (spec.outlier_bits > 8)
+      return Status::InvalidArgument("codec: outlier bits must be 1..8" + where);
     uint64_t k = spec.outlier_channels;
     if (k == 0) {
       if (spec.outlier_den == 0 || spec.outlier_num == 0 || spec.outlier_num >= spec.outlier_den) {

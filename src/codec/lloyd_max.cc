@@ -28,7 +28,8 @@ class Grid {
     for (size_t i = 0; i <= kIntervals; ++i) {
       const double z = Z(i);
       const double u = 1.0 - z * z / md;
-      f_[i] = (u <= 0.0) ? (expo == 0.0 ? 1.0 : 0.0) : (expo == 0.0 ? 1.0 : DetExp(expo * DetLog(u)));
+      f_[i] =
+          (u <= 0.0) ? (expo == 0.0 ? 1.0 : 0.0) : (expo == 0.0 ? 1.0 : DetExp(expo * DetLog(u)));
     }
     for (auto& c : cum_) c.assign(kIntervals + 1, 0.0);
     for (size_t i = 0; i < kIntervals; ++i) {

@@ -70,7 +70,8 @@ Rotation MakeRotation(RotationKind kind, uint64_t seed, uint32_t dim) {
       }
       break;
     }
-    case RotationKind::kAuto: break;
+    case RotationKind::kAuto:
+      break;
   }
   return r;
 }

@@ -50,7 +50,8 @@ Status ParseSplit(std::string_view spec, std::string_view v, CodecSpec* out) {
     return Status::Ok();
   }
   const size_t at = v.find('@');
-  if (at == std::string_view::npos) return Bad(spec, "split wants K@B or N/D@B, got '" + std::string(v) + "'");
+  if (at == std::string_view::npos)
+    return Bad(spec, "split wants K@B or N/D@B, got '" + std::string(v) + "'");
   uint64_t bits = 0;
   if (!ParseUint(v.substr(at + 1), 8, &bits) || bits < 1) {
     return Bad(spec, "split bits must be 1..8 in '" + std::string(v) + "'");
@@ -93,7 +94,8 @@ Status ApplyModifier(std::string_view spec, std::string_view kv, CodecSpec* out,
   seen->push_back(key);
   uint64_t n = 0;
   if (key == "b") {
-    if (!ParseUint(v, 8, &n) || n < 1) return Bad(spec, "b must be 1..8, got '" + std::string(v) + "'");
+    if (!ParseUint(v, 8, &n) || n < 1)
+      return Bad(spec, "b must be 1..8, got '" + std::string(v) + "'");
     out->bits = static_cast<uint8_t>(n);
   } else if (key == "split") {
     return ParseSplit(spec, v, out);
@@ -171,7 +173,8 @@ Result<CodecSpec> ParseCodecSpec(std::string_view spec) {
       matched = true;
     }
   }
-  if (!matched && head.size() == 3 && head.substr(0, 2) == "tq" && head[2] >= '1' && head[2] <= '8') {
+  if (!matched && head.size() == 3 && head.substr(0, 2) == "tq" && head[2] >= '1' &&
+      head[2] <= '8') {
     out.bits = static_cast<uint8_t>(head[2] - '0');
     matched = true;
   }
@@ -193,9 +196,12 @@ Result<CodecSpec> ParseCodecSpec(std::string_view spec) {
 std::string FormatCodecSpec(const CodecSpec& spec) {
   if (spec.kind == CodecKind::kRaw) {
     switch (spec.raw_dtype) {
-      case DType::kF16: return "fp16";
-      case DType::kBF16: return "bf16";
-      case DType::kF32: return "fp32";
+      case DType::kF16:
+        return "fp16";
+      case DType::kBF16:
+        return "bf16";
+      case DType::kF32:
+        return "fp32";
     }
     return "fp16";
   }
@@ -221,7 +227,8 @@ std::string FormatCodecSpec(const CodecSpec& spec) {
     }
     s += "@" + std::to_string(spec.outlier_bits);
   }
-  if (spec.rotation != defaults.rotation) s += ",rot=" + std::string(RotationKindName(spec.rotation));
+  if (spec.rotation != defaults.rotation)
+    s += ",rot=" + std::string(RotationKindName(spec.rotation));
   if (spec.seed != defaults.seed) {
     const std::string dec = std::to_string(spec.seed);
     char hex[32];

@@ -233,8 +233,8 @@ class TurboQuantCodec final : public Codec {
           }
         } else {
           const Subset& sub = subsets_[0];
-          k.decode(sub.plan, code + sub.norm_offset, code + sub.planes_offset, code_bytes_, cnt,
-                   xs, xs_stride);
+          k.decode(sub.plan, code + sub.norm_offset, code + sub.planes_offset, code_bytes_, cnt, xs,
+                   xs_stride);
         }
         if (params_.qjl) {
           for (size_t i = 0; i < cnt; ++i) QjlAdd(code + i * code_bytes_, xs + i * xs_stride);
@@ -269,9 +269,9 @@ class TurboQuantCodec final : public Codec {
       if (c < d) channels[set ? 0 : 1].push_back(static_cast<uint32_t>(c));
     }
     if (channels[0].size() != params_.subsets[0].channels) {
-      return Status::InvalidArgument(std::string(what) + ": group meta marks " +
-                                     std::to_string(channels[0].size()) + " outlier channels, need " +
-                                     std::to_string(params_.subsets[0].channels));
+      return Status::InvalidArgument(
+          std::string(what) + ": group meta marks " + std::to_string(channels[0].size()) +
+          " outlier channels, need " + std::to_string(params_.subsets[0].channels));
     }
     return Status::Ok();
   }

@@ -1,5 +1,7 @@
 // The public Codec: round trips, quality against docs/turboquant.md, sizes, determinism across
 // thread pools and SIMD levels, degenerate inputs, argument checks, TurboQuant_prod.
+#include "tqkv/codec.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,7 +11,6 @@
 #include <vector>
 
 #include "codec/codec_test_util.h"
-#include "tqkv/codec.h"
 #include "tqkv/simd.h"
 #include "tqkv/synthetic.h"
 #include "tqkv/thread_pool.h"
@@ -72,8 +73,9 @@ TEST(Codec, RoundTripAllPresetsDimsAndDtypes) {
             }
           }
           const auto q = Measure(a, b, d);
-          const std::string what = std::string(preset) + " d=" + std::to_string(d) + " in=" +
-                                   std::string(DTypeName(in)) + " out=" + std::string(DTypeName(out));
+          const std::string what = std::string(preset) + " d=" + std::to_string(d) +
+                                   " in=" + std::string(DTypeName(in)) +
+                                   " out=" + std::string(DTypeName(out));
           if (raw) {
             // Raw codecs are exact up to the coarsest of (input, storage, output) types.
             EXPECT_LT(q.nmse, 2e-5) << what;
@@ -274,7 +276,7 @@ TEST(Codec, DegenerateInputs) {
     ASSERT_NE(c, nullptr);
     auto x = Data(SyntheticKind::kGaussian, 6, d, 2);
     for (uint32_t j = 0; j < d; ++j) {
-      x[0 * d + j] = 0.0f;                                                  // zero vector
+      x[0 * d + j] = 0.0f;  // zero vector
       x[1 * d + j] = (j % 3 ? 1 : -1) * std::numeric_limits<float>::denorm_min() * (j + 1);
     }
     x[2 * d + 5] = std::numeric_limits<float>::quiet_NaN();
@@ -336,12 +338,12 @@ TEST(Codec, BadArguments) {
     std::vector<uint8_t> kc(10 * k->code_bytes());
     std::vector<uint8_t> km(k->group_meta_bytes());
     if (!km.empty()) km = meta;
-    EXPECT_TRUE(invalid(k->Encode(x.data(), DType::kF32, 10, d - 1, km, kc)));     // stride
-    EXPECT_TRUE(invalid(k->Encode(x.data(), DType::kF32, 11, d, km, kc)));         // out too small
-    EXPECT_TRUE(invalid(k->Encode(nullptr, DType::kF32, 10, d, km, kc)));          // null input
+    EXPECT_TRUE(invalid(k->Encode(x.data(), DType::kF32, 10, d - 1, km, kc)));  // stride
+    EXPECT_TRUE(invalid(k->Encode(x.data(), DType::kF32, 11, d, km, kc)));      // out too small
+    EXPECT_TRUE(invalid(k->Encode(nullptr, DType::kF32, 10, d, km, kc)));       // null input
     EXPECT_TRUE(invalid(k->Encode(x.data(), static_cast<DType>(7), 10, d, km, kc)));
-    EXPECT_TRUE(invalid(k->Decode(kc, 11, km, y.data(), DType::kF32, d)));         // codes short
-    EXPECT_TRUE(invalid(k->Decode(kc, 10, km, y.data(), DType::kF32, d - 1)));     // stride
+    EXPECT_TRUE(invalid(k->Decode(kc, 11, km, y.data(), DType::kF32, d)));      // codes short
+    EXPECT_TRUE(invalid(k->Decode(kc, 10, km, y.data(), DType::kF32, d - 1)));  // stride
     EXPECT_TRUE(invalid(k->Decode(kc, 10, km, nullptr, DType::kF32, d)));
     EXPECT_TRUE(invalid(k->Decode(kc, 10, km, y.data(), static_cast<DType>(3), d)));
     EXPECT_TRUE(invalid(k->SelectGroupMeta(x.data(), DType::kF32, 10, 3, km)));
@@ -360,14 +362,14 @@ TEST(Codec, BadArguments) {
   const auto create = [](const char* spec, uint32_t dim) {
     return Codec::Create(*ParseCodecSpec(spec), dim).status();
   };
-  EXPECT_TRUE(invalid(create("tq3", 8)));               // too small for TurboQuant
+  EXPECT_TRUE(invalid(create("tq3", 8)));  // too small for TurboQuant
   EXPECT_TRUE(invalid(create("tq3", 0)));
   EXPECT_TRUE(invalid(create("fp16", 70000)));
-  EXPECT_TRUE(invalid(create("tq3,rot=hd", 96)));       // Hadamard needs a power of two
-  EXPECT_TRUE(invalid(create("tq2.5,rot=hd", 96)));     // 24 + 72
-  EXPECT_TRUE(invalid(create("tq:split=62@4", 64)));    // leaves 2 channels
-  EXPECT_TRUE(invalid(create("tq:split=2@4", 64)));     // 2 outliers
-  EXPECT_TRUE(invalid(create("tq2.5,rot=hd", 128)));    // 32 + 96
+  EXPECT_TRUE(invalid(create("tq3,rot=hd", 96)));         // Hadamard needs a power of two
+  EXPECT_TRUE(invalid(create("tq2.5,rot=hd", 96)));       // 24 + 72
+  EXPECT_TRUE(invalid(create("tq:split=62@4", 64)));      // leaves 2 channels
+  EXPECT_TRUE(invalid(create("tq:split=2@4", 64)));       // 2 outliers
+  EXPECT_TRUE(invalid(create("tq2.5,rot=hd", 128)));      // 32 + 96
   EXPECT_TRUE(create("tq:split=64@4,rot=hd", 128).ok());  // 64 + 64
   CodecParams bad = c->params();
   bad.subsets[0].centroids[1] = bad.subsets[0].centroids[0];
@@ -399,7 +401,8 @@ TEST(Codec, QjlInnerProductIsUnbiased) {
       w[i * d + j] = float(w[i * d + j] - xw * x[i * d + j]);
       ww += double(w[i * d + j]) * w[i * d + j];
     }
-    for (uint32_t j = 0; j < d; ++j) y[i * d + j] = float(0.6 * x[i * d + j] + 0.8 * w[i * d + j] / std::sqrt(ww));
+    for (uint32_t j = 0; j < d; ++j)
+      y[i * d + j] = float(0.6 * x[i * d + j] + 0.8 * w[i * d + j] / std::sqrt(ww));
   }
   const auto xp = RoundTrip(*prod, x);
   const auto xm = RoundTrip(*mse, x);

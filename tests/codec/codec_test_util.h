@@ -24,7 +24,8 @@ inline std::unique_ptr<Codec> MakeCodec(const std::string& spec, uint32_t d) {
 }
 
 // n vectors of d f32 values (one group: layer 0, K or V, head 0 for kv data).
-inline std::vector<float> Data(SyntheticKind kind, size_t n, uint32_t d, uint64_t seed, int kv = 0) {
+inline std::vector<float> Data(SyntheticKind kind, size_t n, uint32_t d, uint64_t seed,
+                               int kv = 0) {
   std::vector<float> x(n * d);
   SyntheticKv gen(kind, ModelGeometry{1, 1, d}, seed);
   EXPECT_TRUE(gen.FillGroup(0, kv, 0, 0, n, DType::kF32, x.data(), d).ok());

@@ -81,7 +81,8 @@ TEST(Prng, GaussianMoments) {
 }
 
 TEST(DetMath, LogExpSinCosAgainstLibm) {
-  for (double x : {1e-300, 1e-10, 0.001, 0.3, 0.5, 0.7071, 0.99999, 1.0, 1.5, 2.0, 10.0, 1e5, 1e300}) {
+  for (double x :
+       {1e-300, 1e-10, 0.001, 0.3, 0.5, 0.7071, 0.99999, 1.0, 1.5, 2.0, 10.0, 1e5, 1e300}) {
     EXPECT_NEAR(DetLog(x), std::log(x), 4e-16 * std::max(1.0, std::fabs(std::log(x)))) << x;
   }
   EXPECT_EQ(DetLog(1.0), 0.0);
@@ -188,7 +189,8 @@ TEST(LloydMax, ExactBetaTables) {
     const size_t k = size_t{1} << row.b;
     ASSERT_EQ(cb->centroids.size(), k);
     for (size_t i = 0; i < k / 2; ++i) {
-      EXPECT_NEAR(cb->centroids[k / 2 + i], row.positive[i], 2e-6) << row.d << "/" << row.b << "/" << i;
+      EXPECT_NEAR(cb->centroids[k / 2 + i], row.positive[i], 2e-6)
+          << row.d << "/" << row.b << "/" << i;
       EXPECT_EQ(cb->centroids[k / 2 - 1 - i], -cb->centroids[k / 2 + i]);
     }
   }
@@ -206,7 +208,8 @@ TEST(LloydMax, GaussianLimit) {
     const auto cb = LloydMaxCodebook(1000000, b);
     ASSERT_NE(cb, nullptr);
     const size_t k = size_t{1} << b;
-    for (size_t i = 0; i < k / 2; ++i) EXPECT_NEAR(cb->centroids[k / 2 + i], positive[b - 1][i], 1e-5);
+    for (size_t i = 0; i < k / 2; ++i)
+      EXPECT_NEAR(cb->centroids[k / 2 + i], positive[b - 1][i], 1e-5);
     EXPECT_NEAR(cb->mse / mse[b - 1], 1.0, 2e-4) << b;
   }
 }
@@ -232,7 +235,8 @@ TEST(LloydMax, HigherBitsAndSmallDims) {
   for (uint32_t b = 1; b <= 8; ++b) {
     const auto cb = LloydMaxCodebook(128, b);
     ASSERT_NE(cb, nullptr);
-    for (size_t i = 1; i < cb->centroids.size(); ++i) ASSERT_GT(cb->centroids[i], cb->centroids[i - 1]);
+    for (size_t i = 1; i < cb->centroids.size(); ++i)
+      ASSERT_GT(cb->centroids[i], cb->centroids[i - 1]);
     EXPECT_LT(cb->mse, prev);
     // Panter-Dite high-resolution approximation for b >= 5: D ~ sqrt(3) pi / 2 * 4^-b.
     if (b >= 5) {

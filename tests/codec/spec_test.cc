@@ -63,10 +63,26 @@ TEST(CodecSpec, Modifiers) {
 }
 
 TEST(CodecSpec, RoundTrip) {
-  for (const char* s : {"fp16", "bf16", "fp32", "tq1", "tq2", "tq3", "tq4", "tq8", "tq2.5", "tq3.5",
-                        "tq3,rot=haar", "tq4,rot=hd2,seed=12345", "tq2.5,norm=f16",
-                        "tq3.5,nc=1", "tq3,qjl=1", "tq4,split=32@5", "tq2,split=3/8@3",
-                        "tq3,seed=0xffffffffffffffff", "tq:b=3,rot=hd", "tq:b=2,split=1/4@4"}) {
+  for (const char* s : {"fp16",
+                        "bf16",
+                        "fp32",
+                        "tq1",
+                        "tq2",
+                        "tq3",
+                        "tq4",
+                        "tq8",
+                        "tq2.5",
+                        "tq3.5",
+                        "tq3,rot=haar",
+                        "tq4,rot=hd2,seed=12345",
+                        "tq2.5,norm=f16",
+                        "tq3.5,nc=1",
+                        "tq3,qjl=1",
+                        "tq4,split=32@5",
+                        "tq2,split=3/8@3",
+                        "tq3,seed=0xffffffffffffffff",
+                        "tq:b=3,rot=hd",
+                        "tq:b=2,split=1/4@4"}) {
     const CodecSpec spec = Parse(s);
     const std::string formatted = FormatCodecSpec(spec);
     EXPECT_EQ(Parse(formatted), spec) << s << " -> " << formatted;
@@ -78,12 +94,37 @@ TEST(CodecSpec, RoundTrip) {
 }
 
 TEST(CodecSpec, Errors) {
-  for (const char* s : {"", "fp8", "tq", "tq0", "tq9", "tq2.6", "TQ3", "fp16,norm=f16", "tq3,",
-                        "tq3,b", "tq3,=1", "tq3,b=0", "tq3,b=9", "tq3,b=x", "tq3,rot=dct",
-                        "tq3,seed=-1", "tq3,seed=18446744073709551616", "tq3,norm=bf16",
-                        "tq3,nc=2", "tq3,qjl=yes", "tq3,colour=red", "tq3,b=3,b=4",
-                        "tq:b=3,split=33", "tq:split=0@4", "tq:split=4/4@4", "tq:split=1/4@9",
-                        "tq:split=1/0@4", "tq2.5,qjl=1", "tq1,qjl=1", "fp16:b=3", "tq:",
+  for (const char* s : {"",
+                        "fp8",
+                        "tq",
+                        "tq0",
+                        "tq9",
+                        "tq2.6",
+                        "TQ3",
+                        "fp16,norm=f16",
+                        "tq3,",
+                        "tq3,b",
+                        "tq3,=1",
+                        "tq3,b=0",
+                        "tq3,b=9",
+                        "tq3,b=x",
+                        "tq3,rot=dct",
+                        "tq3,seed=-1",
+                        "tq3,seed=18446744073709551616",
+                        "tq3,norm=bf16",
+                        "tq3,nc=2",
+                        "tq3,qjl=yes",
+                        "tq3,colour=red",
+                        "tq3,b=3,b=4",
+                        "tq:b=3,split=33",
+                        "tq:split=0@4",
+                        "tq:split=4/4@4",
+                        "tq:split=1/4@9",
+                        "tq:split=1/0@4",
+                        "tq2.5,qjl=1",
+                        "tq1,qjl=1",
+                        "fp16:b=3",
+                        "tq:",
                         "tq3,split=32@0"}) {
     const auto r = ParseCodecSpec(s);
     EXPECT_FALSE(r.ok()) << "'" << s << "' parsed";

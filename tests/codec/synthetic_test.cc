@@ -1,4 +1,6 @@
 // Synthetic data: determinism, token-range independence, layouts and the kv distribution's shape.
+#include "tqkv/synthetic.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,7 +10,6 @@
 #include <vector>
 
 #include "tqkv/kv_cache.h"
-#include "tqkv/synthetic.h"
 
 namespace tqkv {
 namespace {
