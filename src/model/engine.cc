@@ -157,17 +157,7 @@ void LlamaEngine::Attention(uint32_t layer, size_t n_tokens, uint64_t pos0) {
       const float* q = q_.data() + t * qd + h * hd;
       const size_t n_keys = pos + 1;
       k.dot_f16_rows(kc + kvh * hd, kv, n_keys, q, hd, scores.data());
-      float mx = -INFINITY;
-      for (size_t s = 0; s < n_keys; ++s) {
-        scores[s] = scores[s] / scale;
-        mx = std::max(mx, scores[s]);
-      }
-      float sum = 0.0f;
-      for (size_t s = 0; s < n_keys; ++s) {
-        scores[s] = std::exp(scores[s] - mx);
-        sum = sum + scores[s];
-      }
-      for (size_t s = 0; s < n_keys; ++s) scores[s] = scores[s] / sum;
+      k.softmax(scores.data(), n_keys, scale);
       k.weighted_sum_f16(scores.data(), vc + kvh * hd, kv, n_keys, hd,
                          att_.data() + t * qd + h * hd);
     }

@@ -117,7 +117,40 @@ void WeightedSumF16Ref(const float* p, const uint16_t* v, size_t stride, size_t 
   }
 }
 
+void SoftmaxRef(float* s, size_t n, float scale) {
+  float mx = -INFINITY;
+  for (size_t i = 0; i < n; ++i) {
+    s[i] = s[i] / scale;
+    mx = s[i] > mx ? s[i] : mx;
+  }
+  float l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (size_t i = 0; i < n; ++i) {
+    s[i] = ExpNeg(s[i] - mx);
+    l[i % 8] = l[i % 8] + s[i];
+  }
+  const float sum = Reduce8(l);
+  for (size_t i = 0; i < n; ++i) s[i] = s[i] / sum;
+}
+
 }  // namespace
+
+float ExpNeg(float x) {
+  if (!(x >= kExpMin)) return 0.0f;  // also NaN
+  const float n = std::nearbyint(x * kLog2e);
+  float r = x - n * kLn2Hi;
+  r = r - n * kLn2Lo;
+  float p = kExpC6;
+  p = p * r + kExpC5;
+  p = p * r + kExpC4;
+  p = p * r + kExpC3;
+  p = p * r + kExpC2;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  const uint32_t bits = static_cast<uint32_t>(static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, 4);
+  return p * scale;
+}
 
 const ModelKernels& ScalarModelKernels() {
   static const ModelKernels k = {
@@ -131,6 +164,7 @@ const ModelKernels& ScalarModelKernels() {
       DotBF16Ref,
       DotF16RowsRef,
       WeightedSumF16Ref,
+      SoftmaxRef,
   };
   return k;
 }

@@ -52,6 +52,23 @@ using DotF16RowsFn = void (*)(const uint16_t* k, size_t stride, size_t n_rows, c
 // out[i] = out[i] + p[r] * v), i in [0, n) (attention output).
 using WeightedSumF16Fn = void (*)(const float* p, const uint16_t* v, size_t stride, size_t n_rows,
                                   size_t n, float* out);
+// Attention softmax in place: s[i] = s[i] / scale; m = max s; e[i] = ExpNeg(s[i] - m);
+// sum = 8 lane sums (lane i % 8, in order) reduced like the dots; s[i] = e[i] / sum.
+using SoftmaxFn = void (*)(float* s, size_t n, float scale);
+
+// exp(x) for x <= 0 (softmax): Cody-Waite reduction by ln 2 and a degree-6 polynomial, every
+// step a plain multiply or add (mirrored exactly by the AVX2 kernel); 0 for x < -87 or NaN.
+// Relative error below 2e-7.
+float ExpNeg(float x);
+inline constexpr float kExpMin = -87.0f;
+inline constexpr float kLog2e = 1.44269504088896341f;
+inline constexpr float kLn2Hi = 0.693359375f;  // ln 2 = kLn2Hi + kLn2Lo, kLn2Hi exact in 9 bits
+inline constexpr float kLn2Lo = -2.12194440e-4f;
+inline constexpr float kExpC2 = 1.0f / 2;
+inline constexpr float kExpC3 = 1.0f / 6;
+inline constexpr float kExpC4 = 1.0f / 24;
+inline constexpr float kExpC5 = 1.0f / 120;
+inline constexpr float kExpC6 = 1.0f / 720;
 
 struct ModelKernels {
   SimdLevel level;
@@ -64,6 +81,7 @@ struct ModelKernels {
   DotHalfFn dot_bf16;
   DotF16RowsFn dot_f16_rows;
   WeightedSumF16Fn weighted_sum_f16;
+  SoftmaxFn softmax;
 
   QuantDotFn quant_dot(GgmlType t) const {
     switch (t) {

@@ -3,6 +3,7 @@
 // the same order (no fused multiply-add: -ffp-contract=off, and no _mm*_fmadd_* here).
 #include <immintrin.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "model/kernels.h"
@@ -271,6 +272,63 @@ float DotBF16Avx2(const uint16_t* w, const float* x, size_t n) {
   return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
 }
 
+// ExpNeg of 8 lanes, the same operations as the scalar ExpNeg (kernels.cc).
+inline __m256 ExpNeg8(__m256 x) {
+  const __m256 valid = _mm256_cmp_ps(x, _mm256_set1_ps(kExpMin), _CMP_GE_OQ);  // NaN: false
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(kLog2e)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_sub_ps(x, _mm256_mul_ps(n, _mm256_set1_ps(kLn2Hi)));
+  r = _mm256_sub_ps(r, _mm256_mul_ps(n, _mm256_set1_ps(kLn2Lo)));
+  __m256 p = _mm256_set1_ps(kExpC6);
+  p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(kExpC5));
+  p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(kExpC4));
+  p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(kExpC3));
+  p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(kExpC2));
+  p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.0f));
+  p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.0f));
+  const __m256i e = _mm256_slli_epi32(
+      _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_and_ps(n, valid)), _mm256_set1_epi32(127)), 23);
+  return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), valid);
+}
+
+void SoftmaxAvx2(float* s, size_t n, float scale) {
+  const __m256 sc = _mm256_set1_ps(scale);
+  __m256 mxv = _mm256_set1_ps(-INFINITY);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_div_ps(_mm256_loadu_ps(s + i), sc);
+    _mm256_storeu_ps(s + i, v);
+    mxv = _mm256_max_ps(v, mxv);
+  }
+  float m8[8];
+  _mm256_storeu_ps(m8, mxv);
+  float mx = -INFINITY;
+  for (int j = 0; j < 8; ++j) mx = m8[j] > mx ? m8[j] : mx;
+  for (; i < n; ++i) {
+    s[i] = s[i] / scale;
+    mx = s[i] > mx ? s[i] : mx;
+  }
+  const __m256 mv = _mm256_set1_ps(mx);
+  __m256 acc = _mm256_setzero_ps();
+  i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 e = ExpNeg8(_mm256_sub_ps(_mm256_loadu_ps(s + i), mv));
+    _mm256_storeu_ps(s + i, e);
+    acc = _mm256_add_ps(acc, e);
+  }
+  float l[8];
+  _mm256_storeu_ps(l, acc);
+  for (; i < n; ++i) {
+    s[i] = ExpNeg(s[i] - mx);
+    l[i % 8] = l[i % 8] + s[i];
+  }
+  const float sum = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+  const __m256 sv = _mm256_set1_ps(sum);
+  i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(s + i, _mm256_div_ps(_mm256_loadu_ps(s + i), sv));
+  for (; i < n; ++i) s[i] = s[i] / sum;
+}
+
 }  // namespace
 
 const ModelKernels& Avx2ModelKernels() {
@@ -285,6 +343,7 @@ const ModelKernels& Avx2ModelKernels() {
       DotBF16Avx2,
       DotF16RowsAvx2,
       WeightedSumF16Avx2,
+      SoftmaxAvx2,
   };
   return k;
 }

@@ -169,6 +169,32 @@ TEST(ModelKernelsTest, AttentionKernelsAvx2MatchScalarBitForBit) {
   }
 }
 
+TEST(ModelKernelsTest, ExpNegIsAccurateAndSoftmaxMatchesAcrossLevels) {
+  double worst = 0.0;
+  for (float x = -87.0f; x <= 0.0f; x += 0.0137f) {
+    const double ref = std::exp(static_cast<double>(x));
+    worst = std::max(worst, std::fabs(ExpNeg(x) - ref) / ref);
+  }
+  EXPECT_LT(worst, 3e-7);
+  EXPECT_EQ(ExpNeg(0.0f), 1.0f);
+  EXPECT_EQ(ExpNeg(-88.0f), 0.0f);
+  EXPECT_EQ(ExpNeg(-INFINITY), 0.0f);
+  EXPECT_EQ(ExpNeg(std::nanf("")), 0.0f);
+  for (size_t n : {1u, 5u, 8u, 9u, 64u, 1000u}) {
+    auto x = RandomFloats(n, 40 + static_cast<uint32_t>(n), 6.0f);
+    if (n > 3) x[2] = -1e30f;  // underflows to 0
+    std::vector<float> a = x;
+    ScalarModelKernels().softmax(a.data(), n, 8.0f);
+    double total = 0.0;
+    for (float v : a) total += v;
+    EXPECT_NEAR(total, 1.0, 1e-5) << n;
+    if (!HaveAvx2()) continue;
+    std::vector<float> b = x;
+    Avx2ModelKernels().softmax(b.data(), n, 8.0f);
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(Bits(a[i]), Bits(b[i])) << n << " " << i;
+  }
+}
+
 TEST(ModelKernelsTest, DequantizeMatchesBlockLayout) {
   // q4_0 block: d = 0.5, nibbles: byte j = (j & 15) | ((15 - j) << 4).
   uint8_t blk[18];
