@@ -148,6 +148,29 @@ TEST(PosixStoreTest, DirectFallsBackToBufferedWhenRefused) {
   }
 }
 
+TEST(PosixStoreTest, ShortTransfersAreResumed) {
+  ScratchDir dir;
+  for (IoMode mode : {IoMode::kBuffered, IoMode::kDirect, IoMode::kUring}) {
+    SCOPED_TRACE(std::string(IoModeName(mode)));
+    PosixStoreOptions o;
+    o.dir = dir.path() + "/" + std::string(IoModeName(mode));
+    o.io = mode;
+    o.simulate_short_io = true;
+    o.write_buffer_bytes = 64 * 1024;
+    auto store = OpenPosixStore(o);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    const auto data = Pattern(3, (1u << 20) + 3);
+    ASSERT_TRUE(WriteObject(store->get(), "s", data, 10000).ok());
+    auto r = (*store)->Open("s");
+    ASSERT_TRUE(r.ok());
+    AlignedBuffer buf(data.size() + 1);
+    ASSERT_TRUE((*r)->ReadAt(0, std::span<uint8_t>(buf.data(), data.size())).ok());
+    EXPECT_EQ(0, std::memcmp(buf.data(), data.data(), data.size()));
+    ASSERT_TRUE((*r)->ReadAt(4097, std::span<uint8_t>(buf.data() + 1, 300000)).ok());
+    EXPECT_EQ(0, std::memcmp(buf.data() + 1, data.data() + 4097, 300000));
+  }
+}
+
 TEST(PosixStoreTest, ReportsTheIoModeInUse) {
   ScratchDir dir;
   auto buffered = MustOpen("file://" + dir.path());

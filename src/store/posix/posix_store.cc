@@ -93,6 +93,12 @@ std::string ParentDir(const std::string& path) {
   return path.substr(0, slash);
 }
 
+// Further transfers on `fd` go through the page cache.
+bool ClearDirectFlag(int fd) {
+  const int fl = ::fcntl(fd, F_GETFL);
+  return fl >= 0 && ::fcntl(fd, F_SETFL, fl & ~O_DIRECT) == 0;
+}
+
 struct Shared {
   PosixStoreOptions opts;
   std::atomic<bool> direct_refused{false};
@@ -135,8 +141,7 @@ struct Shared {
   // The filesystem refused O_DIRECT on `fd` (EINVAL): turn it off there and for new objects.
   bool DisableDirect(int fd) {
     direct_refused = true;
-    const int fl = ::fcntl(fd, F_GETFL);
-    return fl >= 0 && ::fcntl(fd, F_SETFL, fl & ~O_DIRECT) == 0;
+    return ClearDirectFlag(fd);
   }
 };
 
@@ -255,7 +260,8 @@ class PosixWritable final : public WritableObject, public store_internal::Crasha
   Status WriteAt(const uint8_t* p, uint64_t n, uint64_t off) {
     while (n > 0) {
       const uint64_t want = std::min(n, kMaxSyscallBytes);
-      const ssize_t w = ::pwrite(fd_, p, want, static_cast<off_t>(off));
+      ssize_t w = ::pwrite(fd_, p, want, static_cast<off_t>(off));
+      if (sh_->opts.simulate_short_io && w > 1) w /= 2;
       if (w < 0) {
         if (errno == EINTR) continue;
         if (errno == EINVAL && direct_) {
@@ -274,8 +280,7 @@ class PosixWritable final : public WritableObject, public store_internal::Crasha
       // A short O_DIRECT write leaves an unaligned remainder: finish it through the page cache.
       if (direct_ && n > 0 && !IsAligned(static_cast<uint64_t>(w))) {
         direct_ = false;
-        const int fl = ::fcntl(fd_, F_GETFL);
-        if (fl >= 0) (void)::fcntl(fd_, F_SETFL, fl & ~O_DIRECT);
+        (void)ClearDirectFlag(fd_);
       }
     }
     return Status::Ok();
@@ -413,7 +418,8 @@ class PosixReadable final : public ReadableObject {
     uint64_t got = 0;
     while (got < len) {
       const uint64_t want = std::min(len - got, kMaxSyscallBytes);
-      const ssize_t r = ::pread(fd_, buf + got, want, static_cast<off_t>(off + got));
+      ssize_t r = ::pread(fd_, buf + got, want, static_cast<off_t>(off + got));
+      if (sh_->opts.simulate_short_io && r > 1) r /= 2;
       if (r < 0) {
         if (errno == EINTR) continue;
         if (errno == EINVAL && direct_.load()) {
@@ -428,7 +434,7 @@ class PosixReadable final : public ReadableObject {
       if (direct_.load() && got < len && !IsAligned(got)) {
         // Short O_DIRECT read inside the file: continue through the page cache.
         direct_ = false;
-        sh_->DisableDirect(fd_);
+        (void)ClearDirectFlag(fd_);
       }
     }
     return got;

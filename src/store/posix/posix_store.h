@@ -24,6 +24,9 @@ struct PosixStoreOptions {
   bool create_dir = true;
   // Tests: behave as if the filesystem refused O_DIRECT (EINVAL), to exercise the fallback.
   bool simulate_no_direct = false;
+  // Tests: every pread/pwrite reports only half of what it moved (a short transfer), to exercise
+  // the resume paths (an unaligned O_DIRECT remainder continues through the page cache).
+  bool simulate_short_io = false;
 };
 
 inline constexpr size_t kPosixDirectAlignment = 4096;
