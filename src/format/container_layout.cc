@@ -12,7 +12,9 @@
 namespace tqkv::format {
 namespace {
 
-bool MulOverflows(uint64_t a, uint64_t b, uint64_t* out) { return __builtin_mul_overflow(a, b, out); }
+bool MulOverflows(uint64_t a, uint64_t b, uint64_t* out) {
+  return __builtin_mul_overflow(a, b, out);
+}
 
 bool ValidDType(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
 
@@ -56,8 +58,9 @@ class BodyReader {
     return v == 1;
   }
   void Fail(std::string_view what, uint64_t at, std::string_view expected, std::string_view got) {
-    if (ok()) status_ = CorruptionAt(name_, std::string("header field ") + std::string(what), at,
-                                     expected, got);
+    if (ok())
+      status_ =
+          CorruptionAt(name_, std::string("header field ") + std::string(what), at, expected, got);
   }
 
  private:
@@ -78,7 +81,9 @@ class BodyReader {
 
 }  // namespace
 
-uint64_t Checksum(std::span<const uint8_t> bytes) { return XXH3_64bits(bytes.data(), bytes.size()); }
+uint64_t Checksum(std::span<const uint8_t> bytes) {
+  return XXH3_64bits(bytes.data(), bytes.size());
+}
 
 void ByteWriter::U16(uint16_t v) {
   uint8_t b[2];
@@ -233,8 +238,8 @@ Result<ContainerHeader> DecodeHeaderBody(std::span<const uint8_t> body, uint64_t
     c.qjl = r.Bool("codec qjl");
     const uint64_t subsets_at = r.offset();
     const uint8_t subset_count = r.U8("codec subset count");
-    if (r.ok() && subset_count > 2) r.Fail("codec subset count", subsets_at, "0..2",
-                                           std::to_string(subset_count));
+    if (r.ok() && subset_count > 2)
+      r.Fail("codec subset count", subsets_at, "0..2", std::to_string(subset_count));
     const uint64_t reserved_at = r.offset();
     const uint16_t reserved = r.U16("codec reserved");
     if (r.ok() && reserved != 0) r.Fail("codec reserved", reserved_at, "0", Hex(reserved));

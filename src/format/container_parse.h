@@ -18,7 +18,7 @@ struct ParsedContainer {
   ContainerHeader header;
   std::vector<ChunkEntry> chunks;  // container order, offsets ascending
   uint64_t file_bytes = 0;
-  uint64_t header_block_end = 0;   // first byte after the header block's padding
+  uint64_t header_block_end = 0;  // first byte after the header block's padding
   uint64_t index_offset = 0;
   uint64_t header_checksum = 0;
   uint64_t index_checksum = 0;

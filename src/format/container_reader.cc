@@ -104,12 +104,12 @@ Status ParseIndex(const ReadFn& read, const ParsedContainer& c, uint64_t index_s
       return CorruptionAt(name, "chunk size of " + DescribeChunk(e), rat + 32,
                           "a size that fits 64 bits", size.status().message());
     }
-    TQKV_RETURN_IF_ERROR(CheckField(name, "chunk size of " + DescribeChunk(e), rat + 32, *size,
-                                    e.size));
+    TQKV_RETURN_IF_ERROR(
+        CheckField(name, "chunk size of " + DescribeChunk(e), rat + 32, *size, e.size));
     // pos <= index_offset < file size, so aligning cannot wrap.
     const uint64_t want_offset = AlignUp(pos);
-    TQKV_RETURN_IF_ERROR(CheckField(name, "chunk offset of " + DescribeChunk(e), rat + 24,
-                                    want_offset, e.offset));
+    TQKV_RETURN_IF_ERROR(
+        CheckField(name, "chunk offset of " + DescribeChunk(e), rat + 24, want_offset, e.offset));
     if (want_offset > c.index_offset || e.size > c.index_offset - want_offset) {
       return CorruptionAt(name, "chunk extent of " + DescribeChunk(e), rat + 24,
                           "end at or before the index at " + std::to_string(c.index_offset),
@@ -123,8 +123,8 @@ Status ParseIndex(const ReadFn& read, const ParsedContainer& c, uint64_t index_s
     return CorruptionAt(name, "index", at, "a record for " + DescribeChunk(seq.current()),
                         "end of index");
   }
-  return CheckField(name, "index offset (end of the last chunk)", c.file_bytes - kFooterBytes,
-                    pos, c.index_offset);
+  return CheckField(name, "index offset (end of the last chunk)", c.file_bytes - kFooterBytes, pos,
+                    c.index_offset);
 }
 
 }  // namespace
@@ -132,7 +132,8 @@ Status ParseIndex(const ReadFn& read, const ParsedContainer& c, uint64_t index_s
 Result<ParsedContainer> ParseContainerStructure(const ReadFn& read, uint64_t file_bytes,
                                                 std::string_view name) {
   if (file_bytes < kMinFileBytes) {
-    return CorruptionAt(name, "file size", 0, "at least " + Bytes(kMinFileBytes), Bytes(file_bytes));
+    return CorruptionAt(name, "file size", 0, "at least " + Bytes(kMinFileBytes),
+                        Bytes(file_bytes));
   }
   ParsedContainer c;
   c.file_bytes = file_bytes;
@@ -175,8 +176,8 @@ Result<ParsedContainer> ParseContainerStructure(const ReadFn& read, uint64_t fil
   f.header_checksum = LoadU64(foot.data() + 32);
   f.format_version = LoadU32(foot.data() + 40);
   TQKV_RETURN_IF_ERROR(CheckField(name, "file size (footer)", fat + 24, file_bytes, f.file_size));
-  TQKV_RETURN_IF_ERROR(CheckField(name, "format version (footer)", fat + 40, version,
-                                  f.format_version));
+  TQKV_RETURN_IF_ERROR(
+      CheckField(name, "format version (footer)", fat + 40, version, f.format_version));
   TQKV_RETURN_IF_ERROR(CheckField(name, "footer reserved", fat + 44, 0, LoadU32(foot.data() + 44)));
   if (f.header_checksum != header_checksum) {
     return CorruptionAt(name, "header checksum (footer copy)", fat + 32, Hex(header_checksum),
@@ -185,25 +186,26 @@ Result<ParsedContainer> ParseContainerStructure(const ReadFn& read, uint64_t fil
   // The index ends where the footer begins; its size is checked against the file before use.
   if (f.index_size < kIndexFixedBytes || f.index_size > fat - kContainerAlignment ||
       (f.index_size - kIndexFixedBytes) % kIndexRecordBytes != 0) {
-    return CorruptionAt(name, "index size (footer)", fat + 8,
-                        "16 + 48 * n bytes within the file", Bytes(f.index_size));
+    return CorruptionAt(name, "index size (footer)", fat + 8, "16 + 48 * n bytes within the file",
+                        Bytes(f.index_size));
   }
   TQKV_RETURN_IF_ERROR(
       CheckField(name, "index offset (footer)", fat, fat - f.index_size, f.index_offset));
   c.index_offset = f.index_offset;
 
-  // 3. Header block: preamble, body, zero padding to the alignment. Its end must not pass the index.
+  // 3. Header block: preamble, body, zero padding to the alignment. Its end must not pass the
+  // index.
   c.header_block_end = AlignUp(kPreambleBytes + uint64_t{header_size});
   if (c.header_block_end > c.index_offset) {
-    return CorruptionAt(name, "header size", 20,
-                        "a header block ending at or before the index at " +
-                            std::to_string(c.index_offset),
-                        Bytes(header_size));
+    return CorruptionAt(
+        name, "header size", 20,
+        "a header block ending at or before the index at " + std::to_string(c.index_offset),
+        Bytes(header_size));
   }
   std::vector<uint8_t> block(c.header_block_end);
   std::memcpy(block.data(), pre.data(), pre.size());
-  TQKV_RETURN_IF_ERROR(read(kPreambleBytes, {block.data() + kPreambleBytes,
-                                             block.size() - kPreambleBytes}));
+  TQKV_RETURN_IF_ERROR(
+      read(kPreambleBytes, {block.data() + kPreambleBytes, block.size() - kPreambleBytes}));
   const std::span<const uint8_t> header_bytes(block.data(), kPreambleBytes + header_size);
   const uint64_t computed = HeaderChecksum(header_bytes);
   if (computed != header_checksum) {
@@ -218,16 +220,16 @@ Result<ParsedContainer> ParseContainerStructure(const ReadFn& read, uint64_t fil
   TQKV_RETURN_IF_ERROR(CheckZero({pre.data() + 17, 3}, 17, name, "preamble reserved"));
   TQKV_RETURN_IF_ERROR(CheckZero(std::span<const uint8_t>(block).subspan(header_bytes.size()),
                                  header_bytes.size(), name, "header padding"));
-  TQKV_ASSIGN_OR_RETURN(c.header, DecodeHeaderBody(header_bytes.subspan(kPreambleBytes),
-                                                   kPreambleBytes, name));
+  TQKV_ASSIGN_OR_RETURN(
+      c.header, DecodeHeaderBody(header_bytes.subspan(kPreambleBytes), kPreambleBytes, name));
   if (Status s = ValidateHeader(c.header); !s.ok()) {
     return CorruptionAt(name, "header", kPreambleBytes, "a valid header", s.message());
   }
   block = {};
 
   // 4. Index.
-  TQKV_RETURN_IF_ERROR(ParseIndex(read, c, f.index_size, f.index_checksum, name, &c.chunks,
-                                  &c.index_checksum));
+  TQKV_RETURN_IF_ERROR(
+      ParseIndex(read, c, f.index_size, f.index_checksum, name, &c.chunks, &c.index_checksum));
   return c;
 }
 
@@ -237,15 +239,14 @@ Status VerifyChunkPayload(const ParsedContainer& c, size_t i, std::span<const ui
   const std::string what = "chunk " + std::to_string(i) + " (" + DescribeChunk(e) + ")";
   TQKV_RETURN_IF_ERROR(CheckField(name, what + " size", e.offset, e.size, payload.size()));
   const uint64_t sum = Checksum(payload);
-  if (sum != e.checksum) return CorruptionAt(name, what + " checksum", e.offset, Hex(e.checksum),
-                                             Hex(sum));
+  if (sum != e.checksum)
+    return CorruptionAt(name, what + " checksum", e.offset, Hex(e.checksum), Hex(sum));
   return Status::Ok();
 }
 
 Status VerifyChunkPadding(const ParsedContainer& c, size_t i, std::span<const uint8_t> padding,
                           std::string_view name) {
-  return CheckZero(padding, PaddingBegin(c, i), name,
-                   "padding after chunk " + std::to_string(i));
+  return CheckZero(padding, PaddingBegin(c, i), name, "padding after chunk " + std::to_string(i));
 }
 
 Result<ParsedContainer> ParseAndVerifyContainer(std::span<const uint8_t> file,
@@ -297,9 +298,9 @@ Result<size_t> ContainerReaderImpl::Find(const ChunkEntry& entry) const {
   auto it = std::lower_bound(v.begin(), v.end(), entry.offset,
                              [](const ChunkEntry& e, uint64_t off) { return e.offset < off; });
   if (it == v.end() || it->offset != entry.offset || it->size != entry.size ||
-      it->checksum != entry.checksum || !format::ChunkKey{it->type, it->layer, it->kv,
-                                                          it->token_begin, it->token_count}
-                                             .Matches(entry)) {
+      it->checksum != entry.checksum ||
+      !format::ChunkKey{it->type, it->layer, it->kv, it->token_begin, it->token_count}.Matches(
+          entry)) {
     return Status::InvalidArgument(name_ + ": no chunk " + format::DescribeChunk(entry) +
                                    " at offset " + std::to_string(entry.offset));
   }

@@ -21,7 +21,9 @@ constexpr std::array<uint8_t, kContainerAlignment> kZeros{};
 class ContainerWriterImpl final : public ContainerWriter {
  public:
   ContainerWriterImpl(WritableObject* out, ContainerHeader header, uint64_t expected_chunks)
-      : out_(out), header_(std::move(header)), sequence_(header_),
+      : out_(out),
+        header_(std::move(header)),
+        sequence_(header_),
         expected_chunks_(expected_chunks) {}
 
   ContainerWriterImpl(const ContainerWriterImpl&) = delete;  // sequence_ points into header_
@@ -130,7 +132,8 @@ Status ContainerWriterImpl::Finish() {
         format::DescribeChunk(sequence_.current()));
   }
   // Index: u64 count, records, u64 checksum. It follows the last payload without padding.
-  std::vector<uint8_t> index(format::kIndexFixedBytes + entries_.size() * format::kIndexRecordBytes);
+  std::vector<uint8_t> index(format::kIndexFixedBytes +
+                             entries_.size() * format::kIndexRecordBytes);
   format::StoreU64(index.data(), entries_.size());
   for (size_t i = 0; i < entries_.size(); ++i) {
     format::EncodeIndexRecord(entries_[i], index.data() + 8 + i * format::kIndexRecordBytes);

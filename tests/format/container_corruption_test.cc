@@ -89,7 +89,8 @@ class CorruptionTest : public ::testing::Test {
   }
 
   // Runs `edit` on a copy, re-signs the checksums, expects Corruption without a large allocation.
-  void ExpectForgeryFails(const std::string& what, const std::function<void(std::vector<uint8_t>&)>& edit) {
+  void ExpectForgeryFails(const std::string& what,
+                          const std::function<void(std::vector<uint8_t>&)>& edit) {
     std::vector<uint8_t> f = file_;
     edit(f);
     Resign(f);
@@ -205,7 +206,8 @@ TEST_F(CorruptionTest, HugeSizeFieldsWithValidChecksums) {
   });
   ExpectForgeryFails("token block 0", [](auto& f) { StoreU32(f.data() + kTokenBlockAt, 0); });
   ExpectForgeryFails("codec count", [](auto& f) { StoreU16(f.data() + kCodecCountAt, 0xFFFF); });
-  ExpectForgeryFails("centroid count", [](auto& f) { StoreU16(f.data() + kCentroidCountAt, 0xFFFF); });
+  ExpectForgeryFails("centroid count",
+                     [](auto& f) { StoreU16(f.data() + kCentroidCountAt, 0xFFFF); });
   ExpectForgeryFails("index size", [this](auto& f) {
     StoreU64(f.data() + fat_ + 8, UINT64_MAX - 7);
     StoreU64(f.data() + fat_, fat_ - (UINT64_MAX - 7));
@@ -214,12 +216,17 @@ TEST_F(CorruptionTest, HugeSizeFieldsWithValidChecksums) {
     StoreU64(f.data() + fat_ + 8, uint64_t{1} << 40);
     StoreU64(f.data() + fat_, fat_ - (uint64_t{1} << 40));
   });
-  ExpectForgeryFails("index count", [this](auto& f) { StoreU64(f.data() + index_at_, uint64_t{1} << 60); });
+  ExpectForgeryFails("index count",
+                     [this](auto& f) { StoreU64(f.data() + index_at_, uint64_t{1} << 60); });
   ExpectForgeryFails("index offset", [this](auto& f) { StoreU64(f.data() + fat_, UINT64_MAX); });
   ExpectForgeryFails("file size", [this](auto& f) { StoreU64(f.data() + fat_ + 24, UINT64_MAX); });
-  ExpectForgeryFails("chunk size", [this](auto& f) { StoreU64(f.data() + index_at_ + 8 + 32, UINT64_MAX); });
-  ExpectForgeryFails("chunk offset", [this](auto& f) { StoreU64(f.data() + index_at_ + 8 + 24, UINT64_MAX - 100); });
-  ExpectForgeryFails("token count", [this](auto& f) { StoreU64(f.data() + index_at_ + 8 + 16, UINT64_MAX); });
+  ExpectForgeryFails("chunk size",
+                     [this](auto& f) { StoreU64(f.data() + index_at_ + 8 + 32, UINT64_MAX); });
+  ExpectForgeryFails("chunk offset", [this](auto& f) {
+    StoreU64(f.data() + index_at_ + 8 + 24, UINT64_MAX - 100);
+  });
+  ExpectForgeryFails("token count",
+                     [this](auto& f) { StoreU64(f.data() + index_at_ + 8 + 16, UINT64_MAX); });
 }
 
 TEST_F(CorruptionTest, ForgedStructureWithValidChecksums) {
@@ -228,17 +235,21 @@ TEST_F(CorruptionTest, ForgedStructureWithValidChecksums) {
   ExpectForgeryFails("checksum type", [](auto& f) { f[16] = 2; });
   ExpectForgeryFails("preamble reserved", [](auto& f) { f[18] = 1; });
   ExpectForgeryFails("bool not 0/1", [](auto& f) { f[kCodec0QjlAt] = 2; });
-  ExpectForgeryFails("layer codec out of range", [](auto& f) { StoreU16(f.data() + kLayerCodecAt, 2); });
+  ExpectForgeryFails("layer codec out of range",
+                     [](auto& f) { StoreU16(f.data() + kLayerCodecAt, 2); });
   ExpectForgeryFails("header padding", [](auto& f) { f[300] = 1; });
   ExpectForgeryFails("swap records", [rec](auto& f) {
     std::vector<uint8_t> tmp(f.begin() + rec, f.begin() + rec + 48);
     std::copy(f.begin() + rec + 48, f.begin() + rec + 96, f.begin() + rec);
     std::copy(tmp.begin(), tmp.end(), f.begin() + rec + 48);
   });
-  ExpectForgeryFails("misaligned chunk", [rec](auto& f) { StoreU64(f.data() + rec + 24, 4096 + 8); });
+  ExpectForgeryFails("misaligned chunk",
+                     [rec](auto& f) { StoreU64(f.data() + rec + 24, 4096 + 8); });
   ExpectForgeryFails("chunk moved a page", [rec](auto& f) { StoreU64(f.data() + rec + 24, 8192); });
-  ExpectForgeryFails("overlapping chunk", [rec](auto& f) { StoreU64(f.data() + rec + 48 + 24, 4096); });
-  ExpectForgeryFails("chunk size +1", [rec](auto& f) { StoreU64(f.data() + rec + 32, 16 * 32 + 1); });
+  ExpectForgeryFails("overlapping chunk",
+                     [rec](auto& f) { StoreU64(f.data() + rec + 48 + 24, 4096); });
+  ExpectForgeryFails("chunk size +1",
+                     [rec](auto& f) { StoreU64(f.data() + rec + 32, 16 * 32 + 1); });
   ExpectForgeryFails("record reserved", [rec](auto& f) { f[rec + 2] = 1; });
   ExpectForgeryFails("record type", [rec](auto& f) { f[rec] = 3; });
   ExpectForgeryFails("record kv", [rec](auto& f) { f[rec + 1] = 1; });

@@ -26,8 +26,8 @@ std::vector<Golden> Goldens() {
   g.push_back({"v1_raw_empty.tqkv", MakeHeader({1, 1, 16}, 0, 4, {RawParams(16)}, {0})});
   g.push_back({"v1_raw.tqkv", MakeHeader({1, 1, 16}, 3, 2, {RawParams(16, DType::kBF16)}, {0})});
   g.push_back({"v1_split.tqkv", MakeHeader({1, 1, 16}, 1, 8, {SplitParams(16)}, {0})});
-  g.push_back({"v1_mixed.tqkv", MakeHeader({2, 1, 16}, 1, 1, {TqParams(16, 3, true), RawParams(16)},
-                                           {0, 1})});
+  g.push_back({"v1_mixed.tqkv",
+               MakeHeader({2, 1, 16}, 1, 1, {TqParams(16, 3, true), RawParams(16)}, {0, 1})});
   return g;
 }
 

@@ -1,4 +1,6 @@
 // Container round trips, layout, writer order enforcement and reader API checks.
+#include "tqkv/container.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -6,7 +8,6 @@
 #include "format/container_layout.h"
 #include "format/container_parse.h"
 #include "format/container_test_util.h"
-#include "tqkv/container.h"
 
 namespace tqkv {
 namespace {
@@ -151,7 +152,8 @@ TEST(ContainerTest, ByteLayout) {
 }
 
 TEST(ContainerTest, ExpectedChunkBytes) {
-  const ContainerHeader h = MakeHeader({2, 3, 16}, 40, 16, {RawParams(16), SplitParams(16)}, {0, 1});
+  const ContainerHeader h =
+      MakeHeader({2, 3, 16}, 40, 16, {RawParams(16), SplitParams(16)}, {0, 1});
   ChunkEntry e;
   e.type = ChunkType::kCodes;
   e.token_count = 5;
@@ -224,7 +226,9 @@ class WriterOrderTest : public ::testing::Test {
     writer_ = std::move(*w);
   }
   Status Add(size_t i) { return writer_->AddChunk(keys_[i], Payload(ChunkBytes(h_, keys_[i]), i)); }
-  Status AddKey(const ChunkEntry& k, size_t bytes) { return writer_->AddChunk(k, Payload(bytes, 0)); }
+  Status AddKey(const ChunkEntry& k, size_t bytes) {
+    return writer_->AddChunk(k, Payload(bytes, 0));
+  }
 
   ContainerHeader h_;
   std::vector<ChunkEntry> keys_;
@@ -301,7 +305,8 @@ TEST(ContainerWriterTest, WriteErrorsAreSticky) {
   const auto keys = ExpectedKeys(h);
   Status s;
   size_t i = 0;
-  for (; i < keys.size() && s.ok(); ++i) s = (*w)->AddChunk(keys[i], Payload(ChunkBytes(h, keys[i]), i));
+  for (; i < keys.size() && s.ok(); ++i)
+    s = (*w)->AddChunk(keys[i], Payload(ChunkBytes(h, keys[i]), i));
   EXPECT_EQ(s.code(), StatusCode::kNoSpace);
   out2.fail_after = UINT64_MAX;  // the writer stays failed even if the object recovers
   EXPECT_EQ((*w)->AddChunk(keys[i - 1], Payload(ChunkBytes(h, keys[i - 1]), 0)).code(),
