@@ -1,0 +1,133 @@
+// The tqkv command line: contracts later checks read (inspect/restore/capacity JSON), exit
+// statuses, clear errors.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "store/store_test_util.h"
+
+namespace {
+
+struct CmdResult {
+  int status = -1;
+  std::string out;
+};
+
+CmdResult Tqkv(const std::string& args) {
+  const std::string cmd = std::string(TQKV_BINARY_DIR) + "/tqkv " + args + " 2>&1";
+  CmdResult r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+nlohmann::json Json(const std::string& text) {
+  const size_t b = text.find('{');
+  return nlohmann::json::parse(text.substr(b == std::string::npos ? 0 : b), nullptr, false);
+}
+
+TEST(Cli, CheckpointInspectVerifyRestore) {
+  tqkv::testing_util::ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  CmdResult c = Tqkv("checkpoint --model smollm2-135m --tokens 300 --codec tq3 --store " + dir.path() +
+               " --session s1");
+  ASSERT_EQ(c.status, 0) << c.out;
+  CmdResult i = Tqkv("inspect --json " + dir.path() + "/s1.tqkv");
+  ASSERT_EQ(i.status, 0) << i.out;
+  auto j = Json(i.out);
+  ASSERT_FALSE(j.is_discarded()) << i.out;
+  for (const char* k : {"file_bytes", "fp16_bytes", "ratio", "tokens", "codec", "model"}) {
+    EXPECT_TRUE(j.contains(k)) << k;
+  }
+  EXPECT_EQ(j["tokens"], 300);
+  EXPECT_EQ(j["codec"], "tq3");
+  EXPECT_EQ(j["model"], "smollm2-135m");
+  EXPECT_EQ(j["fp16_bytes"], 2ull * 30 * 300 * 3 * 64 * 2);
+  const double ratio = j["fp16_bytes"].get<double>() / j["file_bytes"].get<double>();
+  EXPECT_NEAR(j["ratio"].get<double>(), ratio, 1e-9);
+  EXPECT_EQ(Tqkv("verify " + dir.path() + "/s1.tqkv").status, 0);
+  for (const char* io : {"buffered", "direct", "uring"}) {
+    CmdResult r = Tqkv("restore --json --store file://" + dir.path() + " --session s1 --io " + io);
+    ASSERT_EQ(r.status, 0) << r.out;
+    auto rj = Json(r.out);
+    for (const char* k : {"restore_s", "bytes_read", "gbps", "io"}) EXPECT_TRUE(rj.contains(k)) << k;
+    EXPECT_EQ(rj["io"], io);
+    EXPECT_GE(rj["bytes_read"].get<uint64_t>(), j["file_bytes"].get<uint64_t>() - 4096);
+  }
+}
+
+TEST(Cli, CorruptFileFailsVerifyAndRestore) {
+  tqkv::testing_util::ScratchDir dir;
+  ASSERT_EQ(Tqkv("checkpoint --model smollm2-135m --tokens 64 --codec tq4 --store " + dir.path() +
+                 " --session bad").status, 0);
+  const std::string path = dir.path() + "/bad.tqkv";
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(5000);
+    char c;
+    f.read(&c, 1);
+    f.seekp(5000);
+    c = static_cast<char>(c ^ 0x5A);
+    f.write(&c, 1);
+  }
+  CmdResult v = Tqkv("verify " + path);
+  EXPECT_NE(v.status, 0);
+  EXPECT_NE(v.out.find("Corruption"), std::string::npos) << v.out;
+  CmdResult r = Tqkv("restore --store " + dir.path() + " --session bad");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("Corruption"), std::string::npos) << r.out;
+}
+
+TEST(Cli, SafetensorsRoundTripThroughCompress) {
+  tqkv::testing_util::ScratchDir dir;
+  ASSERT_EQ(Tqkv("checkpoint --model qwen2.5-0.5b --tokens 40 --codec fp16 --store " + dir.path() +
+                 " --session raw").status, 0);
+  const std::string st1 = dir.path() + "/a.safetensors", st2 = dir.path() + "/b.safetensors";
+  ASSERT_EQ(Tqkv("decompress " + dir.path() + "/raw.tqkv " + st1).status, 0);
+  CmdResult c = Tqkv("compress " + st1 + " " + dir.path() + "/c.tqkv --codec fp16");
+  ASSERT_EQ(c.status, 0) << c.out;
+  ASSERT_EQ(Tqkv("decompress " + dir.path() + "/c.tqkv " + st2).status, 0);
+  std::ifstream a(st1, std::ios::binary), b(st2, std::ios::binary);
+  std::string sa((std::istreambuf_iterator<char>(a)), {}), sb((std::istreambuf_iterator<char>(b)), {});
+  EXPECT_EQ(sa, sb);  // fp16 is lossless end to end
+  EXPECT_GT(sa.size(), 2u * 24 * 40 * 2 * 64 * 2);
+}
+
+TEST(Cli, CapacityReproducesTheSeedFigures) {
+  CmdResult r = Tqkv("capacity --model qwen2.5-7b --tokens 10000 --codec tq3 --capacity 10TB "
+               "--per-gpu 16TB --gpus 1000 --json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  auto j = Json(r.out);
+  EXPECT_EQ(j["fp16_session_bytes"], 573440000);
+  EXPECT_NEAR(j["codec_session_bytes"].get<double>(), 117e6, 0.01 * 117e6);
+  EXPECT_NEAR(j["sessions_fp16"].get<double>(), 17430, 0.01 * 17430);
+  EXPECT_NEAR(j["sessions_codec"].get<double>(), 85800, 0.01 * 85800);
+  EXPECT_NEAR(j["per_gpu_bytes_codec"].get<double>(), 3.3e12, 0.02 * 3.3e12);  // seed rounds to 2 digits
+  EXPECT_NEAR(j["cluster_bytes_codec"].get<double>(), 3.3e15, 0.02 * 3.3e15);
+}
+
+TEST(Cli, ErrorsAreClearAndNonZero) {
+  CmdResult a = Tqkv("checkpoint --model nope --tokens 10 --codec tq3 --store /tmp --session x");
+  EXPECT_NE(a.status, 0);
+  EXPECT_NE(a.out.find("unknown model preset"), std::string::npos) << a.out;
+  CmdResult b = Tqkv("checkpoint --model qwen2.5-7b --tokens 10 --codec tq9.9 --store /tmp --session x");
+  EXPECT_NE(b.status, 0);
+  CmdResult c = Tqkv("restore --store /tmp --session ../etc/passwd");
+  EXPECT_NE(c.status, 0);
+  CmdResult d = Tqkv("inspect /nonexistent/x.tqkv");
+  EXPECT_NE(d.status, 0);
+  EXPECT_EQ(Tqkv("--help").status, 0);
+  EXPECT_EQ(Tqkv("bench restore --help").status, 0);
+}
+
+}  // namespace
