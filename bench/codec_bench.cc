@@ -81,12 +81,14 @@ Status Run(const Options& o) {
                                        per_group, DType::kF16, &input[g * per_group * d], d));
   }
   const double fp16_bytes = 2.0 * d * n;
+  int w = 8;  // width of the codec column
+  for (const auto& c : o.codecs) w = std::max(w, static_cast<int>(c.size()));
   nlohmann::json results = nlohmann::json::array();
   double memcpy_gbps = 0;
   std::printf("tqkv bench codec: dim %u, %zu vectors in %zu groups, data %s, simd %s, best of %d\n",
               d, n, o.groups, o.data.c_str(), std::string(SimdLevelName(ActiveSimdLevel())).c_str(),
               o.reps);
-  std::printf("%-14s %7s %7s %8s %7s %10s %9s %12s %12s\n", "codec", "threads", "bits/v", "ratio",
+  std::printf("%-*s %7s %7s %8s %7s %10s %9s %12s %12s\n", w, "codec", "threads", "bits/v", "ratio",
               "nmse", "cosine", "", "encode GB/s", "decode GB/s");
   for (size_t threads : o.threads) {
     std::unique_ptr<ThreadPool> pool =
@@ -100,7 +102,7 @@ Status Run(const Options& o) {
                           }));
     const double mg = fp16_bytes / mt.best / 1e9;
     memcpy_gbps = std::max(memcpy_gbps, mg);
-    std::printf("%-14s %7zu %52s %12.2f\n", "memcpy", threads, "", mg);
+    std::printf("%-*s %7zu %52s %12.2f\n", w, "memcpy", threads, "", mg);
     for (const std::string& spec_text : o.codecs) {
       TQKV_ASSIGN_OR_RETURN(CodecSpec spec, ParseCodecSpec(spec_text));
       TQKV_ASSIGN_OR_RETURN(std::unique_ptr<Codec> codec, Codec::Create(spec, d));
@@ -145,7 +147,7 @@ Status Run(const Options& o) {
                          (static_cast<double>(n) * d);
       const double nmse = err / ref, cosine = cos / n;
       const double eg = fp16_bytes / enc.best / 1e9, dg = fp16_bytes / dec.best / 1e9;
-      std::printf("%-14s %7zu %7.3f %7.2fx %8.5f %9.5f %9s %12.2f %12.2f\n", spec_text.c_str(),
+      std::printf("%-*s %7zu %7.3f %7.2fx %8.5f %9.5f %9s %12.2f %12.2f\n", w, spec_text.c_str(),
                   threads, bpv, 16.0 / bpv, nmse, cosine, "", eg, dg);
       results.push_back({{"codec", spec_text},
                          {"dim", d},

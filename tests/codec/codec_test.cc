@@ -379,6 +379,39 @@ TEST(Codec, BadArguments) {
   EXPECT_TRUE(invalid(Codec::FromParams(bad).status()));
 }
 
+TEST(Codec, NormVariantsKeepQuality) {
+  const uint32_t d = 128;
+  const auto x = Data(SyntheticKind::kGaussian, 2048, d, 77);
+  for (const char* spec : {"tq3,norm=f16", "tq3,nc=1", "tq3,norm=f16,nc=1", "tq3,rot=hd2,nc=1"}) {
+    auto c = MakeCodec(spec, d);
+    ASSERT_NE(c, nullptr);
+    const auto q = Measure(x, RoundTrip(*c, x), d);
+    EXPECT_GE(q.cosine, 0.981) << spec;
+    EXPECT_LT(q.nmse, 0.0360) << spec;  // within ~6 % of D_mse(3) = 0.03397
+  }
+}
+
+// Arbitrary bytes as codes (a corrupted chunk) decode without crashing or touching memory outside
+// the output; the values are whatever they are (possibly NaN or inf).
+TEST(Codec, DecodeArbitraryBytes) {
+  const uint32_t d = 96;
+  for (const char* spec : {"tq3", "tq2.5", "tq4,norm=f16,nc=1", "tq3,qjl=1", "bf16"}) {
+    auto c = MakeCodec(spec, d);
+    ASSERT_NE(c, nullptr);
+    const size_t n = 100;
+    std::vector<uint8_t> codes(n * c->code_bytes());
+    uint64_t s = 12345;
+    for (auto& b : codes) {
+      s = s * 6364136223846793005ull + 1442695040888963407ull;
+      b = static_cast<uint8_t>(s >> 56);
+    }
+    std::vector<uint8_t> meta(c->group_meta_bytes());
+    for (uint32_t ch = 0; ch < d && !meta.empty(); ch += 4) meta[ch / 8] |= 1u << (ch % 8);
+    std::vector<uint16_t> y(n * d);
+    EXPECT_TRUE(c->Decode(codes, n, meta, y.data(), DType::kF16, d).ok()) << spec;
+  }
+}
+
 // TurboQuant_prod: the inner-product estimator <y, x~> is unbiased, while mse-only (same b - 1
 // bits for the mse part) shrinks it by ~(1 - D_mse). Unit x, y with <x, y> ~ 0.6.
 TEST(Codec, QjlInnerProductIsUnbiased) {
