@@ -114,19 +114,32 @@ inline __m256 FwhtIn8(__m256 x) {
   return x;
 }
 
-// Unnormalised FWHT of 8 * R floats held as R registers; stages between registers follow.
+// Unnormalised FWHT of 8 * R floats held as R registers. Beyond 8 registers: both halves first,
+// then the last stage across them. Every element sees the same operations in the same order as
+// stage by stage, and working on 8 registers at a time spills far less.
 template <int R>
 inline void FwhtRegs(__m256* x) {
-#pragma GCC unroll 128
-  for (int r = 0; r < R; ++r) x[r] = FwhtIn8(x[r]);
-#pragma GCC unroll 8
-  for (int k = 1; k < R; k <<= 1) {
+  if constexpr (R > 8) {
+    FwhtRegs<R / 2>(x);
+    FwhtRegs<R / 2>(x + R / 2);
 #pragma GCC unroll 64
-    for (int r = 0; r < R; ++r) {
-      if (r & k) continue;
-      const __m256 a = x[r], b = x[r + k];
+    for (int r = 0; r < R / 2; ++r) {
+      const __m256 a = x[r], b = x[r + R / 2];
       x[r] = _mm256_add_ps(a, b);
-      x[r + k] = _mm256_sub_ps(a, b);
+      x[r + R / 2] = _mm256_sub_ps(a, b);
+    }
+  } else {
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) x[r] = FwhtIn8(x[r]);
+#pragma GCC unroll 8
+    for (int k = 1; k < R; k <<= 1) {
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        if (r & k) continue;
+        const __m256 a = x[r], b = x[r + k];
+        x[r] = _mm256_add_ps(a, b);
+        x[r + k] = _mm256_sub_ps(a, b);
+      }
     }
   }
 }
