@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <optional>
 #include <string_view>
+#include <vector>
 
 #include "tqkv/kv_cache.h"
 #include "tqkv/status.h"
@@ -43,6 +44,12 @@ class SyntheticKv {
   Status FillCache(const KvCache& cache) const;
 
  private:
+  static constexpr uint64_t kChunk = 256;  // tokens per RoPE table
+  // sin, cos of pos * base^(-2i/d) for pos in [t0, t1), pair i: [(t - t0) * d/2 + i] * 2 + {0, 1}.
+  void RopeTable(uint64_t t0, uint64_t t1, std::vector<double>* table) const;
+  void FillChunk(uint32_t layer, int kv, uint32_t head, uint64_t t0, uint64_t t1,
+                 const std::vector<double>& rope, DType dtype, uint8_t* dst, size_t stride) const;
+
   SyntheticKind kind_;
   ModelGeometry geometry_;
   uint64_t seed_;

@@ -1,5 +1,6 @@
 #include "codec/prng.h"
 
+#include <array>
 #include <cmath>
 #include <limits>
 
@@ -82,8 +83,14 @@ double DetLog(double x) {
   // log(m) = 2 atanh(t), t = (m - 1) / (m + 1), |t| <= 0.1716: 16 odd terms reach < 1e-25.
   const double t = (m - 1.0) / (m + 1.0);
   const double t2 = t * t;
+  // 1/(2k+1) for k = 0..15, computed once by IEEE division (the same bits as dividing inline).
+  static const auto kInvOdd = [] {
+    std::array<double, 16> a{};
+    for (int k = 0; k < 16; ++k) a[k] = 1.0 / (2 * k + 1);
+    return a;
+  }();
   double sum = 0.0;
-  for (int k = 15; k >= 0; --k) sum = sum * t2 + 1.0 / (2 * k + 1);
+  for (int k = 15; k >= 0; --k) sum = sum * t2 + kInvOdd[k];
   const double log_m = 2.0 * t * sum;
   const double de = static_cast<double>(e);
   return (de * kLn2Hi + log_m) + de * kLn2Lo;
@@ -114,10 +121,19 @@ void DetSinCos(double x, double* s, double* c) {
   }
   const double r2 = r * r;
   // Taylor series to x^27 / x^26: truncation < 1e-17 for |r| <= pi/2.
+  // Reciprocals of the Taylor denominators (2n)(2n+1) and (2n-1)(2n), by IEEE division once.
+  static const auto kInv = [] {
+    std::array<std::array<double, 2>, 14> a{};
+    for (int n = 1; n <= 13; ++n) {
+      a[n][0] = 1.0 / ((2 * n) * (2 * n + 1));
+      a[n][1] = 1.0 / ((2 * n - 1) * (2 * n));
+    }
+    return a;
+  }();
   double sn = 0.0, cs = 0.0;
   for (int n = 13; n >= 1; --n) {
-    sn = 1.0 - sn * r2 / ((2 * n) * (2 * n + 1));
-    cs = 1.0 - cs * r2 / ((2 * n - 1) * (2 * n));
+    sn = 1.0 - sn * r2 * kInv[n][0];
+    cs = 1.0 - cs * r2 * kInv[n][1];
   }
   *s = r * sn;
   *c = csign * cs;

@@ -103,10 +103,39 @@ SyntheticKv::SyntheticKv(SyntheticKind kind, ModelGeometry geometry, uint64_t se
 Status SyntheticKv::FillGroup(uint32_t layer, int kv, uint32_t head, uint64_t t0, uint64_t t1,
                               DType dtype, void* out, size_t stride) const {
   TQKV_RETURN_IF_ERROR(CheckArgs(geometry_, layer, kv, head, t0, t1, dtype, out));
+  if (t1 > t0 && stride < geometry_.head_dim) {
+    return Status::InvalidArgument("synthetic: stride < head_dim");
+  }
+  std::vector<double> rope;
+  for (uint64_t c0 = t0; c0 < t1; c0 += kChunk) {
+    const uint64_t c1 = std::min(t1, c0 + kChunk);
+    if (kind_ == SyntheticKind::kKv && kv == 0) RopeTable(c0, c1, &rope);
+    FillChunk(layer, kv, head, c0, c1, rope, dtype,
+              static_cast<uint8_t*>(out) + (c0 - t0) * stride * DTypeSize(dtype), stride);
+  }
+  return Status::Ok();
+}
+
+void SyntheticKv::RopeTable(uint64_t t0, uint64_t t1, std::vector<double>* table) const {
+  const uint32_t pairs = geometry_.head_dim / 2;
+  std::vector<double> freq(pairs);
+  const double log_base = codec::DetLog(rope_base_);
+  for (uint32_t i = 0; i < pairs; ++i) {
+    freq[i] = codec::DetExp(-2.0 * i / geometry_.head_dim * log_base);
+  }
+  table->resize((t1 - t0) * pairs * 2);
+  double* p = table->data();
+  for (uint64_t t = t0; t < t1; ++t) {
+    const double pos = static_cast<double>(t);
+    for (uint32_t i = 0; i < pairs; ++i, p += 2) codec::DetSinCos(pos * freq[i], &p[0], &p[1]);
+  }
+}
+
+void SyntheticKv::FillChunk(uint32_t layer, int kv, uint32_t head, uint64_t t0, uint64_t t1,
+                            const std::vector<double>& rope, DType dtype, uint8_t* dst,
+                            size_t stride) const {
   const uint32_t d = geometry_.head_dim;
-  if (t1 > t0 && stride < d) return Status::InvalidArgument("synthetic: stride < head_dim");
   std::vector<float> v(d);
-  auto* dst = static_cast<uint8_t*>(out);
   const size_t pitch = stride * DTypeSize(dtype);
   if (kind_ == SyntheticKind::kGaussian) {
     for (uint64_t t = t0; t < t1; ++t) {
@@ -114,23 +143,19 @@ Status SyntheticKv::FillGroup(uint32_t layer, int kv, uint32_t head, uint64_t t0
       for (uint32_t c = 0; c < d; ++c) v[c] = static_cast<float>(prng.Gaussian());
       Store(v.data(), d, dtype, dst + (t - t0) * pitch);
     }
-    return Status::Ok();
+    return;
   }
   const GroupModel g = MakeGroup(seed_, layer, kv, head, d);
-  // RoPE frequencies base^(-2i/d), i = pair index.
-  std::vector<double> freq(d / 2);
-  const double log_base = codec::DetLog(rope_base_);
-  for (uint32_t i = 0; i < d / 2; ++i) freq[i] = codec::DetExp(-2.0 * i / d * log_base);
+  const uint32_t pairs = d / 2;
   for (uint64_t t = t0; t < t1; ++t) {
     Prng prng(DeriveSeed(seed_ ^ kTokenSalt, layer * 2ull + kv, head, t));
     for (uint32_t c = 0; c < d; ++c) {
       v[c] = static_cast<float>(g.bias[c] + g.scale[c] * prng.Gaussian());
     }
     if (kv == 0) {
-      const double pos = static_cast<double>(t);
-      for (uint32_t i = 0; i < d / 2; ++i) {
-        double s, c;
-        codec::DetSinCos(pos * freq[i], &s, &c);
+      const double* sc = &rope[(t - t0) * pairs * 2];
+      for (uint32_t i = 0; i < pairs; ++i) {
+        const double s = sc[2 * i], c = sc[2 * i + 1];
         const double a = v[2 * i], b = v[2 * i + 1];
         v[2 * i] = static_cast<float>(a * c - b * s);
         v[2 * i + 1] = static_cast<float>(a * s + b * c);
@@ -138,17 +163,23 @@ Status SyntheticKv::FillGroup(uint32_t layer, int kv, uint32_t head, uint64_t t0
     }
     Store(v.data(), d, dtype, dst + (t - t0) * pitch);
   }
-  return Status::Ok();
 }
 
 Status SyntheticKv::FillLayer(uint32_t layer, int kv, uint64_t t0, uint64_t t1, DType dtype,
                               void* out) const {
   TQKV_RETURN_IF_ERROR(CheckArgs(geometry_, layer, kv, 0, t0, t1, dtype, out));
   const size_t head_bytes = size_t{geometry_.head_dim} * DTypeSize(dtype);
-  for (uint32_t h = 0; h < geometry_.kv_heads; ++h) {
-    TQKV_RETURN_IF_ERROR(FillGroup(layer, kv, h, t0, t1, dtype,
-                                   static_cast<uint8_t*>(out) + h * head_bytes,
-                                   geometry_.token_elems()));
+  const size_t token_bytes = geometry_.token_elems() * DTypeSize(dtype);
+  // Token chunks outermost: the RoPE table of a chunk is shared by every head.
+  std::vector<double> rope;
+  for (uint64_t c0 = t0; c0 < t1; c0 += kChunk) {
+    const uint64_t c1 = std::min(t1, c0 + kChunk);
+    if (kind_ == SyntheticKind::kKv && kv == 0) RopeTable(c0, c1, &rope);
+    for (uint32_t h = 0; h < geometry_.kv_heads; ++h) {
+      FillChunk(layer, kv, h, c0, c1, rope, dtype,
+                static_cast<uint8_t*>(out) + (c0 - t0) * token_bytes + h * head_bytes,
+                geometry_.token_elems());
+    }
   }
   return Status::Ok();
 }
