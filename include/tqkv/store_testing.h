@@ -52,9 +52,9 @@ struct WriteFaults {
   uint64_t short_write_at = kNoFault;
   // Commit fails with IoError before publishing (as fsync returning EIO); the object is aborted.
   bool fail_commit = false;
-  // The writer's process "dies" once the object reaches this many bytes: from then on every call
-  // returns IoError, nothing is published, and no cleanup runs (a posix temp file stays on disk,
-  // as after a real crash; see Store::RemoveStaleTemps).
+  // The writer's process "dies" once the object reaches this many bytes (at the latest in
+  // Commit): from then on every call returns IoError, nothing is published, and no cleanup runs
+  // (a posix temp file stays on disk, as after a real crash; see Store::RemoveStaleTemps).
   uint64_t crash_at = kNoFault;
   // Same, at Commit: every byte is written, then the writer dies before publishing.
   bool crash_before_publish = false;

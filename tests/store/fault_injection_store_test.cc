@@ -169,6 +169,20 @@ TEST_P(FaultInjectionTest, CrashMidWrite) {
   ExpectNextCheckpointWorks("mid");
 }
 
+TEST_P(FaultInjectionTest, CrashAtTheLastByteCrashesInCommit) {
+  WriteFaults f;
+  f.crash_at = 5000;
+  fault_->SetWriteFaults(f);
+  auto w = fault_->Create("end");
+  ASSERT_TRUE(w.ok());
+  ASSERT_TRUE((*w)->Append(Pattern(1, 5000)).ok());
+  EXPECT_FALSE((*w)->Commit().ok());
+  w->reset();
+  ExpectNothingVisible("end");
+  EXPECT_EQ(fault_->counters().crashes, 1u);
+  ExpectNextCheckpointWorks("end");
+}
+
 TEST_P(FaultInjectionTest, ShortWriteIsSilentAndPublishesATruncatedObject) {
   WriteFaults f;
   f.short_write_at = 5000;

@@ -101,7 +101,7 @@ class FaultWritable final : public WritableObject, public store_internal::Crasha
       state_->failed_commits.fetch_add(1);
       return error_;
     }
-    if (f_.crash_before_publish) {
+    if (f_.crash_before_publish || (f_.crash_at != kNoFault && offset_ >= f_.crash_at)) {
       state_->injected_faults.fetch_add(1);
       SimulateCrash();
       return Crashed();
