@@ -152,6 +152,7 @@ constexpr int CoarseCount(int bits) { return bits > 5 ? 15 : (1 << bits) - 1; }
 struct Tables {
   alignas(32) float coarse[31][8];  // broadcast thresholds t[group * k + group - 1]
   __m256 cent[4];                   // centroids 0..31 (used up to 5 bits)
+  __m256 thr[2];                    // thresholds 0..14 (binary search for 2..4 bits)
 };
 
 void InitTables(const SubsetPlan& p, Tables* t) {
@@ -164,6 +165,11 @@ void InitTables(const SubsetPlan& p, Tables* t) {
   const uint32_t nc = p.bits <= 5 ? (1u << p.bits) : 0;
   for (uint32_t k = 0; k < nc; ++k) c[k] = p.centroids[k];
   for (int r = 0; r < 4; ++r) t->cent[r] = _mm256_load_ps(c + 8 * r);
+  alignas(32) float th[16] = {};
+  const uint32_t nt = p.bits <= 4 ? (1u << p.bits) - 1 : 0;
+  for (uint32_t k = 0; k < nt; ++k) th[k] = p.thresholds[k];
+  t->thr[0] = _mm256_load_ps(th);
+  t->thr[1] = _mm256_load_ps(th + 8);
 }
 
 // Index of each lane of 4 registers: the number of thresholds strictly below z (ordered compares,
@@ -172,6 +178,31 @@ void InitTables(const SubsetPlan& p, Tables* t) {
 // registers at once keep several gathers in flight.
 template <int kBits>
 inline void Quantize4x8(const SubsetPlan& p, const Tables& t, const __m256* z, __m256i* idx) {
+  if constexpr (kBits >= 3 && kBits <= 4) {
+    // Binary search with the thresholds in registers: fewer ops than 7 or 15 compares.
+    // The first probe is one broadcast threshold; at 4 bits its outcome also picks the register
+    // (thresholds 0-7 or 8-14) for the later probes.
+    constexpr int kTop = 1 << (kBits - 1);
+    const __m256 first = _mm256_load_ps(t.coarse[kTop - 1]);
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r) {
+      const __m256 hi = _mm256_cmp_ps(first, z[r], _CMP_LT_OQ);
+      __m256i ix = _mm256_and_si256(_mm256_castps_si256(hi), _mm256_set1_epi32(kTop));
+#pragma GCC unroll 4
+      for (int step = kTop / 2; step > 0; step /= 2) {
+        const __m256i probe = _mm256_add_epi32(ix, _mm256_set1_epi32(step - 1));
+        __m256 tv = _mm256_permutevar8x32_ps(t.thr[0], probe);
+        if constexpr (kBits == 4) {
+          tv = _mm256_blendv_ps(tv, _mm256_permutevar8x32_ps(t.thr[1], probe), hi);
+        }
+        const __m256 lt = _mm256_cmp_ps(tv, z[r], _CMP_LT_OQ);
+        ix = _mm256_add_epi32(ix,
+                              _mm256_and_si256(_mm256_castps_si256(lt), _mm256_set1_epi32(step)));
+      }
+      idx[r] = ix;
+    }
+    return;
+  }
   constexpr int kShift = GroupShift(kBits);
   constexpr int kCoarse = CoarseCount(kBits);
 #pragma GCC unroll 4
