@@ -152,7 +152,7 @@ constexpr int CoarseCount(int bits) { return bits > 5 ? 15 : (1 << bits) - 1; }
 struct Tables {
   alignas(32) float coarse[31][8];  // broadcast thresholds t[group * k + group - 1]
   __m256 cent[4];                   // centroids 0..31 (used up to 5 bits)
-  __m256 thr[2];                    // thresholds 0..14 (binary search for 2..4 bits)
+  __m256 thr[2];                    // thresholds 0..14 (binary search at 3 and 4 bits)
 };
 
 void InitTables(const SubsetPlan& p, Tables* t) {
