@@ -14,6 +14,7 @@
 #include "model/engine.h"
 #include "model/model.h"
 #include "model_test_util.h"
+#include "tqkv/simd.h"
 
 namespace tqkv::model {
 namespace {
@@ -135,7 +136,7 @@ TEST_F(SmolLm2Test, GreedyGenerationIsPlausibleEnglish) {
   EXPECT_GT(letters, text.size() / 2) << text;
 }
 
-TEST_F(SmolLm2Test, ExportImportContinuesBitExact) {
+TEST_F(SmolLm2Test, ExportImportAndThreadsSimdLevelAreBitExact) {
   EngineOptions o;
   o.threads = 2;
   o.max_tokens = 256;
@@ -149,6 +150,19 @@ TEST_F(SmolLm2Test, ExportImportContinuesBitExact) {
   ASSERT_TRUE(cache.ok());
   EXPECT_EQ((*cache)->cache().model(), "smollm2-135m");
   ASSERT_TRUE((*b)->ImportCache((*cache)->cache()).ok());
+  // One thread and the scalar kernels give the same bits as two threads with AVX2.
+  {
+    EngineOptions o1 = o;
+    o1.threads = 1;
+    o1.prefill_chunk = 5;
+    ForceSimdLevel(SimdLevel::kScalar);
+    auto c = LlamaEngine::Create(*model_, o1);
+    ResetSimdLevel();
+    ASSERT_TRUE(c.ok());
+    auto lc = (*c)->Prefill(ids);
+    ASSERT_TRUE(lc.ok());
+    EXPECT_EQ(std::memcmp(la->data(), lc->data(), la->size() * sizeof(float)), 0);
+  }
   int32_t next = ArgMax(*la);
   for (int i = 0; i < 3; ++i) {
     auto x = (*a)->Forward(next);
