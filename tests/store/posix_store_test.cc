@@ -303,9 +303,11 @@ TEST(PosixStoreTest, UriRoundTripsOddDirectoryNames) {
   EXPECT_TRUE(*back == Pattern(1, 10));
 }
 
-TEST(PosixStoreTest, UringReadBatchRunsOnTheRing) {
+class UringConfigTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(UringConfigTest, ReadBatchRunsOnTheRing) {
   ScratchDir dir;
-  auto store = MustOpen("file://" + dir.path() + "?io=uring&qd=4&chunk=64k");
+  auto store = MustOpen("file://" + dir.path() + "?io=uring&" + GetParam());
   ASSERT_NE(store, nullptr);
   if (store->Caps().io_mode != IoMode::kUring) {
     GTEST_SKIP() << "io_uring unavailable here: store runs as io="
@@ -330,6 +332,10 @@ TEST(PosixStoreTest, UringReadBatchRunsOnTheRing) {
   EXPECT_EQ(store->Caps().io_mode, IoMode::kUring) << "no silent fallback while reading";
   EXPECT_GE((*r)->BytesRead(), data.size() + 20 * 70000);
 }
+
+INSTANTIATE_TEST_SUITE_P(Configs, UringConfigTest,
+                         ::testing::Values("qd=1&chunk=4k", "qd=4&chunk=64k", "qd=64&chunk=1m",
+                                           "qd=256&chunk=4k"));
 
 TEST(StoreUriTest, Parse) {
   auto u = ParseStoreUri("FILE:///mnt/fb%20a/ckpt?io=direct&qd=8");

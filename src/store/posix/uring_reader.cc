@@ -2,6 +2,7 @@
 
 #include <liburing.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <string>
@@ -56,7 +57,7 @@ Status UringReader::Run(int fd, std::span<const UringPiece> pieces, std::string_
   Status first_error;
   size_t next = 0;
   uint32_t in_flight = 0;
-  uint32_t unsubmitted = 0;
+  bool submit_broken = false;
 
   auto prepare = [&](uint32_t slot, size_t idx) -> bool {
     io_uring_sqe* sqe = io_uring_get_sqe(&im.ring);
@@ -71,7 +72,6 @@ Status UringReader::Run(int fd, std::span<const UringPiece> pieces, std::string_
     }
     io_uring_sqe_set_data64(sqe, slot);
     slot_piece[slot] = idx;
-    ++unsubmitted;
     return true;
   };
 
@@ -84,27 +84,22 @@ Status UringReader::Run(int fd, std::span<const UringPiece> pieces, std::string_
       ++in_flight;
     }
     if (in_flight == 0) break;  // stopped by an error with nothing left in flight
-    if (unsubmitted > 0) {
+    if (!submit_broken) {
+      // Submits whatever is queued (possibly nothing) and waits for one completion.
       const int rc = io_uring_submit_and_wait(&im.ring, 1);
-      if (rc >= 0) {
-        unsubmitted = unsubmitted > static_cast<uint32_t>(rc) ? unsubmitted - rc : 0;
-      } else if (rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) {
-        // The kernel took none of the queued requests. They stay in the submission queue, so
-        // the caller must destroy this reader after the error; wait only for what the kernel has.
-        if (first_error.ok()) {
-          first_error = Status::FromErrno("io_uring_submit", std::string(name), -rc);
-        }
-        in_flight -= unsubmitted;
-        unsubmitted = 0;
+      if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY && rc != -ETIME) {
+        // Stop submitting. Requests that never reached the kernel stay in the submission queue
+        // (so the caller must destroy this reader after the error); wait for the others.
+        if (first_error.ok()) first_error = Status::FromErrno("io_uring_submit", name, -rc);
+        submit_broken = true;
+        in_flight -= std::min(in_flight, io_uring_sq_ready(&im.ring));
         if (in_flight == 0) break;
       }
     } else {
       io_uring_cqe* wait = nullptr;
-      const int rc = io_uring_wait_cqe(&im.ring, &wait);
-      if (rc < 0 && rc != -EINTR && rc != -EAGAIN) {
-        // Requests the kernel holds write into caller buffers: returning now is not an option.
-        if (first_error.ok()) first_error = Status::FromErrno("io_uring_wait_cqe", name, -rc);
-      }
+      // Requests the kernel holds write into caller buffers: returning before they complete is
+      // not an option, so errors here only retry.
+      (void)io_uring_wait_cqe(&im.ring, &wait);
     }
 
     io_uring_cqe* cqe = nullptr;
