@@ -131,6 +131,8 @@ TEST_F(SmolLm2Test, GreedyGenerationIsPlausibleEnglish) {
   const std::string text = t.Decode(*out);
   std::printf("SmolLM2 greedy: %s\n", text.c_str());
   EXPECT_NE(text.find("Paris"), std::string::npos) << text;
+  // The answer's text tokenizes back to the model's own ids.
+  EXPECT_EQ(t.Encode(text, false, /*parse_special=*/true), *out) << text;
   size_t letters = 0;
   for (char c : text) letters += std::isalpha(static_cast<unsigned char>(c)) ? 1 : 0;
   EXPECT_GT(letters, text.size() / 2) << text;
