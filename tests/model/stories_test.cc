@@ -287,6 +287,34 @@ TEST(StoriesTest, TruncatedOrCorruptCheckpointFailsCleanly) {
   std::remove(path.c_str());
 }
 
+TEST(StoriesTest, SeparateClassifierCheckpoint) {
+  TQKV_REQUIRE_STORIES();
+  // Negative vocab_size: a classifier follows the weights. Use a copy of the embedding, so the
+  // logits must equal the tied model's bit for bit.
+  std::string bytes = testing::ReadFile(StoriesBin());
+  const int32_t neg_vocab = -512;
+  std::memcpy(bytes.data() + 5 * 4, &neg_vocab, 4);
+  bytes += testing::ReadFile(StoriesBin()).substr(28, 512 * 64 * 4);
+  const std::string path = TempPath("stories_sep.bin");
+  testing::WriteFile(path, bytes);
+  ModelLoadOptions o;
+  o.tokenizer_path = testing::StoriesTok();
+  auto sep = Model::Load(path, o);
+  std::remove(path.c_str());
+  ASSERT_TRUE(sep.ok()) << sep.status().ToString();
+  EXPECT_FALSE((*sep)->weights().tied_output);
+  EXPECT_NE((*sep)->weights().output.data, (*sep)->weights().token_embd.data);
+  ASSERT_NE((*sep)->tokenizer(), nullptr);
+  auto m = LoadStories();
+  ASSERT_NE(m, nullptr);
+  auto a = MakeEngine(*m);
+  auto b = MakeEngine(**sep);
+  auto la = a->Prefill(Prompt());
+  auto lb = b->Prefill(Prompt());
+  ASSERT_TRUE(la.ok() && lb.ok());
+  EXPECT_TRUE(BitEqual(*la, *lb));
+}
+
 TEST(StoriesTest, TruncatedTokenizerFails) {
   TQKV_REQUIRE_STORIES();
   const std::string bytes = testing::ReadFile(testing::StoriesTok());
