@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -291,7 +292,14 @@ TEST_P(StoreContractTest, OverwriteLastCommitWins) {
   EXPECT_EQ((*listed)[0].size, v2.size());
 }
 
+int64_t UnixNowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 TEST_P(StoreContractTest, ListAndRemove) {
+  const int64_t before_ns = UnixNowNs();
   ASSERT_TRUE(WriteObject(store_.get(), "b/d/e", Pattern(1, 3)).ok());
   ASSERT_TRUE(WriteObject(store_.get(), "a", Pattern(1, 1)).ok());
   ASSERT_TRUE(WriteObject(store_.get(), "bb", Pattern(1, 4)).ok());
@@ -319,7 +327,9 @@ TEST_P(StoreContractTest, ListAndRemove) {
   auto all = store_->List();
   ASSERT_TRUE(all.ok());
   for (const auto& info : *all) {
-    EXPECT_GT(info.mtime_ns, 0) << info.key;
+    // Publish time, give or take the filesystem's timestamp granularity.
+    EXPECT_GE(info.mtime_ns, before_ns - 2'000'000'000) << info.key;
+    EXPECT_LE(info.mtime_ns, UnixNowNs() + 2'000'000'000) << info.key;
     if (info.key == "b/d/e") {
       EXPECT_EQ(info.size, 3u);
     }

@@ -302,6 +302,8 @@ class PosixWritable final : public WritableObject, public store_internal::Crasha
       flushed_ += used_;
       used_ = 0;
     }
+    // mtime = publish time (List reports it); rename would keep the last write's time.
+    (void)::futimens(fd_, nullptr);
     if (::fdatasync(fd_) != 0) return Status::FromErrno("fdatasync", name, errno);
     // NFS reports deferred write errors at close: check it.
     const int fd = fd_;
