@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <limits>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -294,7 +293,7 @@ class TurboQuantCodec final : public Codec {
     if (!nan) return;
     for (size_t s = 0; s < subsets_.size(); ++s) {
       if (nb == 4) {
-        const float f = std::numeric_limits<float>::quiet_NaN();
+        const uint32_t f = 0x7FC00000u;  // the kernels' NaN norm bytes (kernels.h)
         std::memcpy(code + s * nb, &f, 4);
       } else {
         const uint16_t h = 0x7E00;
