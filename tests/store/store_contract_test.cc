@@ -434,6 +434,20 @@ TEST_P(StoreContractTest, ConcurrentWritersNeverTornForReaders) {
   EXPECT_TRUE(*last == WriterContent(writer, round));
 }
 
+TEST_P(StoreContractTest, ObjectsOutliveTheirStore) {
+  const auto data = Pattern(12, 70000);
+  ASSERT_TRUE(WriteObject(store_.get(), "old", data).ok());
+  auto r = store_->Open("old");
+  auto w = store_->Create("new");
+  ASSERT_TRUE(r.ok() && w.ok());
+  store_.reset();
+  std::vector<uint8_t> back(data.size());
+  ASSERT_TRUE((*r)->ReadAt(0, back).ok());
+  EXPECT_TRUE(back == data);
+  ASSERT_TRUE((*w)->Append(data).ok());
+  EXPECT_TRUE((*w)->Commit().ok());
+}
+
 TEST_P(StoreContractTest, DropCacheWhenSupported) {
   ASSERT_TRUE(WriteObject(store_.get(), "dc", Pattern(8, 100000)).ok());
   auto r = store_->Open("dc");
