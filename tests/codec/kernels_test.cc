@@ -163,6 +163,11 @@ std::vector<float> MakeInputs(uint32_t dim, size_t stride, size_t* n, std::mt199
     for (auto& x : v) x = (rng() & 1 ? -1.0f : 1.0f) * 1e-41f * static_cast<float>(rng() % 100);
     vecs.push_back(v);
   }
+  {  // alternating magnitudes; also makes the count odd, so batched kernels see partial batches
+    std::vector<float> v(dim);
+    for (size_t i = 0; i < dim; ++i) v[i] = (i % 2 ? -1e3f : 1e-3f) * static_cast<float>(i + 1);
+    vecs.push_back(v);
+  }
   *n = vecs.size();
   std::vector<float> out(*n * stride, 12345.0f);
   for (size_t i = 0; i < *n; ++i) std::copy(vecs[i].begin(), vecs[i].end(), &out[i * stride]);

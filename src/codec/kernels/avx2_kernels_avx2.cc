@@ -373,39 +373,42 @@ void MatVecT(const float* mt, const float* x, size_t m, float* y) {
 // MatVecT for NV vectors at once: each matrix row is loaded once for all of them, which halves
 // the L2 traffic that bounds the one-vector loop (a 128x128 matrix does not fit L1).
 // Blocks of 16 outputs x NV vectors of accumulators; every lane keeps the reference's fma order.
+// One block of NR * 8 outputs (from j0) for NV vectors: NV * NR accumulators.
+template <int NV, int NR>
+inline void MatVecTBlock(const float* mt, const float* const* x, size_t m, size_t j0,
+                         float* const* y) {
+  __m256 acc[NV][NR];
+#pragma GCC unroll 4
+  for (int v = 0; v < NV; ++v) {
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; ++r) acc[v][r] = _mm256_setzero_ps();
+  }
+  for (size_t i = 0; i < m; ++i) {
+    const float* row = mt + i * m + j0;
+    __m256 rv[NR];
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; ++r) rv[r] = _mm256_loadu_ps(row + 8 * r);
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      const __m256 xi = _mm256_broadcast_ss(x[v] + i);
+#pragma GCC unroll 4
+      for (int r = 0; r < NR; ++r) acc[v][r] = _mm256_fmadd_ps(rv[r], xi, acc[v][r]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int v = 0; v < NV; ++v) {
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; ++r) _mm256_storeu_ps(y[v] + j0 + 8 * r, acc[v][r]);
+  }
+}
+
+// 24-output blocks: 12 accumulators for 4 vectors hide the fma latency and fill the 16 registers.
 template <int NV>
 void MatVecTN(const float* mt, const float* const* x, size_t m, float* const* y) {
   size_t j0 = 0;
-  for (; j0 + 16 <= m; j0 += 16) {
-    __m256 acc[NV][2];
-    for (int v = 0; v < NV; ++v) acc[v][0] = acc[v][1] = _mm256_setzero_ps();
-    for (size_t i = 0; i < m; ++i) {
-      const float* row = mt + i * m + j0;
-      const __m256 r0 = _mm256_loadu_ps(row), r1 = _mm256_loadu_ps(row + 8);
-#pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) {
-        const __m256 xi = _mm256_broadcast_ss(x[v] + i);
-        acc[v][0] = _mm256_fmadd_ps(r0, xi, acc[v][0]);
-        acc[v][1] = _mm256_fmadd_ps(r1, xi, acc[v][1]);
-      }
-    }
-    for (int v = 0; v < NV; ++v) {
-      _mm256_storeu_ps(y[v] + j0, acc[v][0]);
-      _mm256_storeu_ps(y[v] + j0 + 8, acc[v][1]);
-    }
-  }
-  if (j0 < m) {  // 8 outputs left
-    __m256 acc[NV];
-    for (int v = 0; v < NV; ++v) acc[v] = _mm256_setzero_ps();
-    for (size_t i = 0; i < m; ++i) {
-      const __m256 r0 = _mm256_loadu_ps(mt + i * m + j0);
-#pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) {
-        acc[v] = _mm256_fmadd_ps(r0, _mm256_broadcast_ss(x[v] + i), acc[v]);
-      }
-    }
-    for (int v = 0; v < NV; ++v) _mm256_storeu_ps(y[v] + j0, acc[v]);
-  }
+  for (; j0 + 24 <= m; j0 += 24) MatVecTBlock<NV, 3>(mt, x, m, j0, y);
+  if (m - j0 == 16) MatVecTBlock<NV, 2>(mt, x, m, j0, y);
+  if (m - j0 == 8) MatVecTBlock<NV, 1>(mt, x, m, j0, y);
 }
 
 constexpr size_t kHaarBatch = 4;
