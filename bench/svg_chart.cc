@@ -58,8 +58,10 @@ void DrawPanel(std::ostringstream& o, const Panel& p, double ox, double oy, doub
   }
   if (xs.empty()) return;
   if (ymax <= 0) ymax = 1;
-  const double ystep = NiceStep(ymax * 1.05, 5);
-  const double ytop = std::ceil(ymax * 1.05 / ystep) * ystep;
+  // Headroom above the data for the legend, which sits at the top left.
+  const double headroom = 1.08 + 0.07 * p.series.size();
+  const double ystep = NiceStep(ymax * headroom, 5);
+  const double ytop = std::ceil(ymax * headroom / ystep) * ystep;
   auto Y = [&](double v) { return b - (b - t) * v / ytop; };
   o << "<text x='" << ox + w / 2 << "' y='" << oy + 22
     << "' text-anchor='middle' font-size='15' font-weight='bold'>" << Escape(p.title) << "</text>\n";
