@@ -160,8 +160,12 @@ class TurboQuantCodec final : public Codec {
           xs = reinterpret_cast<const float*>(src + start * in_pitch);
           xs_stride = stride;
         } else {
-          for (size_t i = 0; i < cnt; ++i) {
-            k.to_f32(src + (start + i) * in_pitch, dtype, d, xf.data() + i * d);
+          if (stride == d) {  // contiguous: one conversion call for the batch
+            k.to_f32(src + start * in_pitch, dtype, cnt * d, xf.data());
+          } else {
+            for (size_t i = 0; i < cnt; ++i) {
+              k.to_f32(src + (start + i) * in_pitch, dtype, d, xf.data() + i * d);
+            }
           }
           xs = xf.data();
           xs_stride = d;
@@ -173,8 +177,9 @@ class TurboQuantCodec final : public Codec {
             const size_t m = channels[s].size();
             for (size_t i = 0; i < cnt; ++i) {
               const float* xv = xs + i * xs_stride;
+              const uint32_t* ch = channels[s].data();
               float* gv = g + i * m;
-              for (size_t j = 0; j < m; ++j) gv[j] = xv[channels[s][j]];
+              for (size_t j = 0; j < m; ++j) gv[j] = xv[ch[j]];
             }
             const Subset& sub = subsets_[s];
             k.encode(sub.plan, g, m, cnt, code + sub.norm_offset, code + sub.planes_offset,
@@ -235,7 +240,8 @@ class TurboQuantCodec final : public Codec {
             for (size_t i = 0; i < cnt; ++i) {
               float* xv = xs + i * xs_stride;
               const float* gv = g + i * m;
-              for (size_t j = 0; j < m; ++j) xv[channels[s][j]] = gv[j];
+              const uint32_t* ch = channels[s].data();
+              for (size_t j = 0; j < m; ++j) xv[ch[j]] = gv[j];
             }
             g += cnt * m;
           }
@@ -248,8 +254,12 @@ class TurboQuantCodec final : public Codec {
           for (size_t i = 0; i < cnt; ++i) QjlAdd(code + i * code_bytes_, xs + i * xs_stride);
         }
         if (!direct) {
-          for (size_t i = 0; i < cnt; ++i) {
-            k.from_f32(xs + i * d, d, dtype, dst + (start + i) * out_pitch);
+          if (stride == d) {
+            k.from_f32(xs, cnt * d, dtype, dst + start * out_pitch);
+          } else {
+            for (size_t i = 0; i < cnt; ++i) {
+              k.from_f32(xs + i * d, d, dtype, dst + (start + i) * out_pitch);
+            }
           }
         }
       }

@@ -92,6 +92,35 @@ TEST(Codec, RoundTripAllPresetsDimsAndDtypes) {
   }
 }
 
+TEST(Codec, StrideDoesNotChangeCodes) {
+  const uint32_t d = 128;
+  const size_t n = 200;
+  const auto x = Data(SyntheticKind::kKv, n, d, 31);
+  for (const char* spec : {"tq3", "tq2.5", "fp16"}) {
+    auto c = MakeCodec(spec, d);
+    for (DType t : {DType::kF32, DType::kF16}) {
+      const auto packed = Convert(x, t);
+      std::vector<float> wide_f(n * (d + 5), 0.0f);
+      for (size_t i = 0; i < n; ++i) std::memcpy(&wide_f[i * (d + 5)], &x[i * d], d * 4);
+      const auto wide = Convert(wide_f, t);
+      std::vector<uint8_t> meta(c->group_meta_bytes());
+      ASSERT_TRUE(c->SelectGroupMeta(packed.data(), t, n, d, meta).ok());
+      std::vector<uint8_t> a(n * c->code_bytes()), b(a.size());
+      ASSERT_TRUE(c->Encode(packed.data(), t, n, d, meta, a).ok());
+      ASSERT_TRUE(c->Encode(wide.data(), t, n, d + 5, meta, b).ok());
+      EXPECT_EQ(a, b) << spec;
+      std::vector<uint8_t> ya(n * d * DTypeSize(t)), yb(n * (d + 5) * DTypeSize(t));
+      ASSERT_TRUE(c->Decode(a, n, meta, ya.data(), t, d).ok());
+      ASSERT_TRUE(c->Decode(a, n, meta, yb.data(), t, d + 5).ok());
+      for (size_t i = 0; i < n; ++i) {
+        ASSERT_EQ(0, std::memcmp(&ya[i * d * DTypeSize(t)], &yb[i * (d + 5) * DTypeSize(t)],
+                                 d * DTypeSize(t)))
+            << spec;
+      }
+    }
+  }
+}
+
 TEST(Codec, Dim20UsesHaar) {
   for (const char* spec : {"tq2", "tq3", "tq4", "tq2.5", "tq3.5", "tq3,rot=haar"}) {
     auto c = MakeCodec(spec, 20);
