@@ -19,6 +19,7 @@ void Report(const std::string& command, const Status& status) {
 void RegisterCommands(CLI::App& app) {
   RegisterSessionCommands(app);
   RegisterCapacityCommand(app);
+  RegisterMigrateCommand(app);
   RegisterBenchCommands(app);
 }
 

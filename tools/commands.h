@@ -21,6 +21,7 @@ void Report(const std::string& command, const Status& status);
 void RegisterBenchCommands(CLI::App& app);    // bench/
 void RegisterSessionCommands(CLI::App& app);  // tools/session_commands.cc
 void RegisterCapacityCommand(CLI::App& app);  // tools/capacity_command.cc
+void RegisterMigrateCommand(CLI::App& app);   // tools/migrate_command.cc
 
 }  // namespace tqkv::tools
 

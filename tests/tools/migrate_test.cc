@@ -1,0 +1,234 @@
+// `tqkv migrate` end to end through the built binary: the fp16 path is bit-exact through a
+// store and a separate process; lossy codecs give sane figures; the JSON contract; clear errors.
+// Models: stories260K (../shared, or $TQKV_SHARED_DIR) and SmolLM2-135M-Instruct Q4_1
+// (scripts/fetch_smollm2.sh's path, or $TQKV_SMOLLM2_GGUF); each test skips when its model is absent.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "model/model_test_util.h"
+#include "store/store_test_util.h"
+
+namespace {
+
+using tqkv::model::testing::FileExists;
+using tqkv::model::testing::SmolLm2Path;
+using tqkv::model::testing::StoriesBin;
+using tqkv::model::testing::StoriesTok;
+
+constexpr const char* kPrompt = "/usr/share/common-licenses/GPL-3";
+
+struct CmdResult {
+  int status = -1;
+  std::string out;
+};
+
+CmdResult Tqkv(const std::string& args) {
+  const std::string cmd = std::string(TQKV_BINARY_DIR) + "/tqkv " + args + " 2>&1";
+  CmdResult r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+nlohmann::json ReadJson(const std::string& path) {
+  std::ifstream f(path);
+  return nlohmann::json::parse(f, nullptr, false);
+}
+
+#define REQUIRE_PROMPT()                                                               \
+  do {                                                                                 \
+    if (!FileExists(kPrompt)) GTEST_SKIP() << kPrompt << " not found (the prompt text)"; \
+  } while (0)
+
+#define REQUIRE_STORIES()                                                                   \
+  do {                                                                                      \
+    if (!FileExists(StoriesBin()) || !FileExists(StoriesTok())) {                           \
+      GTEST_SKIP() << "stories260K not found at " << tqkv::model::testing::StoriesDir()     \
+                   << " (set TQKV_SHARED_DIR to the folder holding models/stories260K)";    \
+    }                                                                                       \
+  } while (0)
+
+#define REQUIRE_SMOLLM2()                                                                  \
+  do {                                                                                     \
+    if (!FileExists(SmolLm2Path())) {                                                      \
+      GTEST_SKIP() << "SmolLM2-135M-Instruct GGUF not found at " << SmolLm2Path()          \
+                   << " (run scripts/fetch_smollm2.sh, or set TQKV_SMOLLM2_GGUF)";         \
+    }                                                                                      \
+  } while (0)
+
+std::string StoriesArgs() {
+  return "migrate --model " + StoriesBin() + " --tokenizer " + StoriesTok() +
+         " --prompt-file " + kPrompt + " --threads 2";
+}
+
+void ExpectContract(const nlohmann::json& j, size_t layers) {
+  for (const char* k : {"model", "prompt_tokens", "steps", "prompt_source", "results"}) {
+    EXPECT_TRUE(j.contains(k)) << k;
+  }
+  for (const auto& r : j["results"]) {
+    for (const char* k : {"codec", "top1", "kl_mean", "kl_max", "max_logit_diff", "k_cosine_mean",
+                          "v_cosine_mean", "bits_per_value", "k_cosine_per_layer",
+                          "v_cosine_per_layer"}) {
+      EXPECT_TRUE(r.contains(k)) << k;
+    }
+    EXPECT_EQ(r["k_cosine_per_layer"].size(), layers);
+    EXPECT_EQ(r["v_cosine_per_layer"].size(), layers);
+  }
+}
+
+// The exact path: identical logits in the restoring process, every cosine exactly 1.
+void ExpectExact(const nlohmann::json& r, int steps) {
+  EXPECT_EQ(r["top1"].get<int>(), steps);
+  EXPECT_EQ(r["kl_mean"].get<double>(), 0.0);
+  EXPECT_EQ(r["kl_max"].get<double>(), 0.0);
+  EXPECT_EQ(r["max_logit_diff"].get<double>(), 0.0);
+  for (const auto& c : r["k_cosine_per_layer"]) EXPECT_EQ(c.get<double>(), 1.0);
+  for (const auto& c : r["v_cosine_per_layer"]) EXPECT_EQ(c.get<double>(), 1.0);
+}
+
+TEST(Migrate, StoriesFp16IsExactAndBf16IsClose) {
+  REQUIRE_STORIES();
+  REQUIRE_PROMPT();
+  tqkv::testing_util::ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  const std::string json_path = dir.path() + "/m.json";
+  CmdResult c = Tqkv(StoriesArgs() + " --tokens 200 --steps 50 --codec fp16 --codec bf16 --store " +
+                     dir.path() + "/store --json " + json_path);
+  ASSERT_EQ(c.status, 0) << c.out;
+  EXPECT_NE(c.out.find("fp16"), std::string::npos) << c.out;  // the table
+  const auto j = ReadJson(json_path);
+  ASSERT_FALSE(j.is_discarded());
+  ExpectContract(j, 5);
+  EXPECT_EQ(j["model"], "stories260K");
+  EXPECT_EQ(j["prompt_tokens"], 200);
+  EXPECT_EQ(j["steps"], 50);
+  EXPECT_EQ(j["prompt_source"], kPrompt);
+  ASSERT_EQ(j["results"].size(), 2u);
+  const auto& fp16 = j["results"][0];
+  EXPECT_EQ(fp16["codec"], "fp16");
+  ExpectExact(fp16, 50);
+  EXPECT_GT(fp16["bits_per_value"].get<double>(), 16.0);  // fp16 plus the container
+  EXPECT_LT(fp16["bits_per_value"].get<double>(), 17.0);
+  // bf16 rounds every element of the fp16 cache: close but not exact.
+  const auto& bf16 = j["results"][1];
+  EXPECT_EQ(bf16["codec"], "bf16");
+  EXPECT_GT(bf16["max_logit_diff"].get<double>(), 0.0);
+  EXPECT_GT(bf16["kl_mean"].get<double>(), 0.0);
+  EXPECT_LT(bf16["kl_max"].get<double>(), 0.05);
+  EXPECT_GE(bf16["top1"].get<int>(), 40);
+  EXPECT_LE(bf16["top1"].get<int>(), 50);
+  for (const char* k : {"k_cosine_per_layer", "v_cosine_per_layer"}) {
+    for (const auto& cos : bf16[k]) {
+      EXPECT_GT(cos.get<double>(), 0.9999) << k;
+      EXPECT_LE(cos.get<double>(), 1.0 + 1e-12) << k;
+    }
+  }
+  // Nothing left in the store (checkpoints are removed after each row without --keep).
+  size_t objects = 0;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir.path() + "/store")) {
+    if (e.path().extension() == ".tqkv") ++objects;
+  }
+  EXPECT_EQ(objects, 0u);
+}
+
+// stories260K has head_dim 8; TurboQuant needs head_dim >= 16: a clear error, no figures.
+TEST(Migrate, StoriesTurboQuantRefusesHeadDim8) {
+  REQUIRE_STORIES();
+  REQUIRE_PROMPT();
+  tqkv::testing_util::ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  CmdResult c = Tqkv(StoriesArgs() + " --tokens 64 --steps 4 --codec tq3 --store " + dir.path());
+  EXPECT_EQ(c.status, 1) << c.out;
+  EXPECT_NE(c.out.find("head_dim >= 16"), std::string::npos) << c.out;
+}
+
+TEST(Migrate, Errors) {
+  REQUIRE_STORIES();
+  REQUIRE_PROMPT();
+  tqkv::testing_util::ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  // A prompt shorter than tokens + steps: an error naming the counts (the text is not repeated).
+  const std::string short_prompt = dir.path() + "/short.txt";
+  std::ofstream(short_prompt) << "Once upon a time there was a cat.";
+  CmdResult c = Tqkv("migrate --model " + StoriesBin() + " --tokenizer " + StoriesTok() +
+                     " --prompt-file " + short_prompt + " --tokens 20 --steps 5 --codec fp16" +
+                     " --store " + dir.path());
+  EXPECT_EQ(c.status, 1) << c.out;
+  EXPECT_NE(c.out.find("needs 25"), std::string::npos) << c.out;
+  // Beyond the model's context (stories260K: 512).
+  c = Tqkv(StoriesArgs() + " --tokens 500 --steps 50 --codec fp16 --store " + dir.path());
+  EXPECT_EQ(c.status, 1) << c.out;
+  EXPECT_NE(c.out.find("context length"), std::string::npos) << c.out;
+  // Override of a layer the model does not have.
+  c = Tqkv(StoriesArgs() + " --tokens 16 --steps 2 --codec fp16 --layer-codec 7:fp16 --store " +
+           dir.path());
+  EXPECT_EQ(c.status, 1) << c.out;
+  EXPECT_NE(c.out.find("out of range"), std::string::npos) << c.out;
+  // Missing files and bad specs.
+  c = Tqkv(StoriesArgs() + " --tokens 16 --steps 2 --codec tq9x --store " + dir.path());
+  EXPECT_EQ(c.status, 1) << c.out;
+  c = Tqkv("migrate --model " + dir.path() + "/nope.gguf --prompt-file " + kPrompt +
+           " --codec fp16 --store " + dir.path());
+  EXPECT_EQ(c.status, 1) << c.out;
+  // The worker is hidden from --help.
+  c = Tqkv("--help");
+  EXPECT_NE(c.out.find("migrate"), std::string::npos) << c.out;
+  EXPECT_EQ(c.out.find("migrate-worker"), std::string::npos) << c.out;
+}
+
+// A short SmolLM2 migration: fp16 exact; tq4 close; a per-layer override row keeps its layer
+// exact and the other layers as in the plain row.
+TEST(Migrate, SmolLm2ShortFp16ExactTq4Close) {
+  REQUIRE_SMOLLM2();
+  REQUIRE_PROMPT();
+  tqkv::testing_util::ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  const std::string json_path = dir.path() + "/m.json";
+  CmdResult c = Tqkv("migrate --model " + SmolLm2Path() + " --prompt-file " + kPrompt +
+                     " --tokens 300 --steps 20 --codec fp16 --codec tq4 --layer-codec 0:fp16"
+                     " --threads 2 --store file://" + dir.path() + "/store --json " + json_path);
+  ASSERT_EQ(c.status, 0) << c.out;
+  const auto j = ReadJson(json_path);
+  ASSERT_FALSE(j.is_discarded());
+  ExpectContract(j, 30);
+  EXPECT_EQ(j["model"], "smollm2-135m");
+  EXPECT_EQ(j["prompt_tokens"], 300);
+  EXPECT_EQ(j["steps"], 20);
+  ASSERT_EQ(j["results"].size(), 3u);
+  ExpectExact(j["results"][0], 20);
+  const auto& tq4 = j["results"][1];
+  EXPECT_EQ(tq4["codec"], "tq4");
+  EXPECT_GE(tq4["top1"].get<int>(), 17);
+  EXPECT_GT(tq4["kl_mean"].get<double>(), 0.0);
+  EXPECT_LT(tq4["kl_mean"].get<double>(), 0.05);
+  EXPECT_GT(tq4["k_cosine_mean"].get<double>(), 0.98);
+  EXPECT_LT(tq4["k_cosine_mean"].get<double>(), 1.0);
+  EXPECT_GT(tq4["v_cosine_mean"].get<double>(), 0.98);
+  EXPECT_LT(tq4["v_cosine_mean"].get<double>(), 1.0);
+  EXPECT_GT(tq4["bits_per_value"].get<double>(), 4.0);
+  EXPECT_LT(tq4["bits_per_value"].get<double>(), 5.0);
+  const auto& ov = j["results"][2];
+  EXPECT_EQ(ov["codec"], "tq4+0:fp16");
+  EXPECT_EQ(ov["k_cosine_per_layer"][0].get<double>(), 1.0);
+  EXPECT_EQ(ov["v_cosine_per_layer"][0].get<double>(), 1.0);
+  for (size_t l = 1; l < 30; ++l) {
+    EXPECT_EQ(ov["k_cosine_per_layer"][l], tq4["k_cosine_per_layer"][l]) << l;
+    EXPECT_EQ(ov["v_cosine_per_layer"][l], tq4["v_cosine_per_layer"][l]) << l;
+  }
+  EXPECT_GT(ov["bits_per_value"].get<double>(), tq4["bits_per_value"].get<double>());
+}
+
+}  // namespace
