@@ -40,6 +40,7 @@ struct Options {
   std::vector<uint64_t> tokens{10000, 30000, 50000};
   std::vector<std::string> codecs;
   std::vector<std::string> ios;
+  std::vector<std::string> configs;  // CODEC:IO pairs; replace the codec x io cross product
   std::string store = "out/bench-store";
   std::string model = "qwen2.5-7b";
   double link_gbps = 0;
@@ -333,17 +334,28 @@ Status Run(Options o) {
   for (uint64_t t : o.tokens) need = std::max(need, o.workers * g.SessionBytes(t, DType::kF16));
   TQKV_RETURN_IF_ERROR(bench::CheckDiskSpace(o.store, need * 11 / 10));
 
+  std::vector<std::pair<std::string, std::string>> pairs;
+  for (const auto& cfg : o.configs) {
+    const size_t colon = cfg.rfind(':');
+    if (colon == std::string::npos) return Status::InvalidArgument("--config " + cfg + ": want CODEC:IO");
+    pairs.emplace_back(cfg.substr(0, colon), cfg.substr(colon + 1));
+    TQKV_RETURN_IF_ERROR(ParseCodecSpec(pairs.back().first).status());
+    TQKV_RETURN_IF_ERROR(ParseIoMode(pairs.back().second).status());
+  }
+  if (pairs.empty()) {
+    for (const auto& codec : o.codecs) {
+      for (const auto& io : o.ios) pairs.emplace_back(codec, io);
+    }
+  }
   std::vector<Cell> cells;
   for (uint64_t t : o.tokens) {
-    for (const auto& codec : o.codecs) {
-      for (const auto& io : o.ios) {
-        Cell c;
-        c.codec = codec;
-        c.io = io;
-        c.tokens = t;
-        c.workers = o.workers;
-        cells.push_back(c);
-      }
+    for (const auto& [codec, io] : pairs) {
+      Cell c;
+      c.codec = codec;
+      c.io = io;
+      c.tokens = t;
+      c.workers = o.workers;
+      cells.push_back(c);
     }
   }
   std::fprintf(stderr, "bench restore: %s, %zu workers, %zu cells, store %s%s\n", o.model.c_str(),
@@ -424,6 +436,7 @@ void RegisterBenchRestore(CLI::App& bench) {
   cmd->add_option("--tokens", o->tokens, "Context lengths")->delimiter(',')->capture_default_str();
   cmd->add_option("--codec", o->codecs, "Codec specs (repeatable; default fp16 and tq3)");
   cmd->add_option("--io", o->ios, "I/O paths: buffered, direct, uring (repeatable; default buffered and direct)");
+  cmd->add_option("--config", o->configs, "CODEC:IO pairs to run instead of every codec x io (repeatable)");
   cmd->add_option("--store", o->store, "Store URI or directory")->capture_default_str();
   cmd->add_option("--model", o->model, "Model preset")->capture_default_str();
   cmd->add_option("--link-gbps", o->link_gbps, "Emulate a per-worker storage link of X GB/s");
