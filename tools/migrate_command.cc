@@ -26,6 +26,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <limits>
 #include <memory>
@@ -149,6 +150,7 @@ struct LogitStats {
   uint32_t top1 = 0;
   double kl_mean = 0, kl_max = 0, max_logit_diff = 0;
   std::vector<double> kl;  // per step
+  std::vector<uint32_t> disagree;  // steps whose argmax differs
 };
 
 LogitStats CompareLogits(const std::vector<float>& ref, const std::vector<float>& got, size_t steps,
@@ -157,7 +159,11 @@ LogitStats CompareLogits(const std::vector<float>& ref, const std::vector<float>
   for (size_t i = 0; i < steps; ++i) {
     const float* a = ref.data() + i * vocab;
     const float* b = got.data() + i * vocab;
-    if (model::ArgMax({a, vocab}) == model::ArgMax({b, vocab})) ++s.top1;
+    if (model::ArgMax({a, vocab}) == model::ArgMax({b, vocab})) {
+      ++s.top1;
+    } else {
+      s.disagree.push_back(static_cast<uint32_t>(i));
+    }
     const std::vector<double> la = LogSoftmax(a, vocab), lb = LogSoftmax(b, vocab);
     double kl = 0;
     for (size_t j = 0; j < vocab; ++j) {
@@ -267,6 +273,7 @@ struct MigrateOpts {
   uint32_t steps = 50;
   size_t threads = 0;
   bool keep = false;
+  std::string only;  // "", "k" or "v": analysis, the codec touches only K (or only V)
 };
 
 struct Row {
@@ -278,6 +285,9 @@ Status RunMigrate(const MigrateOpts& o) {
   const double t_start = Now();
   if (o.steps == 0) return Status::InvalidArgument("--steps must be at least 1");
   if (o.tokens == 0) return Status::InvalidArgument("--tokens must be at least 1");
+  if (!o.only.empty() && o.only != "k" && o.only != "v") {
+    return Status::InvalidArgument("--only takes k or v");
+  }
 
   // Rows: every codec as given; then every TurboQuant codec with the per-layer overrides.
   std::vector<Row> rows;
@@ -320,8 +330,23 @@ Status RunMigrate(const MigrateOpts& o) {
   }
   TQKV_ASSIGN_OR_RETURN(std::string text, ReadText(o.prompt_file));
   const model::Tokenizer& tok = *m->tokenizer();
-  const std::vector<int32_t> ids = tok.Encode(text, tok.add_bos_default(), /*parse_special=*/false);
   const uint64_t need = o.tokens + o.steps;
+  // Tokenizes the shortest run of whole lines from the start of the text that gives need + 64
+  // tokens (the margin keeps the tokens used away from the cut), else the whole text.
+  // (Merge-by-score tokenizers are quadratic in the text length; GPL-3 is 35 KB.)
+  std::vector<int32_t> ids;
+  size_t used_chars = 0;
+  for (size_t chars = std::max<size_t>(4096, need * 6);; chars *= 2) {
+    size_t cut = text.size();
+    if (chars < text.size()) {
+      cut = text.find('\n', chars);
+      cut = cut == std::string::npos ? text.size() : cut + 1;
+    }
+    ids = tok.Encode(std::string_view(text).substr(0, cut), tok.add_bos_default(),
+                     /*parse_special=*/false);
+    used_chars = cut;
+    if (cut == text.size() || ids.size() >= need + 64) break;
+  }
   if (ids.size() < need) {
     return Status::InvalidArgument(
         o.prompt_file + " gives " + std::to_string(ids.size()) + " tokens; --tokens " +
@@ -334,11 +359,11 @@ Status RunMigrate(const MigrateOpts& o) {
                                    std::to_string(cfg.context_length));
   }
   std::fprintf(stderr,
-               "migrate: %s (%u layers, %u KV heads, head_dim %u), prompt %s: %zu tokens, "
-               "prefix %llu + %u teacher-forced steps\n",
+               "migrate: %s (%u layers, %u KV heads, head_dim %u), prompt %s: %zu tokens from its first "
+               "%zu bytes, prefix %llu + %u teacher-forced steps\n",
                m->name().c_str(), cfg.n_layers, cfg.n_kv_heads, cfg.head_dim,
-               o.prompt_file.c_str(), ids.size(), static_cast<unsigned long long>(o.tokens),
-               o.steps);
+               o.prompt_file.c_str(), ids.size(), used_chars,
+               static_cast<unsigned long long>(o.tokens), o.steps);
 
   ThreadPool pool(o.threads);
   model::EngineOptions eo;
@@ -359,6 +384,13 @@ Status RunMigrate(const MigrateOpts& o) {
   std::fprintf(stderr, "migrate: reference teacher-forced %u steps: %.1f s\n", o.steps, Now() - t);
   engine.reset();
   const size_t vocab = cfg.vocab_size;
+  // The reference's top-1 minus top-2 logit per step: how close each step is to a tie.
+  std::vector<double> margins;
+  for (uint32_t i = 0; i < o.steps; ++i) {
+    std::vector<float> l(ref_logits.begin() + i * vocab, ref_logits.begin() + (i + 1) * vocab);
+    std::partial_sort(l.begin(), l.begin() + 2, l.end(), std::greater<float>());
+    margins.push_back(static_cast<double>(l[0]) - l[1]);
+  }
   // How often the reference itself predicts the prompt's next token (context for the figures).
   uint32_t ref_vs_text = 0, ref_vs_text_n = 0;
   for (uint32_t i = 0; i < o.steps; ++i) {
@@ -389,6 +421,23 @@ Status RunMigrate(const MigrateOpts& o) {
       copts.pool = &pool;
       double t0 = Now();
       TQKV_ASSIGN_OR_RETURN(CheckpointStats cs, Checkpoint(original->cache(), copts, *store, key));
+      if (!o.only.empty()) {
+        // Analysis: the codec's K (or V) with the original V (or K), carried by a lossless fp16
+        // checkpoint under the same key, so the worker sees exactly that hybrid.
+        TQKV_ASSIGN_OR_RETURN(auto hybrid, KvCacheBuffer::Allocate(m->name(), geo, DType::kF16,
+                                                                   o.tokens));
+        RestoreOptions hro;
+        hro.pool = &pool;
+        TQKV_RETURN_IF_ERROR(RestoreInto(*store, key, hybrid->cache(), hro));
+        const int keep_kv = o.only == "k" ? 1 : 0;  // the tensor taken from the original
+        for (uint32_t l = 0; l < geo.layers; ++l) {
+          std::memcpy(hybrid->cache().tensor(l, keep_kv), original->cache().tensor(l, keep_kv),
+                      original->cache().tensor_bytes());
+        }
+        CheckpointOptions fp16;
+        fp16.pool = &pool;
+        TQKV_RETURN_IF_ERROR(Checkpoint(hybrid->cache(), fp16, *store, key).status());
+      }
       const double bpv = 8.0 * static_cast<double>(cs.bytes_written) /
                          (2.0 * geo.layers * static_cast<double>(o.tokens) * geo.token_elems());
       std::fprintf(stderr, "migrate: [%zu/%zu] %s: checkpoint %llu bytes (%.3f bits/value) %.1f s",
@@ -432,7 +481,9 @@ Status RunMigrate(const MigrateOpts& o) {
       }
       if (!o.keep) TQKV_RETURN_IF_ERROR(store->Remove(key));
       json kl_steps = ls.kl;
-      results.push_back({{"codec", row.label},
+      json margins_of_disagreements = json::array();
+      for (uint32_t d : ls.disagree) margins_of_disagreements.push_back(margins[d]);
+      results.push_back({{"codec", row.label + (o.only.empty() ? "" : " (" + o.only + " only)")},
                          {"top1", ls.top1},
                          {"kl_mean", ls.kl_mean},
                          {"kl_max", ls.kl_max},
@@ -443,7 +494,9 @@ Status RunMigrate(const MigrateOpts& o) {
                          {"checkpoint_bytes", cs.bytes_written},
                          {"k_cosine_per_layer", kcos},
                          {"v_cosine_per_layer", vcos},
-                         {"kl_per_step", kl_steps}});
+                         {"kl_per_step", kl_steps},
+                         {"disagree_steps", ls.disagree},
+                         {"disagree_ref_margins", margins_of_disagreements}});
       return Status::Ok();
     }();
   }
@@ -455,24 +508,25 @@ Status RunMigrate(const MigrateOpts& o) {
             {"model_file", o.model},
             {"prompt_source", o.prompt_file},
             {"prompt_tokens", o.tokens},
-            {"prompt_tokens_available", ids.size()},
+            {"prompt_chars_tokenized", used_chars},
             {"steps", o.steps},
             {"head_dim", geo.head_dim},
             {"layers", geo.layers},
             {"kv_heads", geo.kv_heads},
             {"reference_top1_vs_prompt", ref_vs_text},
             {"reference_top1_vs_prompt_steps", ref_vs_text_n},
+            {"reference_margin_per_step", margins},
             {"results", results}};
   std::printf("%s, prompt %s: %llu prefix tokens, %u teacher-forced steps "
               "(reference predicts the prompt's next token %u/%u)\n",
               m->name().c_str(), o.prompt_file.c_str(), static_cast<unsigned long long>(o.tokens),
               o.steps, ref_vs_text, ref_vs_text_n);
-  std::printf("%-28s %7s %11s %11s %10s %9s %9s %9s\n", "codec", "top1", "kl_mean", "kl_max",
+  std::printf("%-34s %7s %11s %11s %10s %9s %9s %9s\n", "codec", "top1", "kl_mean", "kl_max",
               "max_dlogit", "k_cos", "v_cos", "bits/val");
   for (const auto& r : results) {
     char top[32];
     std::snprintf(top, sizeof top, "%u/%u", r["top1"].get<uint32_t>(), o.steps);
-    std::printf("%-28s %7s %11.3e %11.3e %10.4f %9.6f %9.6f %9.3f\n",
+    std::printf("%-34s %7s %11.3e %11.3e %10.4f %9.6f %9.6f %9.3f\n",
                 r["codec"].get<std::string>().c_str(), top, r["kl_mean"].get<double>(),
                 r["kl_max"].get<double>(), r["max_logit_diff"].get<double>(),
                 r["k_cosine_mean"].get<double>(), r["v_cosine_mean"].get<double>(),
@@ -517,6 +571,9 @@ void RegisterMigrateCommand(CLI::App& app) {
   cmd->add_option("--threads", o->threads, "Threads (0: all cores)");
   cmd->add_option("--json", o->json_path, "Write the results as JSON to FILE ('-' for stdout)");
   cmd->add_flag("--keep", o->keep, "Keep the checkpoints in the store");
+  cmd->add_option("--only", o->only,
+                  "Analysis: apply the codec to K only (k) or V only (v); the other tensor stays "
+                  "exact (the hybrid travels as a lossless fp16 checkpoint)");
   cmd->callback([o] { Report("migrate", RunMigrate(*o)); });
 
   auto* worker = app.add_subcommand("migrate-worker", "Restore side of migrate (internal)");

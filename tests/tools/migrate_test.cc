@@ -120,8 +120,9 @@ TEST(Migrate, StoriesFp16IsExactAndBf16IsClose) {
   const auto& fp16 = j["results"][0];
   EXPECT_EQ(fp16["codec"], "fp16");
   ExpectExact(fp16, 50);
-  EXPECT_GT(fp16["bits_per_value"].get<double>(), 16.0);  // fp16 plus the container
-  EXPECT_LT(fp16["bits_per_value"].get<double>(), 17.0);
+  // fp16 plus the container (large next to stories260K's 200 x 5 x 32 x 2 values).
+  EXPECT_GT(fp16["bits_per_value"].get<double>(), 16.0);
+  EXPECT_LT(fp16["bits_per_value"].get<double>(), 24.0);
   // bf16 rounds every element of the fp16 cache: close but not exact.
   const auto& bf16 = j["results"][1];
   EXPECT_EQ(bf16["codec"], "bf16");
