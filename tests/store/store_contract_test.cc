@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "store/shared_store_servers.h"
 #include "store/store_test_util.h"
 #include "tqkv/aligned_buffer.h"
 #include "tqkv/store.h"
@@ -31,6 +32,8 @@ struct StoreParam {
   std::function<Result<std::unique_ptr<Store>>(const std::string& dir)> make;
   // Skip unless the store really runs in this mode (io_uring may be unavailable at run time).
   std::optional<IoMode> required_mode;
+  // Non-empty: why this store cannot run here (its server is not installed); the test skips.
+  std::function<std::string()> unavailable;
 };
 
 std::ostream& operator<<(std::ostream& os, const StoreParam& p) { return os << p.name; }
@@ -39,6 +42,10 @@ class StoreContractTest : public ::testing::TestWithParam<StoreParam> {
  protected:
   void SetUp() override {
     ASSERT_TRUE(dir_.ok()) << "cannot create a scratch directory";
+    if (GetParam().unavailable) {
+      const std::string why = GetParam().unavailable();
+      if (!why.empty()) GTEST_SKIP() << why;
+    }
     auto store = GetParam().make(dir_.path());
     ASSERT_TRUE(store.ok()) << store.status().ToString();
     store_ = std::move(store).value();
@@ -48,6 +55,14 @@ class StoreContractTest : public ::testing::TestWithParam<StoreParam> {
                    << IoModeName(*GetParam().required_mode)
                    << " (io_uring or O_DIRECT unavailable here)";
     }
+  }
+
+  // Shared stores outlive the test: remove what it wrote (temps expire or go with the server).
+  void TearDown() override {
+    if (store_ == nullptr || (store_->Name() != "redis" && store_->Name() != "nfs")) return;
+    auto l = store_->List();
+    if (!l.ok()) return;
+    for (const auto& info : *l) (void)store_->Remove(info.key);
   }
 
   // Writes `data` under `key` and checks it reads back whole.
@@ -467,7 +482,49 @@ Result<std::unique_ptr<Store>> Posix(const std::string& dir, const char* query) 
   return OpenStore("file://" + dir + query);
 }
 
+// Shared stores: each test gets its own key prefix (redis) or directory (nfs).
+std::string RedisUnavailable() {
+  const auto& s = testing_util::TestServers();
+  return s.redis.empty() && !s.redis_missing.empty() ? s.redis_missing + "; redis store not tested"
+                                                     : "";
+}
+std::string NfsUnavailable() {
+  const auto& s = testing_util::TestServers();
+  return s.nfs.empty() && !s.nfs_missing.empty() ? s.nfs_missing + "; nfs store not tested" : "";
+}
+Result<std::unique_ptr<Store>> Shared(const std::string& uri, const char* what) {
+  if (uri.empty()) {
+    return Status::IoError(std::string(what) + " test server did not start: " +
+                           testing_util::TestServers().start_error);
+  }
+  return OpenStore(uri);
+}
+Result<std::unique_ptr<Store>> Redis(const std::string& base, const std::string& query) {
+  if (base.empty()) return Shared(base, "redis");
+  return Shared(base + "/" + testing_util::UniqueName("ct") + query, "redis");
+}
+Result<std::unique_ptr<Store>> Nfs(const std::string& query) {
+  const auto& s = testing_util::TestServers();
+  if (s.nfs.empty()) return Shared(s.nfs, "nfs");
+  return Shared(testing_util::WithSubdir(s.nfs, testing_util::UniqueName("ct"), query), "nfs");
+}
+
 const StoreParam kStores[] = {
+    {"redis_tcp",
+     [](const std::string&) { return Redis(testing_util::TestServers().redis, "?chunk=64k"); },
+     {}, RedisUnavailable},
+    {"redis_unix",
+     [](const std::string&) {
+       return Redis(testing_util::TestServers().redis_unix, "?chunk=1MiB&io=buffered");
+     },
+     {}, RedisUnavailable},
+    {"nfs", [](const std::string&) { return Nfs("chunk=256k&io=buffered"); }, {}, NfsUnavailable},
+    {"fault_over_nfs",
+     [](const std::string&) -> Result<std::unique_ptr<Store>> {
+       TQKV_ASSIGN_OR_RETURN(auto base, Nfs(""));
+       return std::unique_ptr<Store>(std::make_unique<FaultInjectionStore>(std::move(base)));
+     },
+     {}, NfsUnavailable},
     {"posix_buffered", [](const std::string& d) { return Posix(d, "?io=buffered"); }, {}},
     {"posix_direct", [](const std::string& d) { return Posix(d, "?io=direct"); },
      IoMode::kDirect},

@@ -1,0 +1,611 @@
+// NFSv3 store through libnfs: async pread/pwrite with several RPCs in flight, rename publish.
+#include "store/nfs/nfs_store.h"
+
+#include <fcntl.h>
+#include <nfsc/libnfs.h>
+#include <poll.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <random>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "store/store_internal.h"
+
+namespace tqkv {
+namespace {
+
+constexpr std::string_view kSuffix = ".tqkv";
+constexpr std::string_view kTempMarker = ".tqkv.tmp.";
+constexpr int kNf3Dir = 2;  // NF3DIR
+
+bool StartsWith(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
+bool EndsWith(std::string_view s, std::string_view p) {
+  return s.size() >= p.size() && s.substr(s.size() - p.size()) == p;
+}
+bool IsTempName(std::string_view name) {
+  return StartsWith(name, ".") && name.find(kTempMarker) != std::string_view::npos;
+}
+
+std::string RandomHex() {
+  static std::mutex mu;
+  static std::mt19937_64 rng(std::random_device{}() ^ static_cast<uint64_t>(::getpid()) << 32 ^
+                             static_cast<uint64_t>(store_internal::NowUnixNs()));
+  std::lock_guard<std::mutex> lock(mu);
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016" PRIx64, rng());
+  return buf;
+}
+
+struct NfsConfig {
+  std::string server;
+  std::string export_path;  // what was mounted
+  std::string root;         // directory of the store inside the export: "" or "/a/b"
+  uint32_t depth = 8;
+  uint64_t chunk = 1u << 20;
+  std::string uri;
+};
+
+// One mounted context; libnfs contexts are not thread-safe, so every call holds mu.
+struct Conn {
+  std::mutex mu;
+  nfs_context* ctx = nullptr;
+  NfsConfig cfg;
+  ~Conn() {
+    if (ctx != nullptr) nfs_destroy_context(ctx);
+  }
+  std::string Error(std::string_view what, std::string_view path, int rc) const {
+    return std::string(what) + " nfs://" + cfg.server + cfg.export_path + std::string(path) + ": " +
+           std::strerror(-rc) + " (" + (ctx ? nfs_get_error(ctx) : "") + ")";
+  }
+  Status Err(std::string_view what, std::string_view path, int rc) const {
+    const std::string msg = Error(what, path, rc);
+    if (rc == -ENOENT) return Status::NotFound(msg);
+    if (rc == -ENOSPC || rc == -EDQUOT) return Status::NoSpace(msg);
+    return Status::IoError(msg);
+  }
+};
+
+// Runs n async operations with at most `depth` in flight; caller holds conn->mu. issue(i, cb,
+// priv) queues operation i; its callback result goes to on_done(i, status, data). Every queued
+// operation is waited for, even after an error (callbacks point into the caller's frame).
+Status RunAsync(Conn* conn, size_t n, uint32_t depth,
+                const std::function<int(size_t, nfs_cb, void*)>& issue,
+                const std::function<Status(size_t, int, void*)>& on_done) {
+  struct Slot {
+    size_t index;
+    int status;
+    void* data;
+    bool done;
+    Status result;
+    const std::function<Status(size_t, int, void*)>* on_done;
+    size_t* in_flight;
+  };
+  std::vector<Slot> slots(n);
+  size_t next = 0, in_flight = 0, completed = 0;
+  Status first;
+  nfs_cb cb = [](int status, nfs_context*, void* data, void* priv) {
+    auto* s = static_cast<Slot*>(priv);
+    s->done = true;
+    s->result = (*s->on_done)(s->index, status, data);
+    --*s->in_flight;
+  };
+  int idle_polls = 0;
+  while (completed < n) {
+    while (first.ok() && next < n && in_flight < depth) {
+      Slot& s = slots[next];
+      s = Slot{next, 0, nullptr, false, Status::Ok(), &on_done, &in_flight};
+      const int rc = issue(next, cb, &s);
+      if (rc < 0) {
+        first = conn->Err("queue request on", "", rc);
+        break;
+      }
+      ++in_flight;
+      ++next;
+    }
+    if (in_flight == 0) break;
+    pollfd pfd{nfs_get_fd(conn->ctx), static_cast<short>(nfs_which_events(conn->ctx)), 0};
+    const int pr = ::poll(&pfd, 1, 1000);
+    if (pr < 0 && errno != EINTR) return Status::FromErrno("poll", "nfs socket", errno);
+    if (pr == 0 && ++idle_polls > 120) {
+      return Status::IoError("nfs: no reply from nfs://" + conn->cfg.server + " for 120 s");
+    }
+    if (pr > 0) idle_polls = 0;
+    if (nfs_service(conn->ctx, pr > 0 ? pfd.revents : 0) < 0) {
+      return Status::IoError("nfs: connection to " + conn->cfg.server + " failed: " +
+                             nfs_get_error(conn->ctx));
+    }
+    completed = 0;
+    for (size_t i = 0; i < next; ++i) {
+      if (slots[i].done) {
+        ++completed;
+        if (!slots[i].result.ok() && first.ok()) first = slots[i].result;
+      }
+    }
+    if (!first.ok() && in_flight == 0) break;
+  }
+  return first;
+}
+
+class NfsWritable final : public WritableObject, public store_internal::Crashable {
+ public:
+  NfsWritable(std::shared_ptr<Conn> conn, std::string key, std::string final_path,
+              std::string tmp_path, nfsfh* fh)
+      : conn_(std::move(conn)),
+        key_(std::move(key)),
+        final_path_(std::move(final_path)),
+        tmp_path_(std::move(tmp_path)),
+        fh_(fh) {
+    staging_.reserve(conn_->cfg.chunk * conn_->cfg.depth);
+  }
+  ~NfsWritable() override {
+    if (state_ == State::kOpen || state_ == State::kFailed) (void)Cleanup();
+  }
+
+  Status Append(std::span<const uint8_t> src) override {
+    if (state_ != State::kOpen) return Closed("append");
+    const size_t cap = conn_->cfg.chunk * conn_->cfg.depth;
+    while (!src.empty()) {
+      const size_t n = std::min(cap - staging_.size(), src.size());
+      staging_.insert(staging_.end(), src.begin(), src.begin() + n);
+      src = src.subspan(n);
+      written_ += n;
+      if (staging_.size() == cap) {
+        Status s = Flush();
+        if (!s.ok()) return Fail(s);
+      }
+    }
+    return Status::Ok();
+  }
+
+  Status Commit() override {
+    if (state_ == State::kFailed) return failure_;
+    if (state_ != State::kOpen) return Closed("commit");
+    Status s = Flush();
+    if (!s.ok()) return Fail(s);
+    std::lock_guard<std::mutex> lock(conn_->mu);
+    nfs_context* ctx = conn_->ctx;
+    int rc = nfs_fsync(ctx, fh_);  // COMMIT: the server's stable storage
+    if (rc < 0) return Fail(conn_->Err("commit (fsync)", tmp_path_, rc));
+    rc = nfs_close(ctx, fh_);
+    fh_ = nullptr;
+    if (rc < 0) return Fail(conn_->Err("close", tmp_path_, rc));
+    // mtime = publish time (List reports it; gc ages objects by it).
+    timeval now[2];
+    ::gettimeofday(&now[0], nullptr);
+    now[1] = now[0];
+    (void)nfs_utimes(ctx, tmp_path_.c_str(), now);
+    // NFSv3 RENAME replaces the target atomically on the server and is stable when it returns.
+    rc = nfs_rename(ctx, tmp_path_.c_str(), final_path_.c_str());
+    if (rc < 0) return Fail(conn_->Err("rename " + tmp_path_ + " ->", final_path_, rc));
+    state_ = State::kCommitted;
+    return Status::Ok();
+  }
+
+  Status Abort() override {
+    if (state_ == State::kCrashed) return Status::IoError("nfs writer of " + key_ + " crashed");
+    if (state_ != State::kOpen && state_ != State::kFailed) return Closed("abort");
+    state_ = State::kAborted;
+    return Cleanup();
+  }
+
+  uint64_t BytesWritten() const override { return written_; }
+
+  void SimulateCrash() override {
+    state_ = State::kCrashed;  // the temp file stays, as after a real crash
+    std::lock_guard<std::mutex> lock(conn_->mu);
+    if (fh_ != nullptr) nfs_close(conn_->ctx, fh_);
+    fh_ = nullptr;
+  }
+
+ private:
+  enum class State { kOpen, kFailed, kCommitted, kAborted, kCrashed };
+
+  Status Closed(std::string_view what) const {
+    if (state_ == State::kCrashed) return Status::IoError("nfs writer of " + key_ + " crashed");
+    return Status::InvalidArgument(std::string(what) + " on a finished writer of " + key_);
+  }
+  Status Fail(Status s) {
+    if (state_ == State::kOpen) {
+      state_ = State::kFailed;
+      failure_ = s;
+    }
+    return s;
+  }
+
+  Status Flush() {
+    if (staging_.empty()) return Status::Ok();
+    const uint64_t chunk = conn_->cfg.chunk;
+    const size_t n = (staging_.size() + chunk - 1) / chunk;
+    std::lock_guard<std::mutex> lock(conn_->mu);
+    const uint64_t base = flushed_;
+    Status s = RunAsync(
+        conn_.get(), n, conn_->cfg.depth,
+        [&](size_t i, nfs_cb cb, void* priv) {
+          const uint64_t off = i * chunk;
+          const uint64_t len = std::min<uint64_t>(chunk, staging_.size() - off);
+          return nfs_pwrite_async(conn_->ctx, fh_, base + off, len, staging_.data() + off, cb, priv);
+        },
+        [&](size_t i, int status, void* data) -> Status {
+          const uint64_t off = i * chunk;
+          const uint64_t len = std::min<uint64_t>(chunk, staging_.size() - off);
+          if (status < 0) return conn_->Err("write", tmp_path_, status);
+          if (static_cast<uint64_t>(status) != len) {
+            // Short write: the rest goes synchronously.
+            const uint64_t done = static_cast<uint64_t>(status);
+            int rc = nfs_pwrite(conn_->ctx, fh_, base + off + done, len - done,
+                                staging_.data() + off + done);
+            if (rc < 0) return conn_->Err("write", tmp_path_, rc);
+            if (static_cast<uint64_t>(rc) != len - done) {
+              return Status::IoError("nfs: short write to " + tmp_path_);
+            }
+          }
+          return Status::Ok();
+        });
+    if (!s.ok()) return s;
+    flushed_ += staging_.size();
+    staging_.clear();
+    return Status::Ok();
+  }
+
+  Status Cleanup() {
+    std::lock_guard<std::mutex> lock(conn_->mu);
+    if (fh_ != nullptr) nfs_close(conn_->ctx, fh_);
+    fh_ = nullptr;
+    const int rc = nfs_unlink(conn_->ctx, tmp_path_.c_str());
+    if (rc < 0 && rc != -ENOENT) return conn_->Err("unlink", tmp_path_, rc);
+    return Status::Ok();
+  }
+
+  std::shared_ptr<Conn> conn_;
+  std::string key_, final_path_, tmp_path_;
+  nfsfh* fh_;
+  std::vector<uint8_t> staging_;
+  uint64_t written_ = 0, flushed_ = 0;
+  State state_ = State::kOpen;
+  Status failure_;
+};
+
+class NfsReadable final : public ReadableObject {
+ public:
+  NfsReadable(std::shared_ptr<Conn> conn, std::string key, std::string pin_path, nfsfh* fh,
+              uint64_t size)
+      : conn_(std::move(conn)), key_(std::move(key)), pin_path_(std::move(pin_path)), fh_(fh),
+        size_(size) {}
+  ~NfsReadable() override {
+    std::lock_guard<std::mutex> lock(conn_->mu);
+    nfs_close(conn_->ctx, fh_);
+    nfs_unlink(conn_->ctx, pin_path_.c_str());
+  }
+
+  uint64_t Size() const override { return size_; }
+
+  Status ReadAt(uint64_t offset, std::span<uint8_t> dst) override {
+    ReadRequest r{offset, dst};
+    return ReadBatch(std::span<const ReadRequest>(&r, 1));
+  }
+
+  Status ReadBatch(std::span<const ReadRequest> reqs) override {
+    struct Piece {
+      uint64_t off, len;
+      uint8_t* dst;
+    };
+    std::vector<Piece> pieces;
+    const uint64_t chunk = conn_->cfg.chunk;
+    for (const ReadRequest& r : reqs) {
+      if (r.offset > size_ || r.dst.size() > size_ - r.offset) {
+        return Status::Corruption("nfs object " + key_ + ": read of " +
+                                  std::to_string(r.dst.size()) + " bytes at offset " +
+                                  std::to_string(r.offset) + " is past its end (" +
+                                  std::to_string(size_) + " bytes)");
+      }
+      for (uint64_t done = 0; done < r.dst.size();) {
+        const uint64_t n = std::min<uint64_t>(chunk, r.dst.size() - done);
+        pieces.push_back({r.offset + done, n, r.dst.data() + done});
+        done += n;
+      }
+    }
+    if (pieces.empty()) return Status::Ok();
+    std::lock_guard<std::mutex> lock(conn_->mu);
+    Status s = RunAsync(
+        conn_.get(), pieces.size(), conn_->cfg.depth,
+        [&](size_t i, nfs_cb cb, void* priv) {
+          return nfs_pread_async(conn_->ctx, fh_, pieces[i].off, pieces[i].len, cb, priv);
+        },
+        [&](size_t i, int status, void* data) -> Status {
+          const Piece& p = pieces[i];
+          if (status < 0) return conn_->Err("read", pin_path_, status);
+          const uint64_t got = static_cast<uint64_t>(status);
+          std::memcpy(p.dst, data, std::min(got, p.len));
+          uint64_t done = std::min(got, p.len);
+          while (done < p.len) {  // short read: finish synchronously
+            int rc = nfs_pread(conn_->ctx, fh_, p.off + done, p.len - done, p.dst + done);
+            if (rc < 0) return conn_->Err("read", pin_path_, rc);
+            if (rc == 0) {
+              return Status::Corruption("nfs object " + key_ + " ends early at " +
+                                        std::to_string(p.off + done));
+            }
+            done += static_cast<uint64_t>(rc);
+          }
+          bytes_read_ += p.len;
+          return Status::Ok();
+        });
+    return s;
+  }
+
+  uint64_t BytesRead() const override { return bytes_read_; }
+
+ private:
+  std::shared_ptr<Conn> conn_;
+  std::string key_, pin_path_;
+  nfsfh* fh_;
+  uint64_t size_;
+  std::atomic<uint64_t> bytes_read_{0};
+};
+
+class NfsStore final : public Store {
+ public:
+  NfsStore(std::shared_ptr<Conn> conn, bool create_dir) : conn_(std::move(conn)) {}
+
+  std::string_view Name() const override { return "nfs"; }
+  std::string Uri() const override { return conn_->cfg.uri; }
+  StoreCaps Caps() const override { return StoreCaps{}; }
+
+  std::string FinalPath(std::string_view key) const {
+    return conn_->cfg.root + "/" + std::string(key) + std::string(kSuffix);
+  }
+  // ".<base>.tqkv.tmp.<tag><pid>.<hex>" beside the final file.
+  std::string TempPath(const std::string& final_path, std::string_view tag) const {
+    const size_t slash = final_path.rfind('/');
+    return final_path.substr(0, slash + 1) + "." + final_path.substr(slash + 1) + ".tmp." +
+           std::string(tag) + std::to_string(::getpid()) + "." + RandomHex();
+  }
+
+  // mkdir -p of the directories above `path` (caller holds mu).
+  Status MakeParents(const std::string& path) {
+    for (size_t pos = conn_->cfg.root.size() + 1; (pos = path.find('/', pos)) != std::string::npos;
+         ++pos) {
+      const std::string dir = path.substr(0, pos);
+      const int rc = nfs_mkdir(conn_->ctx, dir.c_str());
+      if (rc < 0 && rc != -EEXIST) return conn_->Err("mkdir", dir, rc);
+    }
+    return Status::Ok();
+  }
+
+  Result<std::unique_ptr<WritableObject>> Create(std::string_view key) override {
+    TQKV_RETURN_IF_ERROR(ValidateKey(key));
+    const std::string final_path = FinalPath(key);
+    const std::string tmp = TempPath(final_path, "");
+    std::lock_guard<std::mutex> lock(conn_->mu);
+    TQKV_RETURN_IF_ERROR(MakeParents(final_path));
+    nfsfh* fh = nullptr;
+    const int rc = nfs_create(conn_->ctx, tmp.c_str(), O_WRONLY | O_EXCL, 0644, &fh);
+    if (rc < 0) return conn_->Err("create", tmp, rc);
+    return std::unique_ptr<WritableObject>(
+        std::make_unique<NfsWritable>(conn_, std::string(key), final_path, tmp, fh));
+  }
+
+  Result<std::unique_ptr<ReadableObject>> Open(std::string_view key) override {
+    TQKV_RETURN_IF_ERROR(ValidateKey(key));
+    const std::string final_path = FinalPath(key);
+    const std::string pin = TempPath(final_path, "r");
+    std::lock_guard<std::mutex> lock(conn_->mu);
+    int rc = nfs_link(conn_->ctx, final_path.c_str(), pin.c_str());
+    if (rc == -ENOENT || rc == -ENOTDIR) {
+      return Status::NotFound("nfs: no object " + std::string(key) + " in " + Uri());
+    }
+    if (rc < 0) return conn_->Err("link (pin for reading)", final_path, rc);
+    nfsfh* fh = nullptr;
+    rc = nfs_open(conn_->ctx, pin.c_str(), O_RDONLY, &fh);
+    nfs_stat_64 st{};
+    if (rc == 0) rc = nfs_fstat64(conn_->ctx, fh, &st);
+    if (rc < 0) {
+      if (fh != nullptr) nfs_close(conn_->ctx, fh);
+      nfs_unlink(conn_->ctx, pin.c_str());
+      return conn_->Err("open", final_path, rc);
+    }
+    return std::unique_ptr<ReadableObject>(
+        std::make_unique<NfsReadable>(conn_, std::string(key), pin, fh, st.nfs_size));
+  }
+
+  Status Remove(std::string_view key) override {
+    TQKV_RETURN_IF_ERROR(ValidateKey(key));
+    const std::string p = FinalPath(key);
+    std::lock_guard<std::mutex> lock(conn_->mu);
+    const int rc = nfs_unlink(conn_->ctx, p.c_str());
+    if (rc == -ENOENT || rc == -ENOTDIR) {
+      return Status::NotFound("nfs: no object " + std::string(key) + " in " + Uri());
+    }
+    if (rc < 0) return conn_->Err("unlink", p, rc);
+    return Status::Ok();
+  }
+
+  Result<std::vector<ObjectInfo>> List(std::string_view prefix) override {
+    std::vector<ObjectInfo> out;
+    std::lock_guard<std::mutex> lock(conn_->mu);
+    TQKV_RETURN_IF_ERROR(Walk("", [&](const std::string& rel, const nfsdirent* e) {
+      const std::string_view name(e->name);
+      if (IsTempName(name) || !EndsWith(name, kSuffix)) return;
+      std::string key = rel + std::string(name.substr(0, name.size() - kSuffix.size()));
+      if (!StartsWith(key, prefix)) return;
+      out.push_back({std::move(key), e->size,
+                     static_cast<int64_t>(e->mtime.tv_sec) * 1'000'000'000 +
+                         static_cast<int64_t>(e->mtime_nsec)});
+    }));
+    std::sort(out.begin(), out.end(),
+              [](const ObjectInfo& a, const ObjectInfo& b) { return a.key < b.key; });
+    return out;
+  }
+
+  Result<uint64_t> RemoveStaleTemps(std::chrono::seconds min_age) override {
+    std::vector<std::string> stale;
+    const int64_t limit = store_internal::NowUnixNs() / 1'000'000'000 - min_age.count();
+    std::lock_guard<std::mutex> lock(conn_->mu);
+    TQKV_RETURN_IF_ERROR(Walk("", [&](const std::string& rel, const nfsdirent* e) {
+      if (IsTempName(e->name) && static_cast<int64_t>(e->mtime.tv_sec) <= limit) {
+        stale.push_back(conn_->cfg.root + "/" + rel + e->name);
+      }
+    }));
+    uint64_t removed = 0;
+    for (const auto& p : stale) {
+      const int rc = nfs_unlink(conn_->ctx, p.c_str());
+      if (rc == 0) ++removed;
+    }
+    return removed;
+  }
+
+ private:
+  // Visits every non-directory entry below root/rel (caller holds mu); rel ends in '/' or is "".
+  Status Walk(const std::string& rel,
+              const std::function<void(const std::string&, const nfsdirent*)>& visit,
+              int depth = 0) {
+    if (depth > 64) return Status::Ok();
+    const std::string dir = conn_->cfg.root + "/" + rel;
+    nfsdir* d = nullptr;
+    const int rc = nfs_opendir(conn_->ctx, dir.empty() ? "/" : dir.c_str(), &d);
+    if (rc == -ENOENT) return Status::Ok();
+    if (rc < 0) return conn_->Err("opendir", dir, rc);
+    std::vector<std::string> subdirs;
+    while (const nfsdirent* e = nfs_readdir(conn_->ctx, d)) {
+      const std::string_view name(e->name);
+      if (name == "." || name == "..") continue;
+      if (e->type == kNf3Dir) {
+        subdirs.emplace_back(name);
+      } else {
+        visit(rel, e);
+      }
+    }
+    nfs_closedir(conn_->ctx, d);
+    for (const auto& s : subdirs) TQKV_RETURN_IF_ERROR(Walk(rel + s + "/", visit, depth + 1));
+    return Status::Ok();
+  }
+
+  std::shared_ptr<Conn> conn_;
+};
+
+// Mounts `export_path` on a fresh context; nullptr and the error text on failure.
+nfs_context* TryMount(const std::string& url, std::string* error) {
+  nfs_context* ctx = nfs_init_context();
+  if (ctx == nullptr) {
+    *error = "cannot create an NFS context";
+    return nullptr;
+  }
+  nfs_url* u = nfs_parse_url_dir(ctx, url.c_str());
+  if (u == nullptr) {
+    *error = std::string("bad NFS URL: ") + nfs_get_error(ctx);
+    nfs_destroy_context(ctx);
+    return nullptr;
+  }
+  nfs_set_timeout(ctx, 60000);
+  const int rc = nfs_mount(ctx, u->server, u->path);
+  nfs_destroy_url(u);
+  if (rc != 0) {
+    *error = nfs_get_error(ctx);
+    nfs_destroy_context(ctx);
+    return nullptr;
+  }
+  return ctx;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Store>> OpenNfsStoreFromUri(const StoreUri& uri) {
+  if (uri.authority.empty()) return Status::InvalidArgument("nfs:// needs a server: nfs://host/export/dir");
+  std::string path = uri.path;
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  if (path.empty() || path == "/") {
+    return Status::InvalidArgument("nfs:// needs an export path: nfs://host/export/dir");
+  }
+  store_internal::UriOptions opts(uri);
+  NfsConfig cfg;
+  cfg.server = uri.authority;
+  uint64_t version = 3;
+  TQKV_RETURN_IF_ERROR(opts.GetUint("version", 3, 4, &version));
+  if (version != 3) {
+    return Status::Unsupported(
+        "nfs:// version=4 is not supported: libnfs 4.0 NFSv4 writes fail against nfs-ganesha; "
+        "use version=3");
+  }
+  std::string extra = "?version=3";
+  for (const char* k : {"nfsport", "mountport", "uid", "gid"}) {
+    uint64_t v = 0;
+    if (opts.Find(k) != nullptr) {
+      TQKV_RETURN_IF_ERROR(opts.GetUint(k, 0, 1u << 31, &v));
+      extra += std::string("&") + k + "=" + std::to_string(v);
+    }
+  }
+  uint64_t depth = cfg.depth;
+  TQKV_RETURN_IF_ERROR(opts.GetUint("depth", 1, 64, &depth));
+  cfg.depth = static_cast<uint32_t>(depth);
+  TQKV_RETURN_IF_ERROR(opts.GetUint("chunk", 4096, 1u << 20, &cfg.chunk));
+  bool create = true;
+  TQKV_RETURN_IF_ERROR(opts.GetBool("create", &create));
+  std::string export_opt;
+  if (const std::string* e = opts.Find("export")) export_opt = *e;
+  if (const std::string* io = opts.Find("io")) {
+    TQKV_ASSIGN_OR_RETURN(IoMode mode, ParseIoMode(*io));
+    if (mode != IoMode::kBuffered) {
+      return Status::InvalidArgument("nfs:// store supports only io=buffered (libnfs RPCs), not io=" +
+                                     *io);
+    }
+  }
+  TQKV_RETURN_IF_ERROR(opts.Finish());
+
+  // The export is the longest leading part of the path the server mounts (or export=).
+  std::vector<std::string> candidates;
+  if (!export_opt.empty()) {
+    if (!StartsWith(path, export_opt)) {
+      return Status::InvalidArgument("nfs:// export=" + export_opt + " is not a prefix of " + path);
+    }
+    candidates.push_back(export_opt);
+  } else {
+    for (std::string p = path; !p.empty(); p = p.substr(0, p.rfind('/'))) candidates.push_back(p);
+  }
+  std::string first_error;
+  nfs_context* ctx = nullptr;
+  for (const std::string& exp : candidates) {
+    std::string error;
+    ctx = TryMount("nfs://" + cfg.server + exp + extra, &error);
+    if (ctx != nullptr) {
+      cfg.export_path = exp;
+      cfg.root = path.substr(exp.size());
+      break;
+    }
+    if (first_error.empty()) first_error = error;
+  }
+  if (ctx == nullptr) {
+    return Status::IoError("nfs: cannot mount nfs://" + cfg.server + path + ": " + first_error);
+  }
+  auto conn = std::make_shared<Conn>();
+  conn->ctx = ctx;
+  cfg.uri = "nfs://" + cfg.server + path;
+  conn->cfg = cfg;
+  // The store's directory.
+  if (!conn->cfg.root.empty()) {
+    std::lock_guard<std::mutex> lock(conn->mu);
+    for (size_t pos = 1;; ++pos) {
+      pos = conn->cfg.root.find('/', pos);
+      const std::string dir = conn->cfg.root.substr(0, pos);
+      nfs_stat_64 st{};
+      int rc = nfs_stat64(ctx, dir.c_str(), &st);
+      if (rc == -ENOENT && create) rc = nfs_mkdir(ctx, dir.c_str());
+      if (rc == -EEXIST) rc = 0;
+      if (rc < 0) return conn->Err(create ? "mkdir" : "stat", dir, rc);
+      if (pos == std::string::npos) break;
+    }
+  }
+  return std::unique_ptr<Store>(std::make_unique<NfsStore>(std::move(conn), create));
+}
+
+}  // namespace tqkv

@@ -1,0 +1,87 @@
+// The loopback servers of the shared-store tests (redis-server, nfs-ganesha).
+//
+// URIs come from TQKV_TEST_REDIS_URI / TQKV_TEST_REDIS_UNIX_URI / TQKV_TEST_NFS_URI (scripts/test.sh
+// exports them after scripts/start-test-servers.sh). When they are unset and the server binary is
+// installed, the first test that needs one runs scripts/start-test-servers.sh itself (idempotent;
+// stop them with scripts/stop-test-servers.sh). A test skips only when the binary is missing; a
+// server that is installed but does not start makes the test fail.
+#ifndef TQKV_TESTS_STORE_SHARED_STORE_SERVERS_H_
+#define TQKV_TESTS_STORE_SHARED_STORE_SERVERS_H_
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+
+namespace tqkv::testing_util {
+
+struct SharedServers {
+  std::string redis, redis_unix, nfs;  // empty: unavailable
+  std::string redis_missing, nfs_missing;  // non-empty: the binary is not installed (skip)
+  std::string start_error;  // the start script failed
+};
+
+inline bool BinaryInstalled(const char* name) {
+  const std::string cmd = std::string("command -v ") + name + " >/dev/null 2>&1 || test -x /usr/sbin/" +
+                          name + " -o -x /usr/bin/" + name;
+  return std::system(cmd.c_str()) == 0;
+}
+
+inline const SharedServers& TestServers() {
+  static SharedServers* servers = [] {
+    auto* s = new SharedServers;
+    if (!BinaryInstalled("redis-server")) s->redis_missing = "redis-server is not installed";
+    if (!BinaryInstalled("ganesha.nfsd")) s->nfs_missing = "ganesha.nfsd is not installed";
+    const char* r = std::getenv("TQKV_TEST_REDIS_URI");
+    const char* ru = std::getenv("TQKV_TEST_REDIS_UNIX_URI");
+    const char* n = std::getenv("TQKV_TEST_NFS_URI");
+    const bool need_redis = s->redis_missing.empty() && r == nullptr;
+    const bool need_nfs = s->nfs_missing.empty() && n == nullptr;
+    if (r != nullptr) s->redis = r;
+    if (ru != nullptr) s->redis_unix = ru;
+    if (n != nullptr) s->nfs = n;
+    if (need_redis || need_nfs) {
+      const std::string cmd = std::string("bash ") + TQKV_SOURCE_DIR + "/scripts/start-test-servers.sh";
+      FILE* p = ::popen(cmd.c_str(), "r");
+      char line[4096];
+      while (p != nullptr && std::fgets(line, sizeof(line), p) != nullptr) {
+        std::string l(line);
+        while (!l.empty() && (l.back() == '\n' || l.back() == '\r')) l.pop_back();
+        auto take = [&](const char* var, std::string* out) {
+          const std::string head = std::string(var) + "=";
+          if (l.rfind(head, 0) == 0 && out->empty()) *out = l.substr(head.size());
+        };
+        take("TQKV_TEST_REDIS_URI", &s->redis);
+        take("TQKV_TEST_REDIS_UNIX_URI", &s->redis_unix);
+        take("TQKV_TEST_NFS_URI", &s->nfs);
+      }
+      const int rc = p != nullptr ? ::pclose(p) : -1;
+      if (rc != 0) s->start_error = cmd + " failed (status " + std::to_string(rc) + ")";
+    }
+    return s;
+  }();
+  return *servers;
+}
+
+// A name no other test process uses: for redis key prefixes and NFS directories.
+inline std::string UniqueName(const char* tag) {
+  static std::atomic<int> counter{0};
+  return std::string(tag) + "-" + std::to_string(::getpid()) + "-" +
+         std::to_string(counter.fetch_add(1)) + "-" + std::to_string(std::rand() % 100000);
+}
+
+// "nfs://h/export?opts" + "/sub" -> "nfs://h/export/sub?opts"; extra options appended.
+inline std::string WithSubdir(const std::string& uri, const std::string& sub,
+                              const std::string& extra_opts = "") {
+  const size_t q = uri.find('?');
+  std::string base = uri.substr(0, q), query = q == std::string::npos ? "" : uri.substr(q + 1);
+  if (!extra_opts.empty()) query += (query.empty() ? "" : "&") + extra_opts;
+  return base + "/" + sub + (query.empty() ? "" : "?" + query);
+}
+
+}  // namespace tqkv::testing_util
+
+#endif  // TQKV_TESTS_STORE_SHARED_STORE_SERVERS_H_
