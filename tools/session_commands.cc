@@ -9,6 +9,7 @@
 #include "tools/codec_label.h"
 #include "tools/commands.h"
 #include "tools/file_object.h"
+#include "tools/gpu_command.h"
 #include "tqkv/checkpoint.h"
 #include "tqkv/container.h"
 #include "tqkv/safetensors.h"
@@ -151,14 +152,17 @@ void RegisterCheckpoint(CLI::App& app) {
 void RegisterRestore(CLI::App& app) {
   auto* cmd = app.add_subcommand("restore", "Restore a session into host memory; prints time and bandwidth");
   struct Opts {
-    std::string store, session, io, out, dtype = "f16", json_path;
+    std::string store, session, io, out, dtype = "f16", json_path, target = "host";
     size_t threads = 0;
     bool drop_cache = false, json = false;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("--store", o->store, "Store URI")->required();
   cmd->add_option("--session", o->session, "Session id")->required();
-  cmd->add_option("--io", o->io, "buffered | direct | uring (overrides the URI's io option)");
+  cmd->add_option("--io", o->io, "buffered | direct | uring (overrides the URI's io option); "
+                  "--target gpu: gds | direct | uring | buffered (default: the probed ladder)");
+  cmd->add_option("--target", o->target, "host | gpu (GPU memory, decoded on the GPU)")
+      ->capture_default_str();
   cmd->add_option("--dtype", o->dtype, "Restored element type (f16, bf16, f32)")->capture_default_str();
   cmd->add_option("--out", o->out, "Also write the restored cache as safetensors");
   cmd->add_option("--threads", o->threads, "Decode threads (0: all cores)");
@@ -166,6 +170,8 @@ void RegisterRestore(CLI::App& app) {
   cmd->add_flag("--json", o->json, "Print figures as JSON");
   cmd->callback([o] {
     Status s = [&]() -> Status {
+      if (o->target == "gpu") return RestoreToGpuCommand(o->store, o->session, o->io, o->dtype, o->json);
+      if (o->target != "host") return Status::InvalidArgument("--target must be host or gpu");
       auto dtype = ParseDType(o->dtype);
       if (!dtype) return Status::InvalidArgument("unknown dtype " + o->dtype);
       TQKV_ASSIGN_OR_RETURN(auto store, OpenStore(WithIo(o->store, o->io)));
@@ -343,6 +349,7 @@ void RegisterSessionCommands(CLI::App& app) {
   RegisterDecompress(app);
   RegisterInspect(app);
   RegisterVerify(app);
+  RegisterGpuCommands(app);  // tools/gpu_command.cc
 }
 
 }  // namespace tqkv::tools

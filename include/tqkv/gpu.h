@@ -1,0 +1,151 @@
+// Restore a checkpointed session straight into GPU memory (built only with TQKV_ENABLE_CUDA; the
+// library then defines TQKV_HAVE_CUDA). docs/gpu.md has the design.
+//
+// I/O ladder, probed at start and reported in every result (peers.md §12.6):
+//   gds       cuFile reads into registered device buffers (libcufile dlopen'ed at run time)
+//   direct    O_DIRECT / io_uring reads into pinned host slots + cudaMemcpyAsync
+//   buffered  page-cache reads into pinned host slots + cudaMemcpyAsync
+// Chunks are decoded on the GPU (bit-identical to the CPU codec) into the canonical layout
+// [tokens][kv_heads][head_dim] per (layer, K/V), or into a vLLM-style paged layout. Each layer gets
+// a CUDA event recorded when its K and V are decoded, so an engine can start on layer 0 early.
+//
+// Without a CUDA device (or driver) nothing crashes: the probe says "no CUDA device: ..." and
+// RestoreToGpu returns DeviceError with that reason.
+#ifndef TQKV_INCLUDE_TQKV_GPU_H_
+#define TQKV_INCLUDE_TQKV_GPU_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tqkv/kv_cache.h"
+#include "tqkv/status.h"
+#include "tqkv/store.h"
+#include "tqkv/types.h"
+
+namespace tqkv {
+
+enum class GpuIoPath : uint8_t { kGds = 0, kDirect = 1, kBuffered = 2 };
+std::string_view GpuIoPathName(GpuIoPath path);                // "gds" | "direct" | "buffered"
+Result<GpuIoPath> ParseGpuIoPath(std::string_view name);
+
+// Number of CUDA devices; DeviceError with the runtime's message when there is no driver/device.
+Result<int> CudaDeviceCount();
+
+struct GpuRung {
+  GpuIoPath path = GpuIoPath::kBuffered;
+  bool usable = false;
+  std::string reason;  // why not usable (empty when usable)
+};
+
+struct GpuProbe {
+  int device_count = 0;
+  std::string device;           // name and compute capability of device 0, or empty
+  std::string device_error;     // "no CUDA device: ..." when device_count == 0
+  bool cufile_loaded = false;   // dlopen + every symbol found
+  std::string cufile_library;   // the library that loaded
+  std::string cufile_error;
+  bool cufile_driver_ok = false;  // cuFileDriverOpen succeeded
+  std::string cufile_driver_error;
+  bool o_direct_ok = false;     // an aligned O_DIRECT write+read worked in the probed directory
+  std::string o_direct_error;
+  std::vector<GpuRung> rungs;   // gds, direct, buffered
+  std::optional<GpuIoPath> chosen;  // the first usable rung; none without a device
+  std::string ToJson() const;
+};
+
+struct GpuProbeOptions {
+  std::string dir;  // directory to test O_DIRECT in (the store's); empty: O_DIRECT not tested
+  // Libraries tried in order for cuFile; empty: {"libcufile.so.0", "libcufile.so"}.
+  std::vector<std::string> cufile_libraries;
+};
+
+// Never fails: each rung says why it is not usable.
+GpuProbe ProbeGpuLadder(const GpuProbeOptions& options);
+
+struct GpuRestoreOptions {
+  DType dtype = DType::kF16;         // output element type: f16, bf16 or f32
+  std::optional<GpuIoPath> io;       // forced rung (refused with the probe's reason if unusable)
+  int device = 0;
+  uint64_t inflight_bytes = 64 << 20;  // pinned / device staging budget
+  // Paged output when block_size > 0: token t of every layer goes to block block_ids[t/block_size]
+  // ([num_blocks][block_size][kv_heads][head_dim], num_blocks = max id + 1); block_ids must cover
+  // ceil(tokens / block_size) blocks.
+  uint32_t block_size = 0;
+  std::vector<int32_t> block_ids;
+  std::vector<std::string> cufile_libraries;  // as GpuProbeOptions
+  // Called on the restoring thread as soon as layer `layer`'s decode is enqueued, with its
+  // cudaEvent_t: an engine running RestoreToGpu on a side thread can cudaStreamWaitEvent on it and
+  // start layer 0 while later layers are still being read.
+  std::function<void(uint32_t layer, void* event)> on_layer;
+};
+
+struct GpuRestoreStats {
+  GpuIoPath path = GpuIoPath::kBuffered;
+  std::string host_io;              // the store's real host I/O mode (pinned rungs)
+  std::vector<std::string> skipped; // "gds: <reason>", ... for rungs above the chosen one
+  uint64_t bytes_read = 0;
+  uint64_t fp16_bytes = 0;
+  uint64_t tokens = 0;
+  std::string model;
+  ModelGeometry geometry;
+  double seconds = 0;               // wall: open to every layer decoded (device synchronised)
+  double read_busy_seconds = 0;     // reader thread inside store reads / cuFileRead
+  double copy_seconds = 0;          // GPU time of the H2D copies (event timing)
+  double decode_seconds = 0;        // GPU time of the decode kernels (event timing)
+  double first_layer_seconds = 0;   // wall from open until layer 0's event completed
+  std::string ToJson() const;
+};
+
+// Device tensors of a restored session; owns the device memory and the events.
+class GpuSession {
+ public:
+  virtual ~GpuSession() = default;
+  virtual const ModelGeometry& geometry() const = 0;
+  virtual uint64_t tokens() const = 0;
+  virtual DType dtype() const = 0;
+  // Device pointer of layer `layer`'s K (kv 0) or V (kv 1).
+  virtual void* tensor(uint32_t layer, int kv) const = 0;
+  // cudaEvent_t recorded when the layer is ready (as void* to keep CUDA out of this header).
+  virtual void* layer_event(uint32_t layer) const = 0;
+  virtual Status WaitLayer(uint32_t layer) const = 0;
+  virtual const GpuRestoreStats& stats() const = 0;
+};
+
+// Restores `key` from `store` into device memory. Returns once every layer is ready (the
+// per-layer events and first_layer_seconds show when each became ready).
+// DeviceError without a device or on a CUDA failure; Unsupported for codecs the kernels do not
+// handle (qjl) or a forced rung that is not usable; errors of the store/container as they are.
+Result<std::unique_ptr<GpuSession>> RestoreToGpu(Store& store, std::string_view key,
+                                                 const GpuRestoreOptions& options);
+
+// GPU codec benchmark (bench of docs/gpu.md): random vectors of `heads` x `head_dim`, `tokens`
+// tokens, encoded on the GPU, checked against the CPU codec on a sample (codes and decoded f16
+// bytes), then decode timed into f16 against a device-to-device cudaMemcpy of the same output bytes
+// in the same run. DeviceError without a device.
+struct GpuCodecBench {
+  std::string codec;
+  uint64_t vectors = 0;
+  uint64_t output_bytes = 0;         // f16 bytes written by one decode
+  uint64_t code_bytes = 0;           // bytes read by one decode
+  double decode_seconds = 0;         // median of the timed launches
+  double encode_seconds = 0;
+  double copy_seconds = 0;           // median D2D cudaMemcpy of output_bytes
+  double decode_gbps = 0;            // output_bytes / decode_seconds
+  double copy_gbps = 0;              // output_bytes / copy_seconds
+  double decode_vs_copy = 0;         // decode_gbps / copy_gbps
+  uint64_t sample_vectors = 0;       // vectors compared with the CPU codec
+  uint64_t code_mismatches = 0;      // codes (vectors) differing from the CPU codec
+  uint64_t decode_mismatches = 0;    // decoded f16 values differing from the CPU codec
+  std::string ToJson() const;
+};
+Result<GpuCodecBench> BenchGpuCodec(std::string_view codec_spec, uint32_t heads, uint32_t head_dim,
+                                    uint64_t tokens, int iterations = 10);
+
+}  // namespace tqkv
+
+#endif  // TQKV_INCLUDE_TQKV_GPU_H_
