@@ -47,7 +47,7 @@ class ChunkWriterThread {
  public:
   ChunkWriterThread(ContainerWriter* writer, size_t depth)
       : writer_(writer), depth_(depth), thread_([this] { Loop(); }) {}
-  ~ChunkWriterThread() { Close(); }
+  ~ChunkWriterThread() { (void)Close(); }
 
   // Takes a buffer to fill (blocks while `depth` chunks are queued).
   AlignedBuffer TakeBuffer() {

@@ -127,6 +127,7 @@ class ChunkReader {
       for (size_t i = 0; i < batch.size() && st.ok(); ++i) {
         const ChunkEntry& e = chunks[next + i];
         st = reader_->VerifyChunk(e, {slots_[batch[i]].buf.data(), static_cast<size_t>(e.size)});
+        if (st.ok()) st = CheckPadding(e, reqs[i].dst);
       }
       busy_ += Since(t);
       std::lock_guard<std::mutex> lock(mu_);
@@ -139,6 +140,17 @@ class ChunkReader {
       next += batch.size();
       cv_.notify_all();
     }
+  }
+
+  // The zero padding after a chunk is part of the file too: a flipped byte there is damage.
+  Status CheckPadding(const ChunkEntry& e, std::span<const uint8_t> extent) const {
+    for (size_t i = e.size; i < extent.size(); ++i) {
+      if (extent[i] != 0) {
+        return Status::Corruption("chunk padding at offset " + std::to_string(e.offset + i) +
+                                  ": expected 0, got " + std::to_string(extent[i]));
+      }
+    }
+    return Status::Ok();
   }
 
   ReadableObject* object_;
