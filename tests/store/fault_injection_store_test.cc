@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "store/shared_store_servers.h"
 #include "store/store_test_util.h"
 #include "tqkv/store.h"
 #include "tqkv/store_testing.h"
@@ -24,6 +25,7 @@ using testing_util::WriteObject;
 struct BaseParam {
   std::string name;
   std::string query;  // empty: memory
+  enum Kind { kLocal, kRedis, kNfs } kind = kLocal;
 };
 
 std::ostream& operator<<(std::ostream& os, const BaseParam& p) { return os << p.name; }
@@ -32,14 +34,34 @@ class FaultInjectionTest : public ::testing::TestWithParam<BaseParam> {
  protected:
   void SetUp() override {
     ASSERT_TRUE(dir_.ok());
-    Result<std::unique_ptr<Store>> base =
-        GetParam().query.empty() ? OpenStore("memory://")
-                                 : OpenStore("file://" + dir_.path() + GetParam().query);
+    const auto& servers = testing_util::TestServers();
+    Result<std::unique_ptr<Store>> base = Status::Internal("no base");
+    if (GetParam().kind == BaseParam::kRedis) {
+      if (servers.redis.empty() && !servers.redis_missing.empty()) GTEST_SKIP() << servers.redis_missing;
+      ASSERT_FALSE(servers.redis.empty()) << "redis did not start: " << servers.start_error;
+      base = OpenStore(servers.redis + "/" + testing_util::UniqueName("fi") + GetParam().query);
+    } else if (GetParam().kind == BaseParam::kNfs) {
+      if (servers.nfs.empty() && !servers.nfs_missing.empty()) GTEST_SKIP() << servers.nfs_missing;
+      ASSERT_FALSE(servers.nfs.empty()) << "nfs did not start: " << servers.start_error;
+      base = OpenStore(testing_util::WithSubdir(servers.nfs, testing_util::UniqueName("fi")));
+    } else {
+      base = GetParam().query.empty() ? OpenStore("memory://")
+                                      : OpenStore("file://" + dir_.path() + GetParam().query);
+    }
     ASSERT_TRUE(base.ok()) << base.status().ToString();
     fault_ = std::make_unique<FaultInjectionStore>(std::move(base).value());
   }
 
-  bool OnDisk() const { return !GetParam().query.empty(); }
+  void TearDown() override {
+    if (fault_ == nullptr || GetParam().kind == BaseParam::kLocal) return;
+    auto l = fault_->List();
+    if (l.ok()) {
+      for (const auto& info : *l) (void)fault_->Remove(info.key);
+    }
+    (void)fault_->RemoveStaleTemps(std::chrono::seconds(0));
+  }
+
+  bool OnDisk() const { return GetParam().kind == BaseParam::kLocal && !GetParam().query.empty(); }
 
   size_t TempFiles() const {
     const auto files = dir_.Files();
@@ -141,7 +163,11 @@ TEST_P(FaultInjectionTest, CrashBeforePublishLeavesNothingReadable) {
   EXPECT_EQ(*kept, 0u);
   auto removed = fault_->RemoveStaleTemps(std::chrono::seconds(0));
   ASSERT_TRUE(removed.ok()) << removed.status().ToString();
-  EXPECT_EQ(*removed, OnDisk() ? 1u : 0u);
+  if (GetParam().kind == BaseParam::kRedis) {
+    EXPECT_GE(*removed, 1u) << "the crashed writer's temp chunks";
+  } else {
+    EXPECT_EQ(*removed, OnDisk() || GetParam().kind == BaseParam::kNfs ? 1u : 0u);
+  }
   if (OnDisk()) {
     EXPECT_EQ(TempFiles(), 0u);
   }
@@ -246,6 +272,8 @@ const BaseParam kBases[] = {
     {"posix_direct", "?io=direct"},
     {"posix_uring", "?io=uring"},
     {"memory", ""},
+    {"redis", "?chunk=64k", BaseParam::kRedis},
+    {"nfs", "", BaseParam::kNfs},
 };
 
 INSTANTIATE_TEST_SUITE_P(Bases, FaultInjectionTest, ::testing::ValuesIn(kBases),

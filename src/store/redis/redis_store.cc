@@ -372,6 +372,15 @@ class RedisWritable final : public WritableObject, public store_internal::Crasha
                           "PX", ttl});
     ++sent_;
     ++pending_;
+    // Send now (hiredis would wait for the next read): the server stores chunk i while chunk
+    // i+1 is staged, and what was sent is on the server even if this process dies next.
+    int done = 0;
+    while (!done) {
+      if (redisBufferWrite(lease_.get(), &done) != REDIS_OK) {
+        lease_.MarkDirty();
+        return ConnError(*pool_, lease_.get(), "SET chunk of " + key_);
+      }
+    }
     if (pending_ >= pool_->cfg().depth) {
       auto r = GetReply(*pool_, lease_.get(), "SET chunk of " + key_);
       --pending_;
