@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "codec/kernels/kernels.h"
 #include "codec/prng.h"
 
 namespace tqkv {
@@ -75,7 +76,7 @@ inline float FastNormal(uint64_t r) {
 }
 
 void Store(const float* v, uint32_t d, DType dtype, void* out) {
-  for (uint32_t c = 0; c < d; ++c) StoreFromFloat(out, dtype, c, v[c]);
+  kernels::ActiveKernels().from_f32(v, d, dtype, out);  // same bits as StoreFromFloat, F16C-fast
 }
 
 Status CheckArgs(const ModelGeometry& g, uint32_t layer, int kv, uint32_t head, uint64_t t0,
