@@ -40,9 +40,14 @@ bool IsTempName(std::string_view name) {
 
 std::string RandomHex() {
   static std::mutex mu;
-  static std::mt19937_64 rng(std::random_device{}() ^ static_cast<uint64_t>(::getpid()) << 32 ^
-                             static_cast<uint64_t>(store_internal::NowUnixNs()));
+  static std::mt19937_64 rng;
+  static pid_t seeded_for = 0;
   std::lock_guard<std::mutex> lock(mu);
+  if (seeded_for != ::getpid()) {  // reseed in forked children
+    seeded_for = ::getpid();
+    rng.seed(std::random_device{}() ^ static_cast<uint64_t>(seeded_for) << 32 ^
+             static_cast<uint64_t>(store_internal::NowUnixNs()));
+  }
   char buf[17];
   std::snprintf(buf, sizeof(buf), "%016" PRIx64, rng());
   return buf;
@@ -401,7 +406,14 @@ class NfsStore final : public Store {
     const std::string final_path = FinalPath(key);
     const std::string pin = TempPath(final_path, "r");
     std::lock_guard<std::mutex> lock(conn_->mu);
-    int rc = nfs_link(conn_->ctx, final_path.c_str(), pin.c_str());
+    // LINK names the file by the handle libnfs just looked up; a concurrent publish (rename over
+    // it) can make that handle stale in between: look it up again.
+    int rc = -ESTALE;
+    // A lookup racing a rename on the server can also miss the name for a moment (ENOENT).
+    for (int attempt = 0; attempt < 50 && (rc == -ESTALE || (rc == -ENOENT && attempt < 4));
+         ++attempt) {
+      rc = nfs_link(conn_->ctx, final_path.c_str(), pin.c_str());
+    }
     if (rc == -ENOENT || rc == -ENOTDIR) {
       return Status::NotFound("nfs: no object " + std::string(key) + " in " + Uri());
     }

@@ -195,9 +195,14 @@ Result<Manifest> ParseManifest(std::string_view text, std::string_view key) {
 
 std::string RandomWriterId() {
   static std::mutex mu;
-  static std::mt19937_64 rng(std::random_device{}() ^ static_cast<uint64_t>(::getpid()) << 32 ^
-                             static_cast<uint64_t>(store_internal::NowUnixNs()));
+  static std::mt19937_64 rng;
+  static pid_t seeded_for = 0;
   std::lock_guard<std::mutex> lock(mu);
+  if (seeded_for != ::getpid()) {  // reseed in forked children
+    seeded_for = ::getpid();
+    rng.seed(std::random_device{}() ^ static_cast<uint64_t>(seeded_for) << 32 ^
+             static_cast<uint64_t>(store_internal::NowUnixNs()));
+  }
   return Hex64(rng()) + "." + std::to_string(::getpid());
 }
 
