@@ -105,7 +105,6 @@ Result<uint64_t> ReadOnly(Store& store, const std::string& key) {
   TQKV_ASSIGN_OR_RETURN(auto object, store.Open(key));
   (void)object->DropCache();
   TQKV_ASSIGN_OR_RETURN(auto reader, ContainerReader::Open(object.get(), key));
-  const uint64_t file = reader->file_bytes();
   // Same access pattern as a restore: chunk extents, in order, in batches of about 32 MiB.
   AlignedBuffer buf(64u << 20);
   uint64_t total = 0;
@@ -116,7 +115,7 @@ Result<uint64_t> ReadOnly(Store& store, const std::string& key) {
     uint64_t used = 0;
     while (i < chunks.size()) {
       const ChunkEntry& e = chunks[i];
-      const uint64_t len = std::min<uint64_t>(AlignUp(e.size, kContainerAlignment), file - e.offset);
+      const uint64_t len = ChunkExtent(chunks, i);
       if (!reqs.empty() && used + len > buf.size()) break;
       if (len > buf.size()) buf.Reserve(len);
       reqs.push_back({e.offset, {buf.data() + used, static_cast<size_t>(len)}});

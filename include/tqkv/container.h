@@ -95,6 +95,13 @@ class ContainerReader {
   virtual Status ReadChunk(const ChunkEntry& entry, std::span<uint8_t> dst) = 0;
 };
 
+// Bytes from chunk i's payload start to the next chunk: the payload and its zero padding (so
+// O_DIRECT reads of whole 4 KiB blocks land straight in a buffer). The last chunk has no padding:
+// the index follows its payload directly.
+inline uint64_t ChunkExtent(const std::vector<ChunkEntry>& chunks, size_t i) {
+  return i + 1 < chunks.size() ? chunks[i + 1].offset - chunks[i].offset : chunks[i].size;
+}
+
 // Expected payload bytes of a chunk, derived from header and codecs (for validation by callers).
 Result<uint64_t> ExpectedChunkBytes(const ContainerHeader& header, const ChunkEntry& entry);
 

@@ -99,7 +99,6 @@ class ChunkReader {
  private:
   void Loop() {
     const auto& chunks = reader_->chunks();
-    const uint64_t file = reader_->file_bytes();
     size_t next = 0;
     while (next < chunks.size()) {
       // Take every free slot (at least one) and read that many chunks in one batch.
@@ -116,8 +115,7 @@ class ChunkReader {
       std::vector<ReadRequest> reqs;
       for (size_t i = 0; i < batch.size(); ++i) {
         const ChunkEntry& e = chunks[next + i];
-        // Read the 4 KiB-padded extent so O_DIRECT goes straight into the slot.
-        const uint64_t len = std::min<uint64_t>(AlignUp(e.size, kContainerAlignment), file - e.offset);
+        const uint64_t len = ChunkExtent(chunks, next + i);
         Slot& s = slots_[batch[i]];
         s.entry = &e;
         reqs.push_back(ReadRequest{e.offset, {s.buf.data(), static_cast<size_t>(len)}});
@@ -202,7 +200,7 @@ Status RunRestore(Store& store, std::string_view key, const RestoreOptions& opti
 
   const auto& chunks = reader->chunks();
   uint64_t max_chunk = kContainerAlignment;
-  for (const auto& e : chunks) max_chunk = std::max(max_chunk, AlignUp(e.size, kContainerAlignment));
+  for (size_t i = 0; i < chunks.size(); ++i) max_chunk = std::max(max_chunk, ChunkExtent(chunks, i));
   const size_t slots = std::clamp<size_t>(options.inflight_bytes / max_chunk, 2, 64);
   ChunkReader chunk_reader(object.get(), reader.get(), slots, max_chunk);
 

@@ -1,0 +1,50 @@
+// Seed figures that take a full-size session to check (label `slow`: skipped under sanitizers).
+#include <gtest/gtest.h>
+
+#include "tools/cli_util.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "tqkv/checkpoint.h"
+#include "tqkv/store_testing.h"
+#include "tqkv/synthetic_source.h"
+#include "tqkv/thread_pool.h"
+#include <string>
+
+
+namespace {
+
+using tqkv::testing_util::CmdResult;
+using tqkv::testing_util::Json;
+using tqkv::testing_util::Tqkv;
+
+TEST(SeedFigures, CapacityReproducesTheSeedFigures) {
+  CmdResult r = Tqkv("capacity --model qwen2.5-7b --tokens 10000 --codec tq3 --capacity 10TB "
+               "--per-gpu 16TB --gpus 1000 --json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  auto j = Json(r.out);
+  EXPECT_EQ(j["fp16_session_bytes"], 573440000);
+  EXPECT_NEAR(j["codec_session_bytes"].get<double>(), 117e6, 0.01 * 117e6);
+  EXPECT_NEAR(j["sessions_fp16"].get<double>(), 17430, 0.01 * 17430);
+  EXPECT_NEAR(j["sessions_codec"].get<double>(), 85800, 0.01 * 85800);
+  EXPECT_NEAR(j["per_gpu_bytes_codec"].get<double>(), 3.3e12, 0.02 * 3.3e12);  // seed rounds to 2 digits
+  EXPECT_NEAR(j["cluster_bytes_codec"].get<double>(), 3.3e15, 0.02 * 3.3e15);
+}
+
+TEST(SeedFigures, TenThousandTokenQwenSessionIsUnder117MB) {
+  tqkv::MemoryStore store;
+  auto preset = tqkv::FindModelPreset("qwen2.5-7b").value();
+  auto source = tqkv::MakeSyntheticSource("qwen2.5-7b", preset.geometry, tqkv::DType::kF16, 10000, 1);
+  tqkv::CheckpointOptions opts;
+  opts.codec = tqkv::ParseCodecSpec("tq3").value();
+  tqkv::ThreadPool pool;
+  opts.pool = &pool;
+  auto st = tqkv::Checkpoint(*source, opts, store, "s");
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_EQ(st->fp16_bytes, 573440000u);
+  EXPECT_LE(st->bytes_written, 117000000u);
+  EXPECT_EQ(store.Open("s").value()->Size(), st->bytes_written);
+}
+
+}  // namespace
