@@ -241,7 +241,9 @@ Status RunChild(const std::vector<std::string>& args) {
   if (pid < 0) return Status::FromErrno("fork", "migrate-worker", errno);
   if (pid == 0) {
     ::execv(argv[0], argv.data());
-    std::fprintf(stderr, "tqkv migrate: exec %s: %s\n", argv[0], std::strerror(errno));
+    // Only async-signal-safe calls between fork and exec (the parent has pool threads).
+    static const char kMsg[] = "tqkv migrate: cannot exec the migrate-worker\n";
+    (void)!::write(2, kMsg, sizeof kMsg - 1);
     ::_exit(127);
   }
   int st = 0;

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "model/model_test_util.h"
+#include "model/stories_converter.h"
 #include "store/store_test_util.h"
 
 namespace {
@@ -188,6 +189,42 @@ TEST(Migrate, Errors) {
   c = Tqkv("--help");
   EXPECT_NE(c.out.find("migrate"), std::string::npos) << c.out;
   EXPECT_EQ(c.out.find("migrate-worker"), std::string::npos) << c.out;
+}
+
+// stories260K written as GGUF (f32 and q8_0 weights, tokenizer in the metadata): the fp16 path is
+// exact through GGUF models too. The bf16 rows are a measurement (printed, not asserted beyond
+// sanity): q8_0 weights make the engine quantize activations to q8 blocks, f32 weights do not;
+// docs/accuracy.md compares how the two respond to the same tiny cache perturbation.
+TEST(Migrate, StoriesGgufF32AndQ8Fp16Exact) {
+  REQUIRE_STORIES();
+  REQUIRE_PROMPT();
+  tqkv::testing_util::ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  auto m = tqkv::model::Model::Load(StoriesBin());
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  for (auto type : {tqkv::model::GgmlType::kF32, tqkv::model::GgmlType::kQ8_0}) {
+    tqkv::model::testing::ConvertOptions co;
+    co.type = type;
+    const std::string gguf = dir.path() + "/stories.gguf";
+    tqkv::model::testing::WriteFile(gguf, tqkv::model::testing::StoriesAsGguf(**m, co));
+    const std::string json_path = dir.path() + "/m.json";
+    CmdResult c = Tqkv("migrate --model " + gguf + " --prompt-file " + kPrompt +
+                       " --tokens 200 --steps 50 --codec fp16 --codec bf16 --threads 2 --store " +
+                       dir.path() + "/store --json " + json_path);
+    ASSERT_EQ(c.status, 0) << c.out;
+    const auto j = ReadJson(json_path);
+    ASSERT_FALSE(j.is_discarded());
+    ASSERT_EQ(j["results"].size(), 2u);
+    ExpectExact(j["results"][0], 50);
+    const auto& bf16 = j["results"][1];
+    EXPECT_GT(bf16["kl_mean"].get<double>(), 0.0);
+    EXPECT_GT(bf16["k_cosine_mean"].get<double>(), 0.9999);
+    std::printf("stories260K GGUF %s weights, bf16 cache: top1 %d/50, kl_mean %.3e, kl_max %.3e, "
+                "max_logit_diff %.4f\n",
+                type == tqkv::model::GgmlType::kF32 ? "f32" : "q8_0", bf16["top1"].get<int>(),
+                bf16["kl_mean"].get<double>(), bf16["kl_max"].get<double>(),
+                bf16["max_logit_diff"].get<double>());
+  }
 }
 
 // A short SmolLM2 migration: fp16 exact; tq4 close; a per-layer override row keeps its layer
