@@ -2,11 +2,24 @@
 // One warp per vector (token, head); the warp decodes each subset in registers, parks the floats in
 // a per-warp shared buffer in subset order, then writes channel c (coalesced) from slot
 // ChannelSlot(mask, c). Arithmetic as kernels.h's Decode, so the floats equal the CPU codec's.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include "cuda/kernels.h"
 #include "cuda/warp.cuh"
 
 namespace tqkv::cuda {
 namespace {
+
+// f32 -> f16/bf16 bits exactly as layout.h's ports (= tqkv/types.h): the hardware conversion is
+// IEEE round-to-nearest-even with overflow to inf and exact subnormals, which is what the ports
+// compute for every non-NaN value; NaN takes the port (the hardware returns a canonical NaN,
+// the CPU keeps the payload).
+__device__ __forceinline__ uint32_t ToHalfBits(float v, uint32_t dtype) {
+  if (isnan(v)) return dtype == kGpuF16 ? FloatToHalfBits(v) : FloatToBF16Bits(v);
+  return dtype == kGpuF16 ? __half_as_ushort(__float2half_rn(v))
+                          : __bfloat16_as_ushort(__float2bfloat16_rn(v));
+}
 
 template <int E>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
@@ -25,7 +38,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     const uint8_t* code = codes + v * p.code_bytes;
     uint32_t base = 0;
     for (uint32_t s = 0; s < p.num_subsets; ++s) {
-      const GpuSubset& g = p.subsets[s];
+      const GpuSubset g = s == 0 ? p.subsets[0] : p.subsets[1];  // no dynamic param indexing
       const uint32_t m = g.dim, pb = (m + 7) / 8;
       const float a = __fmul_rn(LoadNormBytes(code + g.norm_offset, p.norm_dtype), g.dec_scale);
       float x[E];
@@ -63,9 +76,19 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     __syncwarp();
     const uint8_t* mask = p.num_subsets == 2 ? masks + static_cast<size_t>(head) * p.meta_bytes
                                              : nullptr;
-    for (uint32_t c = lane; c < p.head_dim; c += 32) {
-      const float val = buf[ChannelSlot(mask, c, k_out)];
-      StoreElement(dst.base, dst.dtype, DstElementOffset(dst, token_begin + tok, head, c), val);
+    const uint64_t row = DstElementOffset(dst, token_begin + tok, head, 0);
+    if (dst.dtype != kGpuF32 && (p.head_dim & 1u) == 0) {
+      // Two channels per lane, one 4-byte store: 128 coalesced bytes per warp instruction.
+      uint32_t* out = reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(dst.base) + row);
+      for (uint32_t c2 = lane; c2 < p.head_dim / 2; c2 += 32) {
+        const uint32_t lo = ToHalfBits(buf[ChannelSlot(mask, 2 * c2, k_out)], dst.dtype);
+        const uint32_t hi = ToHalfBits(buf[ChannelSlot(mask, 2 * c2 + 1, k_out)], dst.dtype);
+        out[c2] = lo | hi << 16;
+      }
+    } else {
+      for (uint32_t c = lane; c < p.head_dim; c += 32) {
+        StoreElement(dst.base, dst.dtype, row + c, buf[ChannelSlot(mask, c, k_out)]);
+      }
     }
     __syncwarp();
   }

@@ -29,11 +29,11 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     }
     __syncwarp();
     uint8_t* code = codes + v * p.code_bytes;
-    float stored[2] = {0.0f, 0.0f};
+    float stored0 = 0.0f, stored1 = 0.0f;
     bool any_nan = false;
     uint32_t base = 0;
     for (uint32_t s = 0; s < p.num_subsets; ++s) {
-      const GpuSubset& g = p.subsets[s];
+      const GpuSubset g = s == 0 ? p.subsets[0] : p.subsets[1];  // no dynamic param indexing
       const uint32_t m = g.dim, pb = (m + 7) / 8;
       float xv[E];
 #pragma unroll
@@ -101,13 +101,14 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
           }
         }
       }
-      stored[s & 1] = st;
+      if (s == 0) stored0 = st; else stored1 = st;
       any_nan |= isnan(st);
     }
     if (lane == 0) {
-      for (uint32_t s = 0; s < p.num_subsets; ++s) {
-        StoreNormBytes(any_nan ? __uint_as_float(kNanNormF32) : stored[s & 1], p.norm_dtype,
-                       code + p.subsets[s].norm_offset);
+      const float nan = __uint_as_float(kNanNormF32);
+      StoreNormBytes(any_nan ? nan : stored0, p.norm_dtype, code + p.subsets[0].norm_offset);
+      if (p.num_subsets == 2) {
+        StoreNormBytes(any_nan ? nan : stored1, p.norm_dtype, code + p.subsets[1].norm_offset);
       }
     }
     __syncwarp();
