@@ -20,6 +20,7 @@ void RegisterCommands(CLI::App& app) {
   RegisterSessionCommands(app);
   RegisterCapacityCommand(app);
   RegisterMigrateCommand(app);
+  RegisterStoreCommands(app);
   RegisterBenchCommands(app);
 }
 

@@ -22,6 +22,7 @@ void RegisterBenchCommands(CLI::App& app);    // bench/
 void RegisterSessionCommands(CLI::App& app);  // tools/session_commands.cc
 void RegisterCapacityCommand(CLI::App& app);  // tools/capacity_command.cc
 void RegisterMigrateCommand(CLI::App& app);   // tools/migrate_command.cc
+void RegisterStoreCommands(CLI::App& app);    // tools/store_commands.cc: ls, rm, pin, gc
 
 }  // namespace tqkv::tools
 

@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <mutex>
@@ -21,6 +22,7 @@
 #include <string_view>
 #include <vector>
 
+#include "store/store_admin.h"
 #include "store/store_internal.h"
 
 namespace tqkv {
@@ -359,7 +361,7 @@ class NfsReadable final : public ReadableObject {
   std::atomic<uint64_t> bytes_read_{0};
 };
 
-class NfsStore final : public Store {
+class NfsStore final : public Store, public SessionAdmin {
  public:
   NfsStore(std::shared_ptr<Conn> conn, bool create_dir) : conn_(std::move(conn)) {}
 
@@ -427,6 +429,12 @@ class NfsStore final : public Store {
       nfs_unlink(conn_->ctx, pin.c_str());
       return conn_->Err("open", final_path, rc);
     }
+    // Last access time for LRU eviction (tqkv gc); the publish time stays the mtime.
+    timeval tv[2];
+    ::gettimeofday(&tv[0], nullptr);
+    tv[1].tv_sec = static_cast<time_t>(st.nfs_mtime);
+    tv[1].tv_usec = static_cast<suseconds_t>(st.nfs_mtime_nsec / 1000);
+    (void)nfs_utimes(conn_->ctx, pin.c_str(), tv);
     return std::unique_ptr<ReadableObject>(
         std::make_unique<NfsReadable>(conn_, std::string(key), pin, fh, st.nfs_size));
   }
@@ -440,6 +448,94 @@ class NfsStore final : public Store {
       return Status::NotFound("nfs: no object " + std::string(key) + " in " + Uri());
     }
     if (rc < 0) return conn_->Err("unlink", p, rc);
+    return Status::Ok();
+  }
+
+  std::string PinPath(std::string_view key) const {
+    const std::string f = FinalPath(key);
+    const size_t slash = f.rfind('/');
+    return f.substr(0, slash + 1) + "." + f.substr(slash + 1) + ".pin";
+  }
+
+  Result<std::vector<SessionMeta>> ListSessions() override {
+    std::vector<SessionMeta> out;
+    std::vector<std::string> pins;
+    std::lock_guard<std::mutex> lock(conn_->mu);
+    TQKV_RETURN_IF_ERROR(Walk("", [&](const std::string& rel, const nfsdirent* e) {
+      const std::string_view name(e->name);
+      if (IsTempName(name)) return;
+      if (StartsWith(name, ".") && EndsWith(name, ".tqkv.pin")) {
+        pins.push_back(rel + std::string(name.substr(1, name.size() - 1 - 9)));
+        return;
+      }
+      if (!EndsWith(name, kSuffix)) return;
+      SessionMeta m;
+      m.key = rel + std::string(name.substr(0, name.size() - kSuffix.size()));
+      m.size = e->size;
+      m.mtime_ns = static_cast<int64_t>(e->mtime.tv_sec) * 1'000'000'000 + e->mtime_nsec;
+      m.atime_ns = static_cast<int64_t>(e->atime.tv_sec) * 1'000'000'000 + e->atime_nsec;
+      out.push_back(std::move(m));
+    }));
+    std::sort(out.begin(), out.end(),
+              [](const SessionMeta& a, const SessionMeta& b) { return a.key < b.key; });
+    for (const std::string& key : pins) {
+      auto it = std::lower_bound(out.begin(), out.end(), key,
+                                 [](const SessionMeta& m, const std::string& k) { return m.key < k; });
+      if (it == out.end() || it->key != key) continue;
+      nfsfh* fh = nullptr;
+      const std::string p = PinPath(key);
+      if (nfs_open(conn_->ctx, p.c_str(), O_RDONLY, &fh) != 0) continue;
+      char buf[32] = {0};
+      const int n = nfs_pread(conn_->ctx, fh, 0, sizeof(buf) - 1, buf);
+      nfs_close(conn_->ctx, fh);
+      if (n > 0) it->pin_until_ns = std::atoll(buf);
+    }
+    return out;
+  }
+
+  Status SetPin(std::string_view key, int64_t until_ns) override {
+    TQKV_RETURN_IF_ERROR(ValidateKey(key));
+    const std::string pin = PinPath(key);
+    std::lock_guard<std::mutex> lock(conn_->mu);
+    if (until_ns == 0) {
+      const int rc = nfs_unlink(conn_->ctx, pin.c_str());
+      if (rc < 0 && rc != -ENOENT) return conn_->Err("unlink", pin, rc);
+      return Status::Ok();
+    }
+    nfs_stat_64 st{};
+    if (nfs_stat64(conn_->ctx, FinalPath(key).c_str(), &st) != 0) {
+      return Status::NotFound("nfs: no object " + std::string(key) + " in " + Uri());
+    }
+    const std::string tmp = TempPath(pin, "p");
+    nfsfh* fh = nullptr;
+    int rc = nfs_create(conn_->ctx, tmp.c_str(), O_WRONLY | O_EXCL, 0644, &fh);
+    if (rc < 0) return conn_->Err("create", tmp, rc);
+    const std::string text = std::to_string(until_ns) + "\n";
+    rc = nfs_pwrite(conn_->ctx, fh, 0, text.size(), text.data());
+    nfs_close(conn_->ctx, fh);
+    if (rc >= 0) rc = nfs_rename(conn_->ctx, tmp.c_str(), pin.c_str());
+    if (rc < 0) {
+      nfs_unlink(conn_->ctx, tmp.c_str());
+      return conn_->Err("write pin", pin, rc);
+    }
+    return Status::Ok();
+  }
+
+  Status RemoveIfUnchanged(std::string_view key, int64_t mtime_ns) override {
+    TQKV_RETURN_IF_ERROR(ValidateKey(key));
+    const std::string p = FinalPath(key);
+    std::lock_guard<std::mutex> lock(conn_->mu);
+    nfs_stat_64 st{};
+    if (nfs_stat64(conn_->ctx, p.c_str(), &st) != 0) {
+      return Status::NotFound("nfs: no object " + std::string(key));
+    }
+    if (static_cast<int64_t>(st.nfs_mtime) * 1'000'000'000 + static_cast<int64_t>(st.nfs_mtime_nsec) !=
+        mtime_ns) {
+      return Status::Busy("nfs: object " + std::string(key) + " was published again; kept");
+    }
+    const int rc = nfs_unlink(conn_->ctx, p.c_str());
+    if (rc < 0) return conn_->Err("unlink", p, rc);
+    nfs_unlink(conn_->ctx, PinPath(key).c_str());
     return Status::Ok();
   }
 

@@ -10,6 +10,7 @@
 #include <charconv>
 #include <cinttypes>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -19,6 +20,7 @@
 #include <string_view>
 #include <vector>
 
+#include "store/store_admin.h"
 #include "store/store_internal.h"
 
 namespace tqkv {
@@ -231,10 +233,11 @@ return 1
 )lua";
 
 // Remove: KEYS[1] manifest, ARGV[1] grace ms, ARGV[2] chunk key base, ARGV[3] key prefix for
-// the side records ("<prefix>:{K}:").
+// the side records ("<prefix>:{K}:"), ARGV[4] expected mtime or "" (else -1: published again).
 constexpr const char* kRemoveLua = R"lua(
 local old = redis.call('GET', KEYS[1])
 if not old then return 0 end
+if ARGV[4] ~= '' and string.match(old, '(%S+)$') ~= ARGV[4] then return -1 end
 local grace, base = tonumber(ARGV[1]), ARGV[2]
 local on, ow = string.match(old, '^tqkv1 %d+ %d+ (%d+) %x+ (%S+)')
 if ow then
@@ -541,7 +544,7 @@ class RedisReadable final : public ReadableObject {
   std::atomic<uint64_t> bytes_read_{0};
 };
 
-class RedisStore final : public Store {
+class RedisStore final : public Store, public SessionAdmin {
  public:
   explicit RedisStore(RedisConfig cfg) : pool_(std::make_shared<Pool>(std::move(cfg))) {}
 
@@ -576,7 +579,62 @@ class RedisStore final : public Store {
         std::make_unique<RedisReadable>(pool_, std::string(key), m));
   }
 
-  Status Remove(std::string_view key) override {
+  Status Remove(std::string_view key) override { return RemoveChecked(key, ""); }
+
+  Status RemoveIfUnchanged(std::string_view key, int64_t mtime_ns) override {
+    return RemoveChecked(key, std::to_string(mtime_ns));
+  }
+
+  Status SetPin(std::string_view key, int64_t until_ns) override {
+    TQKV_RETURN_IF_ERROR(ValidateKey(key));
+    const Keys k = KeysFor(pool_->cfg(), key);
+    TQKV_ASSIGN_OR_RETURN(redisContext * c, pool_->Get());
+    Lease lease(pool_, c);
+    if (until_ns == 0) return Command(*pool_, lease, {"DEL", k.base + "p"}, "unpin").status();
+    TQKV_ASSIGN_OR_RETURN(Reply e, Command(*pool_, lease, {"EXISTS", k.manifest}, "EXISTS"));
+    if (e->integer == 0) return Status::NotFound("redis: no object " + std::string(key) + " in " + Uri());
+    return Command(*pool_, lease, {"SET", k.base + "p", std::to_string(until_ns)}, "pin").status();
+  }
+
+  Result<std::vector<SessionMeta>> ListSessions() override {
+    const std::string head = pool_->cfg().prefix + ":{";
+    TQKV_ASSIGN_OR_RETURN(std::vector<std::string> manifests, Scan(head + "*}:m"));
+    std::vector<SessionMeta> out;
+    if (manifests.empty()) return out;
+    TQKV_ASSIGN_OR_RETURN(redisContext * c, pool_->Get());
+    Lease lease(pool_, c);
+    for (const auto& m : manifests) {
+      const std::string base = m.substr(0, m.size() - 1);
+      AppendCmd(c, {"MGET", m, base + "a", base + "p"});
+    }
+    for (const auto& m : manifests) {
+      auto r = GetReply(*pool_, c, "MGET");
+      if (!r.ok()) {
+        lease.MarkDirty();
+        return r.status();
+      }
+      const redisReply* rep = r->get();
+      if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 3 ||
+          rep->element[0]->type != REDIS_REPLY_STRING) {
+        continue;
+      }
+      const std::string key = m.substr(head.size(), m.size() - head.size() - 3);
+      auto parsed = ParseManifest(std::string_view(rep->element[0]->str, rep->element[0]->len), key);
+      if (!parsed.ok()) continue;
+      SessionMeta meta;
+      meta.key = key;
+      meta.size = parsed->size;
+      meta.mtime_ns = parsed->mtime_ns;
+      if (rep->element[1]->type == REDIS_REPLY_STRING) meta.atime_ns = std::atoll(rep->element[1]->str);
+      if (rep->element[2]->type == REDIS_REPLY_STRING) meta.pin_until_ns = std::atoll(rep->element[2]->str);
+      out.push_back(std::move(meta));
+    }
+    std::sort(out.begin(), out.end(),
+              [](const SessionMeta& a, const SessionMeta& b) { return a.key < b.key; });
+    return out;
+  }
+
+  Status RemoveChecked(std::string_view key, const std::string& expect_mtime) {
     TQKV_RETURN_IF_ERROR(ValidateKey(key));
     const Keys k = KeysFor(pool_->cfg(), key);
     TQKV_ASSIGN_OR_RETURN(redisContext * c, pool_->Get());
@@ -584,10 +642,13 @@ class RedisStore final : public Store {
     const std::string grace = std::to_string(pool_->cfg().grace_ms);
     TQKV_ASSIGN_OR_RETURN(Reply r, Command(*pool_, lease,
                                            {"EVAL", kRemoveLua, "1", k.manifest, grace, k.chunks,
-                                            k.base},
+                                            k.base, expect_mtime},
                                            "remove " + std::string(key)));
     if (r->type == REDIS_REPLY_INTEGER && r->integer == 0) {
       return Status::NotFound("redis: no object " + std::string(key) + " in " + Uri());
+    }
+    if (r->type == REDIS_REPLY_INTEGER && r->integer == -1) {
+      return Status::Busy("redis: object " + std::string(key) + " was published again; kept");
     }
     return Status::Ok();
   }
