@@ -3,7 +3,7 @@
 #   redis-server on 127.0.0.1:<private port> and a unix socket, no persistence;
 #   rpcbind (if not running) + ganesha.nfsd exporting a fresh scratch directory over NFSv3 (VFS FSAL).
 # Idempotent (flock): a second call prints the same URIs. Prints shell assignments:
-#   TQKV_TEST_REDIS_URI=redis://127.0.0.1:PORT
+#   TQKV_TEST_REDIS_URI='redis://127.0.0.1:PORT'  (single-quoted: the NFS URI has a &)
 #   TQKV_TEST_REDIS_UNIX_URI=redis+unix:///STATE/redis.sock
 #   TQKV_TEST_NFS_URI=nfs://127.0.0.1/STATE/export?nfsport=P&mountport=Q
 # (eval "$(scripts/start-test-servers.sh)"). A server whose binary is not installed is left out,
@@ -47,8 +47,8 @@ if command -v redis-server >/dev/null; then
     done
     redis-cli -s "$state/redis.sock" ping >/dev/null || { echo "redis did not start" >&2; exit 1; }
   fi
-  echo "TQKV_TEST_REDIS_URI=redis://127.0.0.1:$(cat "$state/redis.port")"
-  echo "TQKV_TEST_REDIS_UNIX_URI=redis+unix://$state/redis.sock"
+  echo "TQKV_TEST_REDIS_URI='redis://127.0.0.1:$(cat "$state/redis.port")'"
+  echo "TQKV_TEST_REDIS_UNIX_URI='redis+unix://$state/redis.sock'"
 fi
 
 # ---- NFS: rpcbind + ganesha ----
@@ -103,5 +103,5 @@ EOF
     fi
   fi
   read -r nport mport export_dir <"$state/ganesha.ports"
-  echo "TQKV_TEST_NFS_URI=nfs://127.0.0.1$export_dir?nfsport=$nport&mountport=$mport"
+  echo "TQKV_TEST_NFS_URI='nfs://127.0.0.1$export_dir?nfsport=$nport&mountport=$mport'"
 fi

@@ -52,7 +52,10 @@ inline const SharedServers& TestServers() {
         while (!l.empty() && (l.back() == '\n' || l.back() == '\r')) l.pop_back();
         auto take = [&](const char* var, std::string* out) {
           const std::string head = std::string(var) + "=";
-          if (l.rfind(head, 0) == 0 && out->empty()) *out = l.substr(head.size());
+          if (l.rfind(head, 0) != 0 || !out->empty()) return;
+          std::string v = l.substr(head.size());
+          if (v.size() >= 2 && v.front() == '\'' && v.back() == '\'') v = v.substr(1, v.size() - 2);
+          *out = v;
         };
         take("TQKV_TEST_REDIS_URI", &s->redis);
         take("TQKV_TEST_REDIS_UNIX_URI", &s->redis_unix);
