@@ -69,6 +69,13 @@ struct Conn {
   std::mutex mu;
   nfs_context* ctx = nullptr;
   NfsConfig cfg;
+  // Set when an async batch had to be abandoned with requests in flight (their callbacks point
+  // into a dead frame): the context is never serviced again.
+  bool broken = false;
+  Status Usable() const {
+    return broken ? Status::IoError("nfs: connection to " + cfg.server + " failed earlier; reopen the store")
+                  : Status::Ok();
+  }
   ~Conn() {
     if (ctx != nullptr) nfs_destroy_context(ctx);
   }
@@ -124,12 +131,17 @@ Status RunAsync(Conn* conn, size_t n, uint32_t depth,
     if (in_flight == 0) break;
     pollfd pfd{nfs_get_fd(conn->ctx), static_cast<short>(nfs_which_events(conn->ctx)), 0};
     const int pr = ::poll(&pfd, 1, 1000);
-    if (pr < 0 && errno != EINTR) return Status::FromErrno("poll", "nfs socket", errno);
+    if (pr < 0 && errno != EINTR) {
+      conn->broken = true;
+      return Status::FromErrno("poll", "nfs socket", errno);
+    }
     if (pr == 0 && ++idle_polls > 120) {
+      conn->broken = true;
       return Status::IoError("nfs: no reply from nfs://" + conn->cfg.server + " for 120 s");
     }
     if (pr > 0) idle_polls = 0;
     if (nfs_service(conn->ctx, pr > 0 ? pfd.revents : 0) < 0) {
+      conn->broken = true;
       return Status::IoError("nfs: connection to " + conn->cfg.server + " failed: " +
                              nfs_get_error(conn->ctx));
     }
@@ -182,6 +194,7 @@ class NfsWritable final : public WritableObject, public store_internal::Crashabl
     Status s = Flush();
     if (!s.ok()) return Fail(s);
     std::lock_guard<std::mutex> lock(conn_->mu);
+    TQKV_RETURN_IF_ERROR(conn_->Usable());
     nfs_context* ctx = conn_->ctx;
     int rc = nfs_fsync(ctx, fh_);  // COMMIT: the server's stable storage
     if (rc < 0) return Fail(conn_->Err("commit (fsync)", tmp_path_, rc));
@@ -212,7 +225,7 @@ class NfsWritable final : public WritableObject, public store_internal::Crashabl
   void SimulateCrash() override {
     state_ = State::kCrashed;  // the temp file stays, as after a real crash
     std::lock_guard<std::mutex> lock(conn_->mu);
-    if (fh_ != nullptr) nfs_close(conn_->ctx, fh_);
+    if (fh_ != nullptr && !conn_->broken) nfs_close(conn_->ctx, fh_);
     fh_ = nullptr;
   }
 
@@ -236,6 +249,7 @@ class NfsWritable final : public WritableObject, public store_internal::Crashabl
     const uint64_t chunk = conn_->cfg.chunk;
     const size_t n = (staging_.size() + chunk - 1) / chunk;
     std::lock_guard<std::mutex> lock(conn_->mu);
+    TQKV_RETURN_IF_ERROR(conn_->Usable());
     const uint64_t base = flushed_;
     Status s = RunAsync(
         conn_.get(), n, conn_->cfg.depth,
@@ -268,6 +282,7 @@ class NfsWritable final : public WritableObject, public store_internal::Crashabl
 
   Status Cleanup() {
     std::lock_guard<std::mutex> lock(conn_->mu);
+    TQKV_RETURN_IF_ERROR(conn_->Usable());
     if (fh_ != nullptr) nfs_close(conn_->ctx, fh_);
     fh_ = nullptr;
     const int rc = nfs_unlink(conn_->ctx, tmp_path_.c_str());
@@ -292,6 +307,7 @@ class NfsReadable final : public ReadableObject {
         size_(size) {}
   ~NfsReadable() override {
     std::lock_guard<std::mutex> lock(conn_->mu);
+    if (conn_->broken) return;
     nfs_close(conn_->ctx, fh_);
     nfs_unlink(conn_->ctx, pin_path_.c_str());
   }
@@ -325,6 +341,7 @@ class NfsReadable final : public ReadableObject {
     }
     if (pieces.empty()) return Status::Ok();
     std::lock_guard<std::mutex> lock(conn_->mu);
+    TQKV_RETURN_IF_ERROR(conn_->Usable());
     Status s = RunAsync(
         conn_.get(), pieces.size(), conn_->cfg.depth,
         [&](size_t i, nfs_cb cb, void* priv) {
@@ -395,6 +412,7 @@ class NfsStore final : public Store, public SessionAdmin {
     const std::string final_path = FinalPath(key);
     const std::string tmp = TempPath(final_path, "");
     std::lock_guard<std::mutex> lock(conn_->mu);
+    TQKV_RETURN_IF_ERROR(conn_->Usable());
     TQKV_RETURN_IF_ERROR(MakeParents(final_path));
     nfsfh* fh = nullptr;
     const int rc = nfs_create(conn_->ctx, tmp.c_str(), O_WRONLY | O_EXCL, 0644, &fh);
@@ -408,6 +426,7 @@ class NfsStore final : public Store, public SessionAdmin {
     const std::string final_path = FinalPath(key);
     const std::string pin = TempPath(final_path, "r");
     std::lock_guard<std::mutex> lock(conn_->mu);
+    TQKV_RETURN_IF_ERROR(conn_->Usable());
     // LINK names the file by the handle libnfs just looked up; a concurrent publish (rename over
     // it) can make that handle stale in between: look it up again.
     int rc = -ESTALE;
@@ -443,6 +462,7 @@ class NfsStore final : public Store, public SessionAdmin {
     TQKV_RETURN_IF_ERROR(ValidateKey(key));
     const std::string p = FinalPath(key);
     std::lock_guard<std::mutex> lock(conn_->mu);
+    TQKV_RETURN_IF_ERROR(conn_->Usable());
     const int rc = nfs_unlink(conn_->ctx, p.c_str());
     if (rc == -ENOENT || rc == -ENOTDIR) {
       return Status::NotFound("nfs: no object " + std::string(key) + " in " + Uri());
@@ -461,6 +481,7 @@ class NfsStore final : public Store, public SessionAdmin {
     std::vector<SessionMeta> out;
     std::vector<std::string> pins;
     std::lock_guard<std::mutex> lock(conn_->mu);
+    TQKV_RETURN_IF_ERROR(conn_->Usable());
     TQKV_RETURN_IF_ERROR(Walk("", [&](const std::string& rel, const nfsdirent* e) {
       const std::string_view name(e->name);
       if (IsTempName(name)) return;
@@ -497,6 +518,7 @@ class NfsStore final : public Store, public SessionAdmin {
     TQKV_RETURN_IF_ERROR(ValidateKey(key));
     const std::string pin = PinPath(key);
     std::lock_guard<std::mutex> lock(conn_->mu);
+    TQKV_RETURN_IF_ERROR(conn_->Usable());
     if (until_ns == 0) {
       const int rc = nfs_unlink(conn_->ctx, pin.c_str());
       if (rc < 0 && rc != -ENOENT) return conn_->Err("unlink", pin, rc);
@@ -525,6 +547,7 @@ class NfsStore final : public Store, public SessionAdmin {
     TQKV_RETURN_IF_ERROR(ValidateKey(key));
     const std::string p = FinalPath(key);
     std::lock_guard<std::mutex> lock(conn_->mu);
+    TQKV_RETURN_IF_ERROR(conn_->Usable());
     nfs_stat_64 st{};
     if (nfs_stat64(conn_->ctx, p.c_str(), &st) != 0) {
       return Status::NotFound("nfs: no object " + std::string(key));
@@ -542,6 +565,7 @@ class NfsStore final : public Store, public SessionAdmin {
   Result<std::vector<ObjectInfo>> List(std::string_view prefix) override {
     std::vector<ObjectInfo> out;
     std::lock_guard<std::mutex> lock(conn_->mu);
+    TQKV_RETURN_IF_ERROR(conn_->Usable());
     TQKV_RETURN_IF_ERROR(Walk("", [&](const std::string& rel, const nfsdirent* e) {
       const std::string_view name(e->name);
       if (IsTempName(name) || !EndsWith(name, kSuffix)) return;
@@ -560,6 +584,7 @@ class NfsStore final : public Store, public SessionAdmin {
     std::vector<std::string> stale;
     const int64_t limit = store_internal::NowUnixNs() / 1'000'000'000 - min_age.count();
     std::lock_guard<std::mutex> lock(conn_->mu);
+    TQKV_RETURN_IF_ERROR(conn_->Usable());
     TQKV_RETURN_IF_ERROR(Walk("", [&](const std::string& rel, const nfsdirent* e) {
       if (IsTempName(e->name) && static_cast<int64_t>(e->mtime.tv_sec) <= limit) {
         stale.push_back(conn_->cfg.root + "/" + rel + e->name);
