@@ -13,6 +13,9 @@
 //      and computes per-layer K/V cosine by restoring the same object in-process (fp16, exactly
 //      what the worker imported) against the original cache.
 // The prompt must hold at least N + steps tokens, else the command fails (no text is repeated).
+// --activations f32 (the default) runs both engines with fp32 activations against the quantized
+// weights (dequantized in registers); q8 quantizes activations to q8 blocks before each matmul
+// like llama.cpp, which makes logits a step function of the cache (see docs/accuracy.md).
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -206,7 +209,14 @@ struct WorkerOpts {
   std::string model, tokenizer, store, session, feed, logits_out;
   uint64_t tokens = 0;
   size_t threads = 0;
+  std::string activations = "f32";
 };
+
+Result<model::ActivationPrecision> ParseActivations(const std::string& s) {
+  if (s == "f32") return model::ActivationPrecision::kF32;
+  if (s == "q8") return model::ActivationPrecision::kQ8;
+  return Status::InvalidArgument("--activations takes f32 or q8, not '" + s + "'");
+}
 
 Status RunWorker(const WorkerOpts& o) {
   TQKV_ASSIGN_OR_RETURN(std::unique_ptr<Model> m, LoadModel(o.model, o.tokenizer));
@@ -223,6 +233,7 @@ Status RunWorker(const WorkerOpts& o) {
   model::EngineOptions eo;
   eo.pool = &pool;
   eo.max_tokens = static_cast<uint32_t>(o.tokens + feed.size());
+  TQKV_ASSIGN_OR_RETURN(eo.activations, ParseActivations(o.activations));
   TQKV_ASSIGN_OR_RETURN(std::unique_ptr<LlamaEngine> engine, LlamaEngine::Create(*m, eo));
   TQKV_RETURN_IF_ERROR(engine->ImportCache(buffer->cache()));
   buffer.reset();
@@ -274,6 +285,7 @@ struct MigrateOpts {
   uint64_t tokens = 2000;
   uint32_t steps = 50;
   size_t threads = 0;
+  std::string activations = "f32";
   bool keep = false;
   std::string only;  // "", "k" or "v": analysis, the codec touches only K (or only V)
 };
@@ -287,6 +299,7 @@ Status RunMigrate(const MigrateOpts& o) {
   const double t_start = Now();
   if (o.steps == 0) return Status::InvalidArgument("--steps must be at least 1");
   if (o.tokens == 0) return Status::InvalidArgument("--tokens must be at least 1");
+  TQKV_ASSIGN_OR_RETURN(const model::ActivationPrecision act, ParseActivations(o.activations));
   if (!o.only.empty() && o.only != "k" && o.only != "v") {
     return Status::InvalidArgument("--only takes k or v");
   }
@@ -371,6 +384,7 @@ Status RunMigrate(const MigrateOpts& o) {
   model::EngineOptions eo;
   eo.pool = &pool;
   eo.max_tokens = static_cast<uint32_t>(need);
+  eo.activations = act;
   TQKV_ASSIGN_OR_RETURN(std::unique_ptr<LlamaEngine> engine, LlamaEngine::Create(*m, eo));
   const std::span<const int32_t> prefix(ids.data(), o.tokens);
   const std::span<const int32_t> feed(ids.data() + o.tokens, o.steps);
@@ -451,7 +465,8 @@ Status RunMigrate(const MigrateOpts& o) {
                                        "--store",  o.store,          "--session", key,
                                        "--tokens", std::to_string(o.tokens),
                                        "--feed",   feed_ids,         "--logits-out", logits_path,
-                                       "--threads", std::to_string(o.threads)};
+                                       "--threads", std::to_string(o.threads),
+                                       "--activations", o.activations};
       if (!o.tokenizer.empty()) {
         args.push_back("--tokenizer");
         args.push_back(o.tokenizer);
@@ -512,6 +527,7 @@ Status RunMigrate(const MigrateOpts& o) {
             {"prompt_tokens", o.tokens},
             {"prompt_chars_tokenized", used_chars},
             {"steps", o.steps},
+            {"activations", model::ActivationPrecisionName(act)},
             {"head_dim", geo.head_dim},
             {"layers", geo.layers},
             {"kv_heads", geo.kv_heads},
@@ -519,10 +535,10 @@ Status RunMigrate(const MigrateOpts& o) {
             {"reference_top1_vs_prompt_steps", ref_vs_text_n},
             {"reference_margin_per_step", margins},
             {"results", results}};
-  std::printf("%s, prompt %s: %llu prefix tokens, %u teacher-forced steps "
+  std::printf("%s, prompt %s: %llu prefix tokens, %u teacher-forced steps, %s activations "
               "(reference predicts the prompt's next token %u/%u)\n",
               m->name().c_str(), o.prompt_file.c_str(), static_cast<unsigned long long>(o.tokens),
-              o.steps, ref_vs_text, ref_vs_text_n);
+              o.steps, model::ActivationPrecisionName(act), ref_vs_text, ref_vs_text_n);
   std::printf("%-34s %7s %11s %11s %10s %9s %9s %9s\n", "codec", "top1", "kl_mean", "kl_max",
               "max_dlogit", "k_cos", "v_cos", "bits/val");
   for (const auto& r : results) {
@@ -571,6 +587,9 @@ void RegisterMigrateCommand(CLI::App& app) {
                   "TurboQuant --codec");
   cmd->add_option("--store", o->store, "Store URI (a directory path, file:///dir)")->required();
   cmd->add_option("--threads", o->threads, "Threads (0: all cores)");
+  cmd->add_option("--activations", o->activations,
+                  "Activation precision of quantized matmuls: f32 (default; weights dequantized "
+                  "in registers) or q8 (activations quantized to q8 blocks, like llama.cpp)");
   cmd->add_option("--json", o->json_path, "Write the results as JSON to FILE ('-' for stdout)");
   cmd->add_flag("--keep", o->keep, "Keep the checkpoints in the store");
   cmd->add_option("--only", o->only,
@@ -589,6 +608,7 @@ void RegisterMigrateCommand(CLI::App& app) {
   worker->add_option("--feed", w->feed)->required();
   worker->add_option("--logits-out", w->logits_out)->required();
   worker->add_option("--threads", w->threads);
+  worker->add_option("--activations", w->activations);
   worker->callback([w] { Report("migrate-worker", RunWorker(*w)); });
 }
 

@@ -24,6 +24,10 @@ void RmsNorm(const float* x, const float* weight, size_t n, float eps, float* ou
 
 }  // namespace
 
+const char* ActivationPrecisionName(ActivationPrecision a) {
+  return a == ActivationPrecision::kF32 ? "f32" : "q8";
+}
+
 LlamaEngine::LlamaEngine(const Model& model, const LlamaConfig& config)
     : model_(model), config_(config) {}
 
@@ -35,6 +39,7 @@ Result<std::unique_ptr<LlamaEngine>> LlamaEngine::Create(const Model& model,
   if (options.rope_layout) config.rope_layout = *options.rope_layout;
   std::unique_ptr<LlamaEngine> e(new LlamaEngine(model, config));
   e->kernels_ = &ActiveModelKernels();
+  e->activations_ = options.activations;
   if (options.pool != nullptr) {
     e->pool_ = options.pool;
   } else {
@@ -92,7 +97,20 @@ void LlamaEngine::MatMul(const WeightMatrix& w, const float* x, size_t n_tokens,
                          bool x_is_quantized) {
   const size_t rows = w.rows, cols = w.cols;
   const ModelKernels& k = *kernels_;
-  if (QuantDotFn qdot = k.quant_dot(w.type)) {
+  if (activations_ == ActivationPrecision::kF32) {
+    if (QuantDotF32Fn fdot = k.quant_dot_f32(w.type)) {
+      const size_t nb = cols / kQkBlock;
+      ParallelFor(pool_, rows, kRowGrain, [&](size_t r0, size_t r1) {
+        for (size_t t0 = 0; t0 < n_tokens; t0 += kTokenTile) {
+          const size_t tt = std::min(kTokenTile, n_tokens - t0);
+          for (size_t r = r0; r < r1; ++r) {
+            fdot(w.row(r), nb, x + t0 * cols, cols, tt, out + t0 * rows + r, rows);
+          }
+        }
+      });
+      return;
+    }
+  } else if (QuantDotFn qdot = k.quant_dot(w.type)) {
     const size_t nb = cols / kQkBlock;
     const size_t groups = (n_tokens + 3) / 4;
     BlockQ8x4* xq = xq_.data();

@@ -6,9 +6,10 @@
 // RoPE), in tqkv's canonical layout per layer: [tokens][kv_heads][head_dim], so the cache can be
 // exported as a tqkv::KvCache view and an fp16 checkpoint of it is lossless.
 //
-// Quantized weights stay quantized: activations are quantized to q8 blocks (like llama.cpp) and
-// dotted with q4_0/q4_1/q8_0 rows by AVX2 or scalar kernels; f32/f16/bf16 weights use float
-// dots. Matmuls run on a tqkv::ThreadPool, partitioned by output row, so every output element is
+// Quantized weights stay quantized: either activations are quantized to q8 blocks (like
+// llama.cpp) and dotted with q4_0/q4_1/q8_0 rows, or (EngineOptions.activations = kF32) they
+// stay fp32 and each weight block is dequantized in registers, by AVX2 or scalar kernels;
+// f32/f16/bf16 weights use float dots. Matmuls run on a tqkv::ThreadPool, partitioned by output row, so every output element is
 // computed by one thread in a fixed order: logits are bit-identical run to run, for any thread
 // count, for any SIMD level, and whether tokens come through Prefill (batched) or Forward.
 //
@@ -30,6 +31,16 @@
 
 namespace tqkv::model {
 
+// What quantized (q4_0/q4_1/q8_0) weights are dotted with. kQ8: activations are quantized to
+// q8 blocks first (like llama.cpp; integer block dots). kF32: activations stay fp32 and each
+// weight block is dequantized in registers (weights stay quantized in memory); logits are then
+// a continuous function of the inputs and of the KV cache (no q8 rounding steps). f32/f16/bf16
+// weights use float dots either way.
+enum class ActivationPrecision { kQ8, kF32 };
+
+// "q8" / "f32".
+const char* ActivationPrecisionName(ActivationPrecision a);
+
 struct EngineOptions {
   // Worker threads when `pool` is null (0 = one per hardware thread).
   size_t threads = 0;
@@ -41,6 +52,8 @@ struct EngineOptions {
   uint32_t max_tokens = 0;
   // Tokens per batched step of Prefill (bounds scratch memory; results do not depend on it).
   uint32_t prefill_chunk = 256;
+  // Activation precision of quantized matmuls.
+  ActivationPrecision activations = ActivationPrecision::kQ8;
 };
 
 class LlamaEngine {
@@ -79,6 +92,7 @@ class LlamaEngine {
   ModelGeometry geometry() const { return config_.geometry(); }
   // The SIMD level of the kernels this engine picked (ActiveSimdLevel() at Create time).
   SimdLevel simd_level() const { return kernels_->level; }
+  ActivationPrecision activations() const { return activations_; }
 
  private:
   LlamaEngine(const Model& model, const LlamaConfig& config);
@@ -97,6 +111,7 @@ class LlamaEngine {
   ThreadPool* pool_ = nullptr;
   uint32_t max_tokens_ = 0;
   uint32_t prefill_chunk_ = 256;
+  ActivationPrecision activations_ = ActivationPrecision::kQ8;
   uint64_t position_ = 0;
   uint64_t capacity_ = 0;                                 // tokens allocated per layer
   std::vector<std::vector<uint16_t>> k_cache_, v_cache_;  // per layer [capacity][kv_dim] f16

@@ -53,6 +53,48 @@ void QuantDotRef(const uint8_t* w_row, const BlockQ8x4* acts, size_t nblocks, si
   }
 }
 
+// Dequantizes one block of 32 weights like ggml (element order 0..31).
+template <GgmlType kType>
+inline void DequantBlockRef(const uint8_t* w, float* out) {
+  const float dw = LoadHalf(w);
+  if constexpr (kType == GgmlType::kQ8_0) {
+    const int8_t* q = reinterpret_cast<const int8_t*>(w + 2);
+    for (int j = 0; j < 32; ++j) out[j] = dw * static_cast<float>(q[j]);
+  } else if constexpr (kType == GgmlType::kQ4_0) {
+    const uint8_t* qs = w + 2;
+    for (int j = 0; j < 16; ++j) {
+      out[j] = dw * static_cast<float>(static_cast<int>(qs[j] & 0x0F) - 8);
+      out[j + 16] = dw * static_cast<float>(static_cast<int>(qs[j] >> 4) - 8);
+    }
+  } else {
+    const float mw = LoadHalf(w + 2);
+    const uint8_t* qs = w + 4;
+    for (int j = 0; j < 16; ++j) {
+      out[j] = dw * static_cast<float>(qs[j] & 0x0F) + mw;
+      out[j + 16] = dw * static_cast<float>(qs[j] >> 4) + mw;
+    }
+  }
+}
+
+template <GgmlType kType>
+void QuantDotF32Ref(const uint8_t* w_row, size_t nblocks, const float* x, size_t x_stride,
+                    size_t n_tokens, float* out, size_t out_stride) {
+  constexpr size_t kBlockBytes = kType == GgmlType::kQ4_0   ? sizeof(BlockQ4_0)
+                                 : kType == GgmlType::kQ4_1 ? sizeof(BlockQ4_1)
+                                                            : sizeof(BlockQ8_0);
+  for (size_t t = 0; t < n_tokens; ++t) {
+    const float* xt = x + t * x_stride;
+    float l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    float wd[32];
+    for (size_t b = 0; b < nblocks; ++b) {
+      DequantBlockRef<kType>(w_row + b * kBlockBytes, wd);
+      const float* xb = xt + b * 32;
+      for (int j = 0; j < 32; ++j) l[j % 8] = l[j % 8] + wd[j] * xb[j];
+    }
+    out[t * out_stride] = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+  }
+}
+
 void QuantizeX4Ref(const float* x, size_t stride, size_t n_tokens, size_t elems, BlockQ8x4* out) {
   const size_t nb = elems / kQkBlock;
   std::memset(out, 0, nb * sizeof(BlockQ8x4));
@@ -159,6 +201,9 @@ const ModelKernels& ScalarModelKernels() {
       QuantDotRef<GgmlType::kQ4_0>,
       QuantDotRef<GgmlType::kQ4_1>,
       QuantDotRef<GgmlType::kQ8_0>,
+      QuantDotF32Ref<GgmlType::kQ4_0>,
+      QuantDotF32Ref<GgmlType::kQ4_1>,
+      QuantDotF32Ref<GgmlType::kQ8_0>,
       DotF32Ref,
       DotF16Ref,
       DotBF16Ref,

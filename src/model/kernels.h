@@ -1,5 +1,5 @@
-// Compute kernels of the reference engine: quantized-weight dot products against q8 activations,
-// float dot products, and the fp16 KV-cache reads of attention.
+// Compute kernels of the reference engine: quantized-weight dot products against q8 activations
+// or against fp32 activations (weights dequantized in registers), float dot products, and the fp16 KV-cache reads of attention.
 //
 // Every kernel exists as a scalar reference and as an AVX2 version (kernels_avx2.cc) that returns
 // bit-identical results: integer block sums are exact, and the floating-point operations are the
@@ -41,6 +41,15 @@ using QuantizeX4Fn = void (*)(const float* x, size_t stride, size_t n_tokens, si
 using QuantDotFn = void (*)(const uint8_t* w_row, const BlockQ8x4* acts, size_t nblocks,
                             size_t n_tokens, float* out, size_t out_stride);
 
+// The f32-activation path: for token t in [0, n_tokens), out[t * out_stride] = the dot of the
+// dequantized weight row w_row (nblocks blocks of 32) with the fp32 row x + t * x_stride. Each
+// weight is dequantized like ggml (q8_0: dw * q; q4_0: dw * float(q - 8); q4_1: dw * q + mw,
+// a multiply then an add), then exactly as DotF32 on the dequantized row: lane j % 8
+// accumulates w[j] * x[j] (multiply, then add) in element order, then
+// ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)). Weights stay quantized in memory.
+using QuantDotF32Fn = void (*)(const uint8_t* w_row, size_t nblocks, const float* x,
+                               size_t x_stride, size_t n_tokens, float* out, size_t out_stride);
+
 // Float dot products with 8 lane accumulators: lane i % 8 accumulates a[i] * b[i] (multiply,
 // then add), then ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)).
 using DotF32Fn = float (*)(const float* a, const float* b, size_t n);
@@ -76,6 +85,9 @@ struct ModelKernels {
   QuantDotFn dot_q4_0;
   QuantDotFn dot_q4_1;
   QuantDotFn dot_q8_0;
+  QuantDotF32Fn dot_q4_0_f32;
+  QuantDotF32Fn dot_q4_1_f32;
+  QuantDotF32Fn dot_q8_0_f32;
   DotF32Fn dot_f32;
   DotHalfFn dot_f16;
   DotHalfFn dot_bf16;
@@ -91,6 +103,18 @@ struct ModelKernels {
         return dot_q4_1;
       case GgmlType::kQ8_0:
         return dot_q8_0;
+      default:
+        return nullptr;
+    }
+  }
+  QuantDotF32Fn quant_dot_f32(GgmlType t) const {
+    switch (t) {
+      case GgmlType::kQ4_0:
+        return dot_q4_0_f32;
+      case GgmlType::kQ4_1:
+        return dot_q4_1_f32;
+      case GgmlType::kQ8_0:
+        return dot_q8_0_f32;
       default:
         return nullptr;
     }

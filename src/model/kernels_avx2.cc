@@ -117,6 +117,90 @@ void QuantDotAvx2(const uint8_t* w_row, const BlockQ8x4* acts, size_t nblocks, s
   }
 }
 
+// One block of 32 weights dequantized into 4 x 8 floats (elements 0..31), the same multiply and
+// add per element as DequantBlockRef.
+template <GgmlType kType>
+inline void DequantBlockAvx2(const uint8_t* blk, __m256 out[4]) {
+  const __m256 dw = _mm256_set1_ps(LoadHalf(blk));
+  if constexpr (kType == GgmlType::kQ8_0) {
+    const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
+    const __m128i q1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18));
+    out[0] = _mm256_mul_ps(dw, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q0)));
+    out[1] = _mm256_mul_ps(dw, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q0, 8))));
+    out[2] = _mm256_mul_ps(dw, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q1)));
+    out[3] = _mm256_mul_ps(dw, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q1, 8))));
+  } else {
+    const __m128i raw =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + (kType == GgmlType::kQ4_1 ? 4 : 2)));
+    __m128i lo = _mm_and_si128(raw, _mm_set1_epi8(0x0F));                     // elements 0..15
+    __m128i hi = _mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0F));  // 16..31
+    if constexpr (kType == GgmlType::kQ4_0) {
+      lo = _mm_sub_epi8(lo, _mm_set1_epi8(8));
+      hi = _mm_sub_epi8(hi, _mm_set1_epi8(8));
+    }
+    const __m256 f0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo));
+    const __m256 f1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)));
+    const __m256 f2 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi));
+    const __m256 f3 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)));
+    if constexpr (kType == GgmlType::kQ4_0) {
+      out[0] = _mm256_mul_ps(dw, f0);
+      out[1] = _mm256_mul_ps(dw, f1);
+      out[2] = _mm256_mul_ps(dw, f2);
+      out[3] = _mm256_mul_ps(dw, f3);
+    } else {
+      const __m256 mw = _mm256_set1_ps(LoadHalf(blk + 2));
+      out[0] = _mm256_add_ps(_mm256_mul_ps(dw, f0), mw);
+      out[1] = _mm256_add_ps(_mm256_mul_ps(dw, f1), mw);
+      out[2] = _mm256_add_ps(_mm256_mul_ps(dw, f2), mw);
+      out[3] = _mm256_add_ps(_mm256_mul_ps(dw, f3), mw);
+    }
+  }
+}
+
+// ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)) of the 8 lanes.
+inline float Reduce8Avx2(__m256 acc) {
+  float l[8];
+  _mm256_storeu_ps(l, acc);
+  return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+}
+
+// Up to 4 tokens at a time share each dequantized block; every token keeps its own 8 lane
+// accumulators, updated in element order like QuantDotF32Ref.
+template <GgmlType kType>
+void QuantDotF32Avx2(const uint8_t* w_row, size_t nblocks, const float* x, size_t x_stride,
+                     size_t n_tokens, float* out, size_t out_stride) {
+  constexpr size_t kBB = BlockBytes<kType>();
+  size_t t = 0;
+  for (; t + 4 <= n_tokens; t += 4) {
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
+    const float* x0 = x + t * x_stride;
+    for (size_t b = 0; b < nblocks; ++b) {
+      __m256 w[4];
+      DequantBlockAvx2<kType>(w_row + b * kBB, w);
+      for (int i = 0; i < 4; ++i) {
+        const float* xb = x0 + i * x_stride + b * 32;
+        for (int k = 0; k < 4; ++k) {
+          acc[i] = _mm256_add_ps(acc[i], _mm256_mul_ps(w[k], _mm256_loadu_ps(xb + 8 * k)));
+        }
+      }
+    }
+    for (int i = 0; i < 4; ++i) out[(t + i) * out_stride] = Reduce8Avx2(acc[i]);
+  }
+  for (; t < n_tokens; ++t) {
+    __m256 acc = _mm256_setzero_ps();
+    const float* xt = x + t * x_stride;
+    for (size_t b = 0; b < nblocks; ++b) {
+      __m256 w[4];
+      DequantBlockAvx2<kType>(w_row + b * kBB, w);
+      for (int k = 0; k < 4; ++k) {
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(w[k], _mm256_loadu_ps(xt + b * 32 + 8 * k)));
+      }
+    }
+    out[t * out_stride] = Reduce8Avx2(acc);
+  }
+}
+
 void QuantizeX4Avx2(const float* x, size_t stride, size_t n_tokens, size_t elems, BlockQ8x4* out) {
   const size_t nb = elems / kQkBlock;
   std::memset(out, 0, nb * sizeof(BlockQ8x4));
@@ -338,6 +422,9 @@ const ModelKernels& Avx2ModelKernels() {
       QuantDotAvx2<GgmlType::kQ4_0>,
       QuantDotAvx2<GgmlType::kQ4_1>,
       QuantDotAvx2<GgmlType::kQ8_0>,
+      QuantDotF32Avx2<GgmlType::kQ4_0>,
+      QuantDotF32Avx2<GgmlType::kQ4_1>,
+      QuantDotF32Avx2<GgmlType::kQ8_0>,
       DotF32Avx2,
       DotF16Avx2,
       DotBF16Avx2,

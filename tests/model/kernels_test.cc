@@ -85,6 +85,52 @@ TEST(ModelKernelsTest, QuantDotAvx2MatchesScalarBitForBit) {
   }
 }
 
+// The f32-activation kernels: AVX2 == scalar bit for bit (strided rows, 1..9 tokens, edge
+// rows), and both == dot_f32 of the dequantized row (the documented order).
+TEST(ModelKernelsTest, QuantDotF32Avx2MatchesScalarAndDequantizedDotBitForBit) {
+  const ModelKernels& ref = ScalarModelKernels();
+  const bool avx2 = HaveAvx2();
+  for (GgmlType type : {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ8_0}) {
+    for (size_t cols : {32u, 64u, 576u, 1536u}) {
+      for (size_t n_tokens : {1u, 3u, 4u, 7u, 9u}) {
+        const size_t rows = 5, nb = cols / 32, stride = cols + 8;
+        auto w = RandomFloats(rows * cols, 11 + static_cast<uint32_t>(cols));
+        for (size_t j = 0; j < cols; ++j) {
+          w[j] = 0.0f;
+          w[cols + j] = 0.75f;
+          w[2 * cols + j] = (j % 2 ? 1e4f : -1e-3f);
+        }
+        const auto wq = QuantizeMatrix(type, w, rows, cols);
+        auto x = RandomFloats(n_tokens * stride, 17 + static_cast<uint32_t>(n_tokens), 3.0f);
+        for (size_t j = 0; j < cols; ++j) x[j] = (j % 3 == 0) ? -1e-30f : 1e20f * (j % 5);
+        const size_t rb = wq.size() / rows;
+        for (size_t r = 0; r < rows; ++r) {
+          std::vector<float> a(2 * n_tokens, -1.0f), b(2 * n_tokens, -2.0f);
+          ref.quant_dot_f32(type)(wq.data() + r * rb, nb, x.data(), stride, n_tokens, a.data(),
+                                  2);
+          std::vector<float> wd(cols);
+          DequantizeRow(type, wq.data() + r * rb, cols, wd.data());
+          for (size_t t = 0; t < n_tokens; ++t) {
+            const float e = ref.dot_f32(wd.data(), x.data() + t * stride, cols);
+            ASSERT_EQ(Bits(a[2 * t]), Bits(e)) << GgmlTraits(type).name << " cols " << cols
+                                               << " row " << r << " token " << t;
+            ASSERT_EQ(a[2 * t + 1], -1.0f);
+          }
+          if (!avx2) continue;
+          Avx2ModelKernels().quant_dot_f32(type)(wq.data() + r * rb, nb, x.data(), stride,
+                                                 n_tokens, b.data(), 2);
+          for (size_t t = 0; t < n_tokens; ++t) {
+            ASSERT_EQ(Bits(a[2 * t]), Bits(b[2 * t]))
+                << GgmlTraits(type).name << " cols " << cols << " row " << r << " token " << t
+                << ": " << a[2 * t] << " vs " << b[2 * t];
+            ASSERT_EQ(b[2 * t + 1], -2.0f);
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(ModelKernelsTest, QuantDotMatchesDequantizedFloatDot) {
   const ModelKernels& k = ActiveModelKernels();
   for (GgmlType type : {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ8_0}) {

@@ -139,39 +139,43 @@ TEST_F(SmolLm2Test, GreedyGenerationIsPlausibleEnglish) {
 }
 
 TEST_F(SmolLm2Test, ExportImportAndThreadsSimdLevelAreBitExact) {
-  EngineOptions o;
-  o.threads = 2;
-  o.max_tokens = 256;
-  auto a = LlamaEngine::Create(*model_, o);
-  auto b = LlamaEngine::Create(*model_, o);
-  ASSERT_TRUE(a.ok() && b.ok());
-  const auto ids = model_->tokenizer()->Encode("Once upon a time, in a small village,", false);
-  auto la = (*a)->Prefill(ids);
-  ASSERT_TRUE(la.ok());
-  auto cache = (*a)->ExportCache();
-  ASSERT_TRUE(cache.ok());
-  EXPECT_EQ((*cache)->cache().model(), "smollm2-135m");
-  ASSERT_TRUE((*b)->ImportCache((*cache)->cache()).ok());
-  // One thread and the scalar kernels give the same bits as two threads with AVX2.
-  {
-    EngineOptions o1 = o;
-    o1.threads = 1;
-    o1.prefill_chunk = 5;
-    ForceSimdLevel(SimdLevel::kScalar);
-    auto c = LlamaEngine::Create(*model_, o1);
-    ResetSimdLevel();
-    ASSERT_TRUE(c.ok());
-    auto lc = (*c)->Prefill(ids);
-    ASSERT_TRUE(lc.ok());
-    EXPECT_EQ(std::memcmp(la->data(), lc->data(), la->size() * sizeof(float)), 0);
-  }
-  int32_t next = ArgMax(*la);
-  for (int i = 0; i < 3; ++i) {
-    auto x = (*a)->Forward(next);
-    auto y = (*b)->Forward(next);
-    ASSERT_TRUE(x.ok() && y.ok());
-    ASSERT_EQ(std::memcmp(x->data(), y->data(), x->size() * sizeof(float)), 0) << i;
-    next = ArgMax(*x);
+  for (ActivationPrecision act : {ActivationPrecision::kQ8, ActivationPrecision::kF32}) {
+    SCOPED_TRACE(ActivationPrecisionName(act));
+    EngineOptions o;
+    o.activations = act;
+    o.threads = 2;
+    o.max_tokens = 256;
+    auto a = LlamaEngine::Create(*model_, o);
+    auto b = LlamaEngine::Create(*model_, o);
+    ASSERT_TRUE(a.ok() && b.ok());
+    const auto ids = model_->tokenizer()->Encode("Once upon a time, in a small village,", false);
+    auto la = (*a)->Prefill(ids);
+    ASSERT_TRUE(la.ok());
+    auto cache = (*a)->ExportCache();
+    ASSERT_TRUE(cache.ok());
+    EXPECT_EQ((*cache)->cache().model(), "smollm2-135m");
+    ASSERT_TRUE((*b)->ImportCache((*cache)->cache()).ok());
+    // One thread and the scalar kernels give the same bits as two threads with AVX2.
+    {
+      EngineOptions o1 = o;
+      o1.threads = 1;
+      o1.prefill_chunk = 5;
+      ForceSimdLevel(SimdLevel::kScalar);
+      auto c = LlamaEngine::Create(*model_, o1);
+      ResetSimdLevel();
+      ASSERT_TRUE(c.ok());
+      auto lc = (*c)->Prefill(ids);
+      ASSERT_TRUE(lc.ok());
+      EXPECT_EQ(std::memcmp(la->data(), lc->data(), la->size() * sizeof(float)), 0);
+    }
+    int32_t next = ArgMax(*la);
+    for (int i = 0; i < 3; ++i) {
+      auto x = (*a)->Forward(next);
+      auto y = (*b)->Forward(next);
+      ASSERT_TRUE(x.ok() && y.ok());
+      ASSERT_EQ(std::memcmp(x->data(), y->data(), x->size() * sizeof(float)), 0) << i;
+      next = ArgMax(*x);
+    }
   }
 }
 

@@ -180,6 +180,10 @@ TEST(Migrate, Errors) {
   EXPECT_EQ(c.status, 1) << c.out;
   EXPECT_NE(c.out.find("out of range"), std::string::npos) << c.out;
   // Missing files and bad specs.
+  c = Tqkv(StoriesArgs() + " --tokens 16 --steps 2 --codec fp16 --activations q4 --store " +
+           dir.path());
+  EXPECT_NE(c.status, 0);
+  EXPECT_NE(c.out.find("--activations takes f32 or q8"), std::string::npos) << c.out;
   c = Tqkv(StoriesArgs() + " --tokens 16 --steps 2 --codec tq9x --store " + dir.path());
   EXPECT_EQ(c.status, 1) << c.out;
   c = Tqkv("migrate --model " + dir.path() + "/nope.gguf --prompt-file " + kPrompt +
@@ -193,7 +197,8 @@ TEST(Migrate, Errors) {
 
 // stories260K written as GGUF (f32 and q8_0 weights, tokenizer in the metadata): the fp16 path is
 // exact through GGUF models too. The bf16 rows are a measurement (printed, not asserted beyond
-// sanity): q8_0 weights make the engine quantize activations to q8 blocks, f32 weights do not;
+// sanity): q8_0 weights with --activations q8 make the engine quantize activations to q8 blocks,
+// f32 weights do not;
 // docs/accuracy.md compares how the two respond to the same tiny cache perturbation.
 TEST(Migrate, StoriesGgufF32AndQ8Fp16Exact) {
   REQUIRE_STORIES();
@@ -210,11 +215,13 @@ TEST(Migrate, StoriesGgufF32AndQ8Fp16Exact) {
     const std::string json_path = dir.path() + "/m.json";
     CmdResult c = Tqkv("migrate --model " + gguf + " --prompt-file " + kPrompt +
                        " --tokens 200 --steps 50 --codec fp16 --codec bf16 --threads 2 --store " +
-                       dir.path() + "/store --json " + json_path);
+                       dir.path() + "/store --json " + json_path +
+                       (type == tqkv::model::GgmlType::kQ8_0 ? " --activations q8" : ""));
     ASSERT_EQ(c.status, 0) << c.out;
     const auto j = ReadJson(json_path);
     ASSERT_FALSE(j.is_discarded());
     ASSERT_EQ(j["results"].size(), 2u);
+    EXPECT_EQ(j["activations"], type == tqkv::model::GgmlType::kQ8_0 ? "q8" : "f32");
     ExpectExact(j["results"][0], 50);
     const auto& bf16 = j["results"][1];
     EXPECT_GT(bf16["kl_mean"].get<double>(), 0.0);
@@ -245,6 +252,8 @@ TEST(Migrate, SmolLm2ShortFp16ExactTq4Close) {
   EXPECT_EQ(j["model"], "smollm2-135m");
   EXPECT_EQ(j["prompt_tokens"], 300);
   EXPECT_EQ(j["steps"], 20);
+  EXPECT_EQ(j["activations"], "f32");  // the default
+  EXPECT_NE(c.out.find("f32 activations"), std::string::npos) << c.out;
   ASSERT_EQ(j["results"].size(), 3u);
   ExpectExact(j["results"][0], 20);
   const auto& tq4 = j["results"][1];
