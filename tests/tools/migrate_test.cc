@@ -197,9 +197,9 @@ TEST(Migrate, Errors) {
 
 // stories260K written as GGUF (f32 and q8_0 weights, tokenizer in the metadata): the fp16 path is
 // exact through GGUF models too. The bf16 rows are a measurement (printed, not asserted beyond
-// sanity): q8_0 weights with --activations q8 make the engine quantize activations to q8 blocks,
-// f32 weights do not;
-// docs/accuracy.md compares how the two respond to the same tiny cache perturbation.
+// sanity): q8_0 weights with --activations q8 make the engine quantize activations to q8 blocks;
+// f32 weights, and q8_0 weights with --activations f32, do not. docs/accuracy.md compares how they
+// respond to the same tiny cache perturbation.
 TEST(Migrate, StoriesGgufF32AndQ8Fp16Exact) {
   REQUIRE_STORIES();
   REQUIRE_PROMPT();
@@ -207,30 +207,36 @@ TEST(Migrate, StoriesGgufF32AndQ8Fp16Exact) {
   ASSERT_TRUE(dir.ok());
   auto m = tqkv::model::Model::Load(StoriesBin());
   ASSERT_TRUE(m.ok()) << m.status().ToString();
-  for (auto type : {tqkv::model::GgmlType::kF32, tqkv::model::GgmlType::kQ8_0}) {
+  struct Case {
+    tqkv::model::GgmlType type;
+    const char* activations;
+  };
+  for (const Case& cs : {Case{tqkv::model::GgmlType::kF32, "f32"},
+                         Case{tqkv::model::GgmlType::kQ8_0, "q8"},
+                         Case{tqkv::model::GgmlType::kQ8_0, "f32"}}) {
     tqkv::model::testing::ConvertOptions co;
-    co.type = type;
+    co.type = cs.type;
     const std::string gguf = dir.path() + "/stories.gguf";
     tqkv::model::testing::WriteFile(gguf, tqkv::model::testing::StoriesAsGguf(**m, co));
     const std::string json_path = dir.path() + "/m.json";
     CmdResult c = Tqkv("migrate --model " + gguf + " --prompt-file " + kPrompt +
                        " --tokens 200 --steps 50 --codec fp16 --codec bf16 --threads 2 --store " +
-                       dir.path() + "/store --json " + json_path +
-                       (type == tqkv::model::GgmlType::kQ8_0 ? " --activations q8" : ""));
+                       dir.path() + "/store --json " + json_path + " --activations " +
+                       cs.activations);
     ASSERT_EQ(c.status, 0) << c.out;
     const auto j = ReadJson(json_path);
     ASSERT_FALSE(j.is_discarded());
     ASSERT_EQ(j["results"].size(), 2u);
-    EXPECT_EQ(j["activations"], type == tqkv::model::GgmlType::kQ8_0 ? "q8" : "f32");
+    EXPECT_EQ(j["activations"], cs.activations);
     ExpectExact(j["results"][0], 50);
     const auto& bf16 = j["results"][1];
     EXPECT_GT(bf16["kl_mean"].get<double>(), 0.0);
     EXPECT_GT(bf16["k_cosine_mean"].get<double>(), 0.9999);
-    std::printf("stories260K GGUF %s weights, bf16 cache: top1 %d/50, kl_mean %.3e, kl_max %.3e, "
-                "max_logit_diff %.4f\n",
-                type == tqkv::model::GgmlType::kF32 ? "f32" : "q8_0", bf16["top1"].get<int>(),
-                bf16["kl_mean"].get<double>(), bf16["kl_max"].get<double>(),
-                bf16["max_logit_diff"].get<double>());
+    std::printf("stories260K GGUF %s weights, %s activations, bf16 cache: top1 %d/50, kl_mean "
+                "%.3e, kl_max %.3e, max_logit_diff %.4f\n",
+                cs.type == tqkv::model::GgmlType::kF32 ? "f32" : "q8_0", cs.activations,
+                bf16["top1"].get<int>(), bf16["kl_mean"].get<double>(),
+                bf16["kl_max"].get<double>(), bf16["max_logit_diff"].get<double>());
   }
 }
 
