@@ -101,12 +101,11 @@ Status CheckLayer(uint32_t layer, const void* k, const void* v) {
   return Status::Ok();
 }
 
-Result<uint64_t> ReadOnly(Store& store, const std::string& key) {
+Result<uint64_t> ReadOnly(Store& store, const std::string& key, AlignedBuffer& buf) {
   TQKV_ASSIGN_OR_RETURN(auto object, store.Open(key));
   (void)object->DropCache();
   TQKV_ASSIGN_OR_RETURN(auto reader, ContainerReader::Open(object.get(), key));
-  // Same access pattern as a restore: chunk extents, in order, in batches of about 32 MiB.
-  AlignedBuffer buf(64u << 20);
+  // Same access pattern as a restore: chunk extents, in order, in batches that fill `buf`.
   uint64_t total = 0;
   const auto& chunks = reader->chunks();
   for (size_t i = 0; i < chunks.size();) {

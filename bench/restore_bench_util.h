@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "tqkv/aligned_buffer.h"
 #include "tqkv/kv_cache.h"
 #include "tqkv/status.h"
 #include "tqkv/store.h"
@@ -47,8 +48,9 @@ void Touch(KvCache& cache);
 // Streaming-restore callback: checks a sample of each layer is finite, then releases it.
 Status CheckLayer(uint32_t layer, const void* k, const void* v);
 // Reads every chunk of a stored container (page cache dropped first) and verifies checksums,
-// without decoding. Returns bytes read.
-Result<uint64_t> ReadOnly(Store& store, const std::string& key);
+// without decoding, through `buf` (allocated and touched by the caller, outside any timing).
+// Returns bytes read.
+Result<uint64_t> ReadOnly(Store& store, const std::string& key, AlignedBuffer& buf);
 // Copies an object between stores.
 Status CopyObject(Store& from, Store& to, const std::string& key);
 
