@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "checkpoint/layout.h"
+#include "checkpoint/slot_reader.h"
 #include "tqkv/aligned_buffer.h"
 #include "tqkv/checkpoint.h"
 #include "tqkv/container.h"
@@ -60,108 +61,16 @@ struct Slot {
   const ChunkEntry* entry = nullptr;
 };
 
-// Reads chunks in container order into a ring of slots, verifying each, ahead of the consumer.
-class ChunkReader {
- public:
-  ChunkReader(ReadableObject* object, ContainerReader* reader, size_t slots, size_t slot_bytes)
-      : object_(object), reader_(reader), slots_(slots) {
-    for (auto& s : slots_) s.buf.Reserve(slot_bytes);
-    for (size_t i = 0; i < slots_.size(); ++i) free_.push_back(i);
-    thread_ = std::thread([this] { Loop(); });
-  }
-  ~ChunkReader() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-      cv_.notify_all();
-    }
-    thread_.join();
-  }
-  // Next verified chunk in order (slot index), or the first read/verify error.
-  Result<size_t> Next() {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return !ready_.empty() || !status_.ok(); });
-    if (!ready_.empty()) {
-      const size_t s = ready_.front();
-      ready_.pop_front();
-      return s;
-    }
-    return status_;
-  }
-  void Release(size_t slot) {
-    std::lock_guard<std::mutex> lock(mu_);
-    free_.push_back(slot);
-    cv_.notify_all();
-  }
-  Slot& slot(size_t i) { return slots_[i]; }
-  double busy_seconds() const { return busy_; }
-
- private:
-  void Loop() {
-    const auto& chunks = reader_->chunks();
-    size_t next = 0;
-    while (next < chunks.size()) {
-      // Take every free slot (at least one) and read that many chunks in one batch.
-      std::vector<size_t> batch;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return !free_.empty() || stop_; });
-        if (stop_) return;
-        while (!free_.empty() && next + batch.size() < chunks.size()) {
-          batch.push_back(free_.front());
-          free_.pop_front();
-        }
-      }
-      std::vector<ReadRequest> reqs;
-      for (size_t i = 0; i < batch.size(); ++i) {
-        const ChunkEntry& e = chunks[next + i];
-        const uint64_t len = ChunkExtent(chunks, next + i);
-        Slot& s = slots_[batch[i]];
-        s.entry = &e;
-        reqs.push_back(ReadRequest{e.offset, {s.buf.data(), static_cast<size_t>(len)}});
-      }
-      const auto t = Clock::now();
-      Status st = object_->ReadBatch(reqs);
-      for (size_t i = 0; i < batch.size() && st.ok(); ++i) {
-        const ChunkEntry& e = chunks[next + i];
-        st = reader_->VerifyChunk(e, {slots_[batch[i]].buf.data(), static_cast<size_t>(e.size)});
-        if (st.ok()) st = CheckPadding(e, reqs[i].dst);
-      }
-      busy_ += Since(t);
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!st.ok()) {
-        status_ = st;
-        cv_.notify_all();
-        return;
-      }
-      for (size_t s : batch) ready_.push_back(s);
-      next += batch.size();
-      cv_.notify_all();
+// The zero padding after a chunk is part of the file too: a flipped byte there is damage.
+Status CheckPadding(const ChunkEntry& e, std::span<const uint8_t> extent) {
+  for (size_t i = e.size; i < extent.size(); ++i) {
+    if (extent[i] != 0) {
+      return Status::Corruption("chunk padding at offset " + std::to_string(e.offset + i) +
+                                ": expected 0, got " + std::to_string(extent[i]));
     }
   }
-
-  // The zero padding after a chunk is part of the file too: a flipped byte there is damage.
-  Status CheckPadding(const ChunkEntry& e, std::span<const uint8_t> extent) const {
-    for (size_t i = e.size; i < extent.size(); ++i) {
-      if (extent[i] != 0) {
-        return Status::Corruption("chunk padding at offset " + std::to_string(e.offset + i) +
-                                  ": expected 0, got " + std::to_string(extent[i]));
-      }
-    }
-    return Status::Ok();
-  }
-
-  ReadableObject* object_;
-  ContainerReader* reader_;
-  std::vector<Slot> slots_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<size_t> free_, ready_;
-  Status status_;
-  bool stop_ = false;
-  double busy_ = 0;
-  std::thread thread_;
-};
+  return Status::Ok();
+}
 
 Status CheckGeometry(const ContainerHeader& h, const ModelGeometry& want, const std::string& what) {
   if (h.geometry == want) return Status::Ok();
@@ -201,8 +110,26 @@ Status RunRestore(Store& store, std::string_view key, const RestoreOptions& opti
   const auto& chunks = reader->chunks();
   uint64_t max_chunk = kContainerAlignment;
   for (size_t i = 0; i < chunks.size(); ++i) max_chunk = std::max(max_chunk, ChunkExtent(chunks, i));
-  const size_t slots = std::clamp<size_t>(options.inflight_bytes / max_chunk, 2, 64);
-  ChunkReader chunk_reader(object.get(), reader.get(), slots, max_chunk);
+  std::vector<Slot> slots(std::clamp<size_t>(options.inflight_bytes / max_chunk, 2, 64));
+  for (auto& slot : slots) slot.buf.Reserve(max_chunk);
+  // Reads a batch of chunk extents (one ReadBatch: io_uring keeps them in flight) and verifies
+  // each chunk's checksum and padding.
+  auto read = [&](const std::vector<size_t>& batch, size_t first) -> Status {
+    std::vector<ReadRequest> reqs;
+    for (size_t i = 0; i < batch.size(); ++i) {
+      Slot& s = slots[batch[i]];
+      s.entry = &chunks[first + i];
+      reqs.push_back({s.entry->offset, {s.buf.data(), static_cast<size_t>(ChunkExtent(chunks, first + i))}});
+    }
+    TQKV_RETURN_IF_ERROR(object->ReadBatch(reqs));
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const ChunkEntry& e = chunks[first + i];
+      TQKV_RETURN_IF_ERROR(reader->VerifyChunk(e, reqs[i].dst.first(e.size)));
+      TQKV_RETURN_IF_ERROR(CheckPadding(e, reqs[i].dst));
+    }
+    return Status::Ok();
+  };
+  SlotReader chunk_reader(slots.size(), chunks.size(), read);
 
   const size_t heads = h.geometry.kv_heads, d = h.geometry.head_dim;
   const size_t row = heads * d;
@@ -211,7 +138,7 @@ Status RunRestore(Store& store, std::string_view key, const RestoreOptions& opti
   double decode_busy = 0;
   for (size_t i = 0; i < chunks.size(); ++i) {
     TQKV_ASSIGN_OR_RETURN(size_t si, chunk_reader.Next());
-    const Slot& slot = chunk_reader.slot(si);
+    const Slot& slot = slots[si];
     const ChunkEntry& e = *slot.entry;
     const Codec& codec = *codecs.codecs[codecs.layer_codec[e.layer]];
     const size_t meta_bytes = codec.group_meta_bytes();

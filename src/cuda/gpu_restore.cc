@@ -12,6 +12,7 @@
 #include <mutex>
 #include <thread>
 
+#include "checkpoint/slot_reader.h"
 #include "checkpoint/layout.h"
 #include "cuda/common.h"
 #include "cuda/cufile.h"
@@ -86,84 +87,6 @@ class GpuSessionImpl final : public GpuSession {
   std::vector<void*> tensors_;
   std::vector<cudaEvent_t> events_;
   GpuRestoreStats stats_;
-};
-
-// Reads chunks in container order into slots on its own thread, ahead of the consumer.
-// `read` fills the given slots with chunks [first, first + n) and verifies them.
-class SlotReader {
- public:
-  using ReadFn = std::function<Status(const std::vector<size_t>& slots, size_t first)>;
-  SlotReader(size_t slots, size_t chunks, ReadFn read, int device)
-      : chunks_(chunks), read_(std::move(read)) {
-    for (size_t i = 0; i < slots; ++i) free_.push_back(i);
-    thread_ = std::thread([this, device] {
-      cudaSetDevice(device);
-      Loop();
-    });
-  }
-  ~SlotReader() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-      cv_.notify_all();
-    }
-    thread_.join();
-  }
-  Result<size_t> Next() {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return !ready_.empty() || !status_.ok(); });
-    if (!ready_.empty()) {
-      const size_t s = ready_.front();
-      ready_.pop_front();
-      return s;
-    }
-    return status_;
-  }
-  void Release(size_t slot) {
-    std::lock_guard<std::mutex> lock(mu_);
-    free_.push_back(slot);
-    cv_.notify_all();
-  }
-  double busy_seconds() const { return busy_; }
-
- private:
-  void Loop() {
-    size_t next = 0;
-    while (next < chunks_) {
-      std::vector<size_t> batch;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return !free_.empty() || stop_; });
-        if (stop_) return;
-        while (!free_.empty() && next + batch.size() < chunks_) {
-          batch.push_back(free_.front());
-          free_.pop_front();
-        }
-      }
-      const auto t = Clock::now();
-      Status st = read_(batch, next);
-      busy_ += Since(t);
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!st.ok()) {
-        status_ = st;
-        cv_.notify_all();
-        return;
-      }
-      for (size_t s : batch) ready_.push_back(s);
-      next += batch.size();
-      cv_.notify_all();
-    }
-  }
-
-  size_t chunks_;
-  ReadFn read_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<size_t> free_, ready_;
-  Status status_;
-  bool stop_ = false;
-  double busy_ = 0;
-  std::thread thread_;
 };
 
 // cuFile state of one restore: the file handle and registered device slots.
@@ -424,7 +347,8 @@ Result<std::unique_ptr<GpuSession>> RestoreToGpu(Store& store, std::string_view 
   TQKV_CUDA_RETURN_IF_ERROR(cudaEventRecord(start_ev, res.decode));
 
   {
-    SlotReader slot_reader(nslots, chunks.size(), read_fn, options.device);
+    const int device = options.device;
+    SlotReader slot_reader(nslots, chunks.size(), read_fn, [device] { cudaSetDevice(device); });
     std::deque<size_t> pending;  // slots handed to the GPU, not yet released to the reader
     auto release_oldest = [&]() -> Status {
       const size_t s = pending.front();

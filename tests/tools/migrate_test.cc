@@ -3,6 +3,8 @@
 // Models: stories260K (../shared, or $TQKV_SHARED_DIR) and SmolLM2-135M-Instruct Q4_1
 // (scripts/fetch_smollm2.sh's path, or $TQKV_SMOLLM2_GGUF); each test skips when its model is absent.
 #include <gtest/gtest.h>
+
+#include "tools/cli_util.h"
 #include <sys/wait.h>
 
 #include <array>
@@ -26,23 +28,8 @@ using tqkv::model::testing::StoriesTok;
 
 constexpr const char* kPrompt = "/usr/share/common-licenses/GPL-3";
 
-struct CmdResult {
-  int status = -1;
-  std::string out;
-};
-
-CmdResult Tqkv(const std::string& args) {
-  const std::string cmd = std::string(TQKV_BINARY_DIR) + "/tqkv " + args + " 2>&1";
-  CmdResult r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+using tqkv::testing_util::CmdResult;
+using tqkv::testing_util::Tqkv;
 
 nlohmann::json ReadJson(const std::string& path) {
   std::ifstream f(path);
