@@ -15,7 +15,9 @@ const char* kColors[] = {"#d62728", "#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd",
 
 std::string Fmt(double v) {
   char buf[32];
-  if (v != 0 && (std::fabs(v) >= 10000 || std::fabs(v) < 0.01)) {
+  if (v == std::floor(v) && std::fabs(v) < 1e12) {  // whole numbers (token counts) in full
+    std::snprintf(buf, sizeof buf, "%.0f", v);
+  } else if (v != 0 && (std::fabs(v) >= 10000 || std::fabs(v) < 0.01)) {
     std::snprintf(buf, sizeof buf, "%.3g", v);
   } else {
     std::snprintf(buf, sizeof buf, "%.4g", v);
