@@ -60,12 +60,7 @@ std::string CheckContent(const std::vector<uint8_t>& got) {
 
 size_t SizeFor(uint32_t writer, uint32_t round) { return 150000 + writer * 10007 + round * 4099; }
 
-struct Param {
-  std::string name;
-  std::function<std::string()> uri;  // empty: unavailable (skip reason in `why`)
-  std::function<std::string()> why;
-};
-std::ostream& operator<<(std::ostream& os, const Param& p) { return os << p.name; }
+using Param = testing_util::ServerStoreParam;
 
 class MultiProcessStoreTest : public ::testing::TestWithParam<Param> {
  protected:

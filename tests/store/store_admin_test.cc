@@ -21,12 +21,7 @@ using testing_util::Pattern;
 using testing_util::ScratchDir;
 using testing_util::WriteObject;
 
-struct Param {
-  std::string name;
-  std::function<std::string()> uri;
-  std::function<std::string()> why;
-};
-std::ostream& operator<<(std::ostream& os, const Param& p) { return os << p.name; }
+using Param = testing_util::ServerStoreParam;
 
 class StoreAdminTest : public ::testing::TestWithParam<Param> {
  protected:

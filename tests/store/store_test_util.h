@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
+#include <ostream>
 #include <random>
 #include <span>
 #include <string>
@@ -93,6 +95,15 @@ inline Result<std::vector<uint8_t>> ReadObject(Store* store, std::string_view ke
   TQKV_RETURN_IF_ERROR(r->ReadAt(0, out));
   return out;
 }
+
+// A store under test that may need a server: `uri` gives "posix" (a scratch directory) or a
+// server URI; an empty URI means unavailable, with the skip reason in `why`.
+struct ServerStoreParam {
+  std::string name;
+  std::function<std::string()> uri;
+  std::function<std::string()> why;
+};
+inline std::ostream& operator<<(std::ostream& os, const ServerStoreParam& p) { return os << p.name; }
 
 }  // namespace tqkv::testing_util
 
