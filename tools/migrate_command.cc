@@ -48,6 +48,7 @@
 
 #ifdef TQKV_HAVE_MODEL
 #include "model/engine.h"
+#include "model/key_centering.h"
 #include "model/model.h"
 #endif
 
@@ -288,6 +289,7 @@ struct MigrateOpts {
   std::string activations = "f32";
   bool keep = false;
   std::string only;  // "", "k" or "v": analysis, the codec touches only K (or only V)
+  uint32_t center_keys = 0;  // analysis: mean-removed keys over blocks of this many tokens
 };
 
 struct Row {
@@ -302,6 +304,9 @@ Status RunMigrate(const MigrateOpts& o) {
   TQKV_ASSIGN_OR_RETURN(const model::ActivationPrecision act, ParseActivations(o.activations));
   if (!o.only.empty() && o.only != "k" && o.only != "v") {
     return Status::InvalidArgument("--only takes k or v");
+  }
+  if (o.center_keys > 0 && !o.only.empty()) {
+    return Status::InvalidArgument("--center-keys and --only do not combine");
   }
 
   // Rows: every codec as given; then every TurboQuant codec with the per-layer overrides.
@@ -436,7 +441,36 @@ Status RunMigrate(const MigrateOpts& o) {
       CheckpointOptions copts = row.options;
       copts.pool = &pool;
       double t0 = Now();
-      TQKV_ASSIGN_OR_RETURN(CheckpointStats cs, Checkpoint(original->cache(), copts, *store, key));
+      // Analysis: mean-removed keys; the codec sees the residual, the worker gets the residual's
+      // restore plus the means, carried by a lossless fp16 checkpoint under the same key.
+      const bool center = o.center_keys > 0 && row.options.codec.kind != CodecKind::kRaw;
+      std::unique_ptr<KvCacheBuffer> residual;
+      model::KeyCentering centering;
+      if (center) {
+        TQKV_ASSIGN_OR_RETURN(residual, KvCacheBuffer::Allocate(m->name(), geo, DType::kF16,
+                                                                o.tokens));
+        TQKV_ASSIGN_OR_RETURN(centering,
+                              model::CenterKeys(original->cache(), o.center_keys, residual->cache()));
+      }
+      TQKV_ASSIGN_OR_RETURN(
+          CheckpointStats cs,
+          Checkpoint(center ? residual->cache() : original->cache(), copts, *store, key));
+      // The means and coefficients count as stored bytes (16 bits each).
+      if (center) cs.bytes_written += centering.StoredBits() / 8;
+      if (center) {
+        TQKV_ASSIGN_OR_RETURN(auto restored_residual,
+                              KvCacheBuffer::Allocate(m->name(), geo, DType::kF16, o.tokens));
+        RestoreOptions cro;
+        cro.pool = &pool;
+        TQKV_RETURN_IF_ERROR(RestoreInto(*store, key, restored_residual->cache(), cro));
+        TQKV_RETURN_IF_ERROR(model::UncenterKeys(centering, restored_residual->cache()));
+        CheckpointOptions fp16;
+        fp16.pool = &pool;
+        TQKV_RETURN_IF_ERROR(Checkpoint(restored_residual->cache(), fp16, *store, key).status());
+        std::fprintf(stderr, "migrate: %s: keys centered over %u-token blocks, residual energy "
+                     "%.4f of the keys'\n", row.label.c_str(), o.center_keys,
+                     centering.energy_fraction);
+      }
       if (!o.only.empty()) {
         // Analysis: the codec's K (or V) with the original V (or K), carried by a lossless fp16
         // checkpoint under the same key, so the worker sees exactly that hybrid.
@@ -500,7 +534,9 @@ Status RunMigrate(const MigrateOpts& o) {
       json kl_steps = ls.kl;
       json margins_of_disagreements = json::array();
       for (uint32_t d : ls.disagree) margins_of_disagreements.push_back(margins[d]);
-      results.push_back({{"codec", row.label + (o.only.empty() ? "" : " (" + o.only + " only)")},
+      std::string label = row.label + (o.only.empty() ? "" : " (" + o.only + " only)");
+      if (center) label += " (keys centered/" + std::to_string(o.center_keys) + ")";
+      results.push_back({{"codec", label},
                          {"top1", ls.top1},
                          {"kl_mean", ls.kl_mean},
                          {"kl_max", ls.kl_max},
@@ -514,6 +550,10 @@ Status RunMigrate(const MigrateOpts& o) {
                          {"kl_per_step", kl_steps},
                          {"disagree_steps", ls.disagree},
                          {"disagree_ref_margins", margins_of_disagreements}});
+      if (center) {
+        results.back()["center_keys_block"] = o.center_keys;
+        results.back()["key_residual_energy"] = centering.energy_fraction;
+      }
       return Status::Ok();
     }();
   }
@@ -539,12 +579,12 @@ Status RunMigrate(const MigrateOpts& o) {
               "(reference predicts the prompt's next token %u/%u)\n",
               m->name().c_str(), o.prompt_file.c_str(), static_cast<unsigned long long>(o.tokens),
               o.steps, model::ActivationPrecisionName(act), ref_vs_text, ref_vs_text_n);
-  std::printf("%-34s %7s %11s %11s %10s %9s %9s %9s\n", "codec", "top1", "kl_mean", "kl_max",
+  std::printf("%-40s %7s %11s %11s %10s %9s %9s %9s\n", "codec", "top1", "kl_mean", "kl_max",
               "max_dlogit", "k_cos", "v_cos", "bits/val");
   for (const auto& r : results) {
     char top[32];
     std::snprintf(top, sizeof top, "%u/%u", r["top1"].get<uint32_t>(), o.steps);
-    std::printf("%-34s %7s %11.3e %11.3e %10.4f %9.6f %9.6f %9.3f\n",
+    std::printf("%-40s %7s %11.3e %11.3e %10.4f %9.6f %9.6f %9.3f\n",
                 r["codec"].get<std::string>().c_str(), top, r["kl_mean"].get<double>(),
                 r["kl_max"].get<double>(), r["max_logit_diff"].get<double>(),
                 r["k_cosine_mean"].get<double>(), r["v_cosine_mean"].get<double>(),
@@ -595,6 +635,10 @@ void RegisterMigrateCommand(CLI::App& app) {
   cmd->add_option("--only", o->only,
                   "Analysis: apply the codec to K only (k) or V only (v); the other tensor stays "
                   "exact (the hybrid travels as a lossless fp16 checkpoint)");
+  cmd->add_option("--center-keys", o->center_keys,
+                  "Analysis: encode keys minus their per-head mean over blocks of N tokens "
+                  "(scaled per vector), add it back on restore; the means and coefficients "
+                  "count at 16 bits each (docs/accuracy.md)");
   cmd->callback([o] { Report("migrate", RunMigrate(*o)); });
 
   auto* worker = app.add_subcommand("migrate-worker", "Restore side of migrate (internal)");

@@ -271,4 +271,45 @@ TEST(Migrate, SmolLm2ShortFp16ExactTq4Close) {
   EXPECT_GT(ov["bits_per_value"].get<double>(), tq4["bits_per_value"].get<double>());
 }
 
+
+// Mean-removed keys (analysis): K gets closer, V is untouched, fp16 stays exact, the stored
+// means and coefficients are counted, and the continuation gets closer to the reference.
+TEST(Migrate, SmolLm2CenteredKeysAreCloser) {
+  REQUIRE_SMOLLM2();
+  REQUIRE_PROMPT();
+  tqkv::testing_util::ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  const std::string base = "migrate --model " + SmolLm2Path() + " --prompt-file " + kPrompt +
+                           " --tokens 300 --steps 20 --codec fp16 --codec tq3 --threads 2"
+                           " --store file://" + dir.path() + "/store";
+  CmdResult plain = Tqkv(base + " --json " + dir.path() + "/p.json");
+  ASSERT_EQ(plain.status, 0) << plain.out;
+  CmdResult cent = Tqkv(base + " --center-keys 64 --json " + dir.path() + "/c.json");
+  ASSERT_EQ(cent.status, 0) << cent.out;
+  const auto p = ReadJson(dir.path() + "/p.json"), c = ReadJson(dir.path() + "/c.json");
+  ASSERT_FALSE(p.is_discarded());
+  ASSERT_FALSE(c.is_discarded());
+  ExpectContract(c, 30);
+  ASSERT_EQ(c["results"].size(), 2u);
+  ExpectExact(c["results"][0], 20);
+  EXPECT_FALSE(c["results"][0].contains("center_keys_block"));
+  const auto& pr = p["results"][1];
+  const auto& cr = c["results"][1];
+  EXPECT_EQ(cr["codec"], "tq3 (keys centered/64)");
+  EXPECT_EQ(cr["center_keys_block"], 64);
+  EXPECT_GT(cr["key_residual_energy"].get<double>(), 0.05);
+  EXPECT_LT(cr["key_residual_energy"].get<double>(), 0.95);
+  EXPECT_GT(cr["k_cosine_mean"].get<double>(), pr["k_cosine_mean"].get<double>() + 0.003);
+  EXPECT_EQ(cr["v_cosine_mean"], pr["v_cosine_mean"]);
+  // 300 tokens / 64 = 5 blocks of means per (layer, head) and one coefficient per key, 16 bits.
+  const double extra_bits = 16.0 * (5 * 64 + 300) * 3 * 30 / (2.0 * 30 * 300 * 3 * 64);
+  EXPECT_NEAR(cr["bits_per_value"].get<double>() - pr["bits_per_value"].get<double>(), extra_bits,
+              1e-9);
+  EXPECT_LT(cr["kl_mean"].get<double>(), pr["kl_mean"].get<double>());
+  // Not combined with --only.
+  CmdResult both = Tqkv(base + " --center-keys 64 --only k");
+  EXPECT_NE(both.status, 0);
+  EXPECT_NE(both.out.find("do not combine"), std::string::npos) << both.out;
+}
+
 }  // namespace
