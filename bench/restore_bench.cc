@@ -1,5 +1,6 @@
 // `tqkv bench restore`: W concurrent workers checkpoint and restore their own sessions, for each
-// context length x codec x I/O path; per-cell statistics, bounds, quality, table/JSON/CSV/SVG.
+// context length x codec x I/O path x target (host memory, or GPU memory through the GDS ladder);
+// per-cell statistics, bounds, quality, table/JSON/CSV/SVG.
 #include <sys/statvfs.h>
 
 #include <algorithm>
@@ -19,6 +20,8 @@
 #include <thread>
 #include <vector>
 
+#include "bench/restore_bench_gpu.h"
+#include "bench/restore_bench_rows.h"
 #include "bench/restore_bench_util.h"
 #include "bench/svg_chart.h"
 #include "tools/commands.h"
@@ -41,7 +44,8 @@ struct Options {
   std::vector<uint64_t> tokens{10000, 30000, 50000};
   std::vector<std::string> codecs;
   std::vector<std::string> ios;
-  std::vector<std::string> configs;  // CODEC:IO pairs; replace the codec x io cross product
+  std::vector<std::string> configs;  // CODEC:IO[:TARGET]; replace the codec x io x target product
+  std::vector<std::string> targets;  // host, gpu (default host)
   std::string store = "out/bench-store";
   std::string model = "qwen2.5-7b";
   double link_gbps = 0;
@@ -64,6 +68,9 @@ struct WorkerResult {
 
 struct Cell {
   std::string codec, io;
+  bench::Target target = bench::Target::kHost;
+  std::vector<bench::GpuWorker> gpu;  // GPU rows: one per worker
+  std::string gpu_device;
   uint64_t tokens = 0;
   size_t workers = 0;
   std::vector<WorkerResult> w;
@@ -81,9 +88,15 @@ struct Cell {
   double speedup = NAN;
 };
 
+bool IsGpu(const Cell& c) { return c.target == bench::Target::kGpu; }
+
 std::string Key(const Cell& c, size_t w) {
-  return "bench/" + c.codec + "-" + c.io + "-" + std::to_string(c.tokens) + "-w" + std::to_string(w);
+  return "bench/" + c.codec + "-" + c.io + "-" + std::to_string(c.tokens) + "-w" +
+         std::to_string(w) + (IsGpu(c) ? "-gpu" : "");
 }
+
+// The store's host I/O mode for a cell (GPU rows: gds reads its header through O_DIRECT).
+std::string StoreIo(const Cell& c) { return bench::StoreIo({c.codec, c.io, c.target}); }
 
 std::string StoreUri(const Options& o, const std::string& io) {
   return o.store + (o.store.find('?') == std::string::npos ? "?" : "&") + "io=" + io;
@@ -109,32 +122,12 @@ Status RunWorkers(size_t n, Fn fn) {
   return Status::Ok();
 }
 
-Status RunCell(const Options& o, const ModelGeometry& g, Cell& c, bench::Progress& progress) {
+// Phases 2 and 3 of a host row: bounds (read-only, decode-only), then the timed restore.
+Status RunHostRestores(const Options& o, const ModelGeometry& g, const CodecSpec& spec,
+                       size_t pool_threads, Cell& c, bench::Progress& progress) {
   const size_t W = c.workers;
-  c.w.assign(W, {});
-  const uint64_t fp16_session = g.SessionBytes(c.tokens, DType::kF16);
-  c.fp16_bytes = fp16_session;
-  const size_t cores = std::max(1u, std::thread::hardware_concurrency());
-  const size_t pool_threads = W < cores ? cores / W : 1;
-  TQKV_ASSIGN_OR_RETURN(CodecSpec spec, ParseCodecSpec(c.codec));
-
-  // Phase 1: concurrent checkpoints.
-  progress.Set("checkpoint");
-  TQKV_RETURN_IF_ERROR(RunWorkers(W, [&](size_t w) -> Status {
-    TQKV_ASSIGN_OR_RETURN(auto store, OpenWorkerStore(o, c.io));
-    auto source = MakeSyntheticSource(o.model, g, DType::kF16, c.tokens, o.seed + w);
-    ThreadPool pool(pool_threads);
-    CheckpointOptions opts;
-    opts.codec = spec;
-    opts.pool = pool_threads > 1 ? &pool : nullptr;
-    TQKV_ASSIGN_OR_RETURN(CheckpointStats st, Checkpoint(*source, opts, *store, Key(c, w)));
-    c.w[w].write_s = st.seconds - st.source_seconds;
-    c.w[w].bytes_written = st.bytes_written;
-    progress.Tick();
-    return Status::Ok();
-  }));
-  c.file_bytes = c.w[0].bytes_written;
-
+  const uint64_t fp16_session = c.fp16_bytes;
+  const std::string io = StoreIo(c);
   // Restore target: whole sessions when W of them fit, else streamed layer by layer.
   const uint64_t target = W * fp16_session;
   c.streamed = target > o.max_memory;
@@ -168,7 +161,7 @@ Status RunCell(const Options& o, const ModelGeometry& g, Cell& c, bench::Progres
     }
     const auto t = Clock::now();
     TQKV_RETURN_IF_ERROR(RunWorkers(W, [&](size_t w) -> Status {
-      TQKV_ASSIGN_OR_RETURN(auto store, OpenWorkerStore(o, c.io));
+      TQKV_ASSIGN_OR_RETURN(auto store, OpenWorkerStore(o, io));
       TQKV_ASSIGN_OR_RETURN(bytes[w], bench::ReadOnly(*store, Key(c, w), bufs[w]));
       progress.Tick();
       return Status::Ok();
@@ -180,7 +173,7 @@ Status RunCell(const Options& o, const ModelGeometry& g, Cell& c, bench::Progres
     MemoryStore mem_store;
     Store* mem = &mem_store;
     for (size_t w = 0; w < W; ++w) {
-      TQKV_ASSIGN_OR_RETURN(auto store, OpenStore(StoreUri(o, c.io)));
+      TQKV_ASSIGN_OR_RETURN(auto store, OpenStore(StoreUri(o, io)));
       TQKV_RETURN_IF_ERROR(bench::CopyObject(*store, *mem, Key(c, w)));
     }
     const auto td = Clock::now();
@@ -200,7 +193,7 @@ Status RunCell(const Options& o, const ModelGeometry& g, Cell& c, bench::Progres
   progress.Set("restore");
   const auto t0 = Clock::now();
   TQKV_RETURN_IF_ERROR(RunWorkers(W, [&](size_t w) -> Status {
-    TQKV_ASSIGN_OR_RETURN(auto store, OpenWorkerStore(o, c.io));
+    TQKV_ASSIGN_OR_RETURN(auto store, OpenWorkerStore(o, io));
     RestoreStats st;
     TQKV_RETURN_IF_ERROR(restore_one(*store, w, true, &st));
     c.w[w].end = Since(t0);
@@ -212,6 +205,70 @@ Status RunCell(const Options& o, const ModelGeometry& g, Cell& c, bench::Progres
     progress.Tick();
     return Status::Ok();
   }));
+  return Status::Ok();
+}
+
+// The timed restore of a GPU row: W workers each restore their session into device memory.
+// No bounds phase (GPU decode time comes from RestoreToGpu's events) and no link emulation:
+// cuFile reads the file itself, past any store decorator.
+Status RunGpuRestores(const Options& o, uint64_t fp16_session, Cell& c, bench::Progress& progress) {
+  const size_t W = c.workers;
+  const std::string io = StoreIo(c);
+  const std::string forced = bench::ForcedGpuIo({c.codec, c.io, c.target});
+  // f16 outputs plus each restore's 64 MiB of device slots (GpuRestoreOptions::inflight_bytes).
+  TQKV_RETURN_IF_ERROR(bench::PrepareGpu(W * (fp16_session + (64u << 20))));
+  c.gpu.assign(W, {});
+  progress.Set("restore to GPU");
+  const auto t0 = Clock::now();
+  TQKV_RETURN_IF_ERROR(RunWorkers(W, [&](size_t w) -> Status {
+    TQKV_ASSIGN_OR_RETURN(auto store, OpenStore(StoreUri(o, io)));
+    TQKV_ASSIGN_OR_RETURN(bench::GpuRestoreResult r,
+                          bench::RestoreOnGpu(*store, Key(c, w), forced));
+    c.w[w].end = Since(t0);
+    c.w[w].start = c.w[w].end - r.seconds;
+    c.w[w].restore_s = r.seconds;
+    c.w[w].bytes_read = r.bytes_read;
+    c.w[w].drop_ok = r.drop_ok;
+    c.w[w].drop_error = r.drop_error;
+    c.gpu[w] = r.gpu;
+    progress.Tick();
+    return Status::Ok();
+  }));
+  return Status::Ok();
+}
+
+Status RunCell(const Options& o, const ModelGeometry& g, Cell& c, bench::Progress& progress) {
+  const size_t W = c.workers;
+  c.w.assign(W, {});
+  const uint64_t fp16_session = g.SessionBytes(c.tokens, DType::kF16);
+  c.fp16_bytes = fp16_session;
+  const size_t cores = std::max(1u, std::thread::hardware_concurrency());
+  const size_t pool_threads = W < cores ? cores / W : 1;
+  TQKV_ASSIGN_OR_RETURN(CodecSpec spec, ParseCodecSpec(c.codec));
+  const std::string io = StoreIo(c);
+
+  // Phase 1: concurrent checkpoints.
+  progress.Set("checkpoint");
+  TQKV_RETURN_IF_ERROR(RunWorkers(W, [&](size_t w) -> Status {
+    TQKV_ASSIGN_OR_RETURN(auto store, OpenWorkerStore(o, io));
+    auto source = MakeSyntheticSource(o.model, g, DType::kF16, c.tokens, o.seed + w);
+    ThreadPool pool(pool_threads);
+    CheckpointOptions opts;
+    opts.codec = spec;
+    opts.pool = pool_threads > 1 ? &pool : nullptr;
+    TQKV_ASSIGN_OR_RETURN(CheckpointStats st, Checkpoint(*source, opts, *store, Key(c, w)));
+    c.w[w].write_s = st.seconds - st.source_seconds;
+    c.w[w].bytes_written = st.bytes_written;
+    progress.Tick();
+    return Status::Ok();
+  }));
+  c.file_bytes = c.w[0].bytes_written;
+
+  if (IsGpu(c)) {
+    TQKV_RETURN_IF_ERROR(RunGpuRestores(o, fp16_session, c, progress));
+  } else {
+    TQKV_RETURN_IF_ERROR(RunHostRestores(o, g, spec, pool_threads, c, progress));
+  }
   double first = 1e300, last = 0;
   uint64_t bytes = 0;
   std::vector<double> rs, ws;
@@ -233,10 +290,11 @@ Status RunCell(const Options& o, const ModelGeometry& g, Cell& c, bench::Progres
   c.write = bench::Summarize(ws);
   c.per_worker_gbps = (bytes / static_cast<double>(W)) / c.restore.mean / 1e9;
 
-  // Quality of what was restored (worker 0, untimed).
+  // Quality of what was restored (worker 0, untimed). GPU rows: the host decoder reads the same
+  // object; the GPU decode is bit-identical to it (tests/gpu).
   if (o.quality) {
     progress.Set("quality");
-    TQKV_ASSIGN_OR_RETURN(auto store, OpenStore(StoreUri(o, c.io)));
+    TQKV_ASSIGN_OR_RETURN(auto store, OpenStore(StoreUri(o, io)));
     auto q = bench::MeasureQuality(*store, Key(c, 0), o.model, g, c.tokens, o.seed,
                                    std::min(c.tokens, o.quality_tokens));
     if (!q.ok()) return q.status();
@@ -244,7 +302,7 @@ Status RunCell(const Options& o, const ModelGeometry& g, Cell& c, bench::Progres
     c.cosine_mean = q->cosine_mean;
   }
   if (!o.keep) {
-    TQKV_ASSIGN_OR_RETURN(auto store, OpenStore(StoreUri(o, c.io)));
+    TQKV_ASSIGN_OR_RETURN(auto store, OpenStore(StoreUri(o, io)));
     for (size_t w = 0; w < W; ++w) (void)store->Remove(Key(c, w));
   }
   return Status::Ok();
@@ -299,6 +357,40 @@ void PrintTable(const std::vector<Cell>& cells, const Options& o) {
   }
 }
 
+// GPU rows: restore into device memory; io_used is the rung the ladder ended on.
+void PrintGpuTable(const std::vector<Cell>& cells) {
+  std::printf("\nGPU rows (restore into GPU memory, f16):\n");
+  std::printf("%-8s %-9s %-9s %7s %3s | %8s %8s %8s | %8s %8s %8s %8s | %9s %9s | %7s\n", "codec",
+              "io", "io_used", "tokens", "W", "rest_mean", "p50", "p99", "layer0", "setup",
+              "decode", "copy", "read_GB/s", "fp16eq", "speedup");
+  for (const auto& c : cells) {
+    const json g = bench::GpuRowJson(c.gpu, c.gpu_device);
+    std::printf("%-8s %-9s %-9s %7llu %3zu | %8.3f %8.3f %8.3f | %8.3f %8.3f %8.3f %8.3f | %9.3f "
+                "%9.3f | %7.2f\n",
+                c.codec.c_str(), c.io.c_str(), g["io_used"].get<std::string>().c_str(),
+                static_cast<unsigned long long>(c.tokens), c.workers, c.restore.mean,
+                c.restore.p50, c.restore.p99, g["first_layer_s_mean"].get<double>(),
+                g["setup_s_mean"].get<double>(), g["decode_gpu_s_mean"].get<double>(),
+                g["copy_gpu_s_mean"].get<double>(), c.read_gbps_aggregate, c.fp16_gbps_aggregate,
+                c.speedup);
+    for (const auto& sk : g["io_skipped"]) {
+      std::printf("  %s %s %llu: ladder skipped %s\n", c.codec.c_str(), c.io.c_str(),
+                  static_cast<unsigned long long>(c.tokens), sk.get<std::string>().c_str());
+    }
+    if (!c.drop_ok) {
+      std::printf("WARNING: %s %s %llu gpu: page cache could not be dropped (%s).\n",
+                  c.codec.c_str(), c.io.c_str(), static_cast<unsigned long long>(c.tokens),
+                  c.drop_error.c_str());
+    }
+  }
+  std::printf("GPU times in seconds, means over workers: rest = RestoreToGpu's wall time (open to "
+              "every layer decoded, setup included); layer0 = open to layer 0 decoded; setup = "
+              "probe + device/pinned allocations; decode, copy = GPU time of the decode kernels "
+              "and H2D copies (events); speedup vs fp16 + buffered into the GPU; no link "
+              "emulation.\n");
+  if (!cells.empty()) std::printf("device: %s\n", cells.front().gpu_device.c_str());
+}
+
 json CellJson(const Cell& c) {
   auto num = [](double v) { return std::isnan(v) ? json(nullptr) : json(v); };
   json j = {{"codec", c.codec}, {"io", c.io}, {"tokens", c.tokens}, {"workers", c.workers},
@@ -318,10 +410,17 @@ json CellJson(const Cell& c) {
             {"read_only_gbps", num(c.read_only_gbps)},
             {"decode_capacity_fp16_gbps", num(c.decode_capacity_fp16_gbps)},
             {"bound_fp16_gbps", num(c.bound_fp16_gbps)}};
+  j["target"] = std::string(bench::TargetName(c.target));
+  if (IsGpu(c)) {
+    j.update(bench::GpuRowJson(c.gpu, c.gpu_device));
+    j["link_emulated"] = false;  // GPU rows read the storage itself
+  }
   json per = json::array();
-  for (const auto& w : c.w) {
+  for (size_t i = 0; i < c.w.size(); ++i) {
+    const auto& w = c.w[i];
     per.push_back({{"write_s", w.write_s}, {"restore_s", w.restore_s}, {"bytes_read", w.bytes_read},
                    {"bytes_written", w.bytes_written}});
+    if (i < c.gpu.size()) per.back().update(bench::GpuWorkerJson(c.gpu[i]));
   }
   j["per_worker"] = per;
   return j;
@@ -333,7 +432,8 @@ Status Run(Options o) {
   if (o.codecs.empty()) o.codecs = {"fp16", "tq3"};
   if (o.ios.empty()) o.ios = {"buffered", "direct"};
   if (o.workers == 0) return Status::InvalidArgument("--workers must be at least 1");
-  for (const auto& io : o.ios) TQKV_RETURN_IF_ERROR(ParseIoMode(io).status());
+  TQKV_ASSIGN_OR_RETURN(std::vector<bench::RowConfig> rows,
+                        bench::ExpandRowConfigs(o.configs, o.codecs, o.ios, o.targets));
   if (o.max_memory == 0) o.max_memory = bench::AvailableMemory() * 6 / 10;
   TQKV_RETURN_IF_ERROR(bench::EnsureStoreDir(o.store));
   // Disk space: the largest cell's sessions must fit (they are removed after each cell).
@@ -341,25 +441,26 @@ Status Run(Options o) {
   for (uint64_t t : o.tokens) need = std::max(need, o.workers * g.SessionBytes(t, DType::kF16));
   TQKV_RETURN_IF_ERROR(bench::CheckDiskSpace(o.store, need * 11 / 10));
 
-  std::vector<std::pair<std::string, std::string>> pairs;
-  for (const auto& cfg : o.configs) {
-    const size_t colon = cfg.rfind(':');
-    if (colon == std::string::npos) return Status::InvalidArgument("--config " + cfg + ": want CODEC:IO");
-    pairs.emplace_back(cfg.substr(0, colon), cfg.substr(colon + 1));
-    TQKV_RETURN_IF_ERROR(ParseCodecSpec(pairs.back().first).status());
-    TQKV_RETURN_IF_ERROR(ParseIoMode(pairs.back().second).status());
-  }
-  if (pairs.empty()) {
-    for (const auto& codec : o.codecs) {
-      for (const auto& io : o.ios) pairs.emplace_back(codec, io);
-    }
+  // GPU rows: probed once here; without a usable device they are skipped with the reason.
+  bench::GpuAvailability gpu;
+  std::string gpu_note;
+  const bool any_gpu = std::any_of(rows.begin(), rows.end(), [](const bench::RowConfig& r) {
+    return r.target == bench::Target::kGpu;
+  });
+  if (any_gpu) {
+    TQKV_ASSIGN_OR_RETURN(auto store, OpenStore(StoreUri(o, "buffered")));
+    gpu = bench::ProbeGpuForBench(*store);
+    TQKV_ASSIGN_OR_RETURN(rows, bench::DropGpuRows(std::move(rows), gpu.unavailable, &gpu_note));
+    if (!gpu_note.empty()) std::fprintf(stderr, "bench restore: %s\n", gpu_note.c_str());
   }
   std::vector<Cell> cells;
   for (uint64_t t : o.tokens) {
-    for (const auto& [codec, io] : pairs) {
+    for (const auto& r : rows) {
       Cell c;
-      c.codec = codec;
-      c.io = io;
+      c.codec = r.codec;
+      c.io = r.io;
+      c.target = r.target;
+      c.gpu_device = gpu.device;
       c.tokens = t;
       c.workers = o.workers;
       cells.push_back(c);
@@ -370,25 +471,35 @@ Status Run(Options o) {
                o.link_gbps > 0 ? (", link emulated at " + std::to_string(o.link_gbps) + " GB/s per worker").c_str() : "");
   bench::Progress progress(cells.size(), o.workers);
   for (size_t i = 0; i < cells.size(); ++i) {
-    progress.Cell(i, cells[i].codec + " " + cells[i].io + " " + std::to_string(cells[i].tokens));
+    progress.Cell(i, cells[i].codec + " " + cells[i].io + (IsGpu(cells[i]) ? " gpu " : " ") +
+                         std::to_string(cells[i].tokens));
     TQKV_RETURN_IF_ERROR(RunCell(o, g, cells[i], progress));
   }
   progress.Done();
-  // Speedups against fp16 + buffered at the same context length.
+  // Speedups against fp16 + buffered at the same context length and target.
   for (auto& c : cells) {
     for (const auto& base : cells) {
-      if (base.codec == "fp16" && base.io == "buffered" && base.tokens == c.tokens) {
+      if (base.codec == "fp16" && base.io == "buffered" && base.tokens == c.tokens &&
+          base.target == c.target) {
         c.speedup = base.restore.mean / c.restore.mean;
       }
     }
   }
-  PrintTable(cells, o);
+  std::vector<Cell> host_cells, gpu_cells;
+  for (const auto& c : cells) (IsGpu(c) ? gpu_cells : host_cells).push_back(c);
+  if (!host_cells.empty()) PrintTable(host_cells, o);
+  if (!gpu_cells.empty()) PrintGpuTable(gpu_cells);
+  if (!gpu_note.empty()) std::printf("%s\n", gpu_note.c_str());
   json out;
   out["link_gbps"] = o.link_gbps > 0 ? json(o.link_gbps) : json(nullptr);
   out["model"] = o.model;
   out["store"] = o.store;
   out["max_memory"] = o.max_memory;
   out["machine"] = bench::MachineDescription();
+  if (any_gpu) {
+    out["gpu"] = {{"probe", gpu.probe}, {"device", gpu.device},
+                  {"skipped_rows", gpu_note.empty() ? json(nullptr) : json(gpu_note)}};
+  }
   json results = json::array();
   for (const auto& c : cells) results.push_back(CellJson(c));
   out["results"] = results;
@@ -398,19 +509,29 @@ Status Run(Options o) {
   }
   if (!o.csv_path.empty()) {
     std::ofstream f(o.csv_path);
+    // GPU columns only when there are GPU rows: host-only files keep their columns.
     f << "codec,io,tokens,workers,restore_s_mean,restore_s_p50,restore_s_p99,write_s_mean,"
-         "read_gbps_aggregate,speedup_vs_fp16_buffered,nmse,cosine_mean\n";
+         "read_gbps_aggregate,speedup_vs_fp16_buffered,nmse,cosine_mean"
+      << (gpu_cells.empty() ? "" : ",target,io_used,first_layer_s_mean,decode_gpu_s_mean") << "\n";
     for (const auto& c : cells) {
       f << c.codec << "," << c.io << "," << c.tokens << "," << c.workers << "," << c.restore.mean
         << "," << c.restore.p50 << "," << c.restore.p99 << "," << c.write.mean << ","
-        << c.read_gbps_aggregate << "," << c.speedup << "," << c.nmse << "," << c.cosine_mean << "\n";
+        << c.read_gbps_aggregate << "," << c.speedup << "," << c.nmse << "," << c.cosine_mean;
+      if (!gpu_cells.empty()) {
+        const json g = IsGpu(c) ? bench::GpuRowJson(c.gpu, c.gpu_device) : json::object();
+        f << "," << bench::TargetName(c.target) << ","
+          << (IsGpu(c) ? g["io_used"].get<std::string>() : "") << ","
+          << (IsGpu(c) ? std::to_string(g["first_layer_s_mean"].get<double>()) : "") << ","
+          << (IsGpu(c) ? std::to_string(g["decode_gpu_s_mean"].get<double>()) : "");
+      }
+      f << "\n";
     }
     std::printf("csv: %s\n", o.csv_path.c_str());
   }
   if (!o.chart_path.empty()) {
     std::map<std::string, bench::Series> times, bw;
     for (const auto& c : cells) {
-      const std::string name = c.codec + " + " + c.io;
+      const std::string name = c.codec + " + " + c.io + (IsGpu(c) ? " -> GPU" : "");
       times[name].name = bw[name].name = name;
       times[name].x.push_back(c.tokens);
       times[name].y.push_back(c.restore.mean);
@@ -443,7 +564,12 @@ void RegisterBenchRestore(CLI::App& bench) {
   cmd->add_option("--tokens", o->tokens, "Context lengths")->delimiter(',')->capture_default_str();
   cmd->add_option("--codec", o->codecs, "Codec specs (repeatable; default fp16 and tq3)");
   cmd->add_option("--io", o->ios, "I/O paths: buffered, direct, uring (repeatable; default buffered and direct)");
-  cmd->add_option("--config", o->configs, "CODEC:IO pairs to run instead of every codec x io (repeatable)");
+  cmd->add_option("--config", o->configs,
+                  "CODEC:IO or CODEC:IO:TARGET rows to run instead of every codec x io x target "
+                  "(repeatable; e.g. fp16:buffered:gpu, tq3:gds:gpu)");
+  cmd->add_option("--target", o->targets,
+                  "Restore into host memory or GPU memory: host, gpu (repeatable; default host). "
+                  "GPU rows take io gds (the GDS -> direct -> buffered ladder), direct, uring or buffered");
   cmd->add_option("--store", o->store, "Store URI or directory")->capture_default_str();
   cmd->add_option("--model", o->model, "Model preset")->capture_default_str();
   cmd->add_option("--link-gbps", o->link_gbps, "Emulate a per-worker storage link of X GB/s");

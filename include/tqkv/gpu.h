@@ -36,6 +36,10 @@ Result<GpuIoPath> ParseGpuIoPath(std::string_view name);
 // Number of CUDA devices; DeviceError with the runtime's message when there is no driver/device.
 Result<int> CudaDeviceCount();
 
+// Free bytes of `device`'s memory. Creates the CUDA context first, so a benchmark can call it
+// before timing anything. DeviceError without a device.
+Result<uint64_t> CudaFreeMemory(int device = 0);
+
 struct GpuRung {
   GpuIoPath path = GpuIoPath::kBuffered;
   bool usable = false;
@@ -94,6 +98,7 @@ struct GpuRestoreStats {
   std::string model;
   ModelGeometry geometry;
   double seconds = 0;               // wall: open to every layer decoded (device synchronised)
+  double setup_seconds = 0;         // part of `seconds` before the first read: probe, allocations
   double read_busy_seconds = 0;     // reader thread inside store reads / cuFileRead
   double copy_seconds = 0;          // GPU time of the H2D copies (event timing)
   double decode_seconds = 0;        // GPU time of the decode kernels (event timing)

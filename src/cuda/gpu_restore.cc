@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -287,6 +288,7 @@ Result<std::unique_ptr<GpuSession>> RestoreToGpu(Store& store, std::string_view 
     return static_cast<size_t>(std::min<uint64_t>(AlignUp(e.size, kContainerAlignment), file - e.offset));
   };
   SlotReader::ReadFn read_fn;
+  std::atomic<uint64_t> cufile_bytes{0};  // cuFile reads bypass `object`'s byte count
   if (path == GpuIoPath::kGds) {
     // cuFileRead into the registered device slot, then a D2H copy of the payload for the checksum
     // (the container's XXH3 is verified on the host; see docs/gpu.md).
@@ -306,6 +308,7 @@ Result<std::unique_ptr<GpuSession>> RestoreToGpu(Store& store, std::string_view 
           }
           done += static_cast<size_t>(r);
         }
+        cufile_bytes += len;
         TQKV_CUDA_RETURN_IF_ERROR(cudaMemcpy(s.host, s.dev, e.size, cudaMemcpyDeviceToHost));
         TQKV_RETURN_IF_ERROR(reader->VerifyChunk(e, {s.host, static_cast<size_t>(e.size)}));
       }
@@ -431,7 +434,8 @@ Result<std::unique_ptr<GpuSession>> RestoreToGpu(Store& store, std::string_view 
   if (geo.layers > 0) {
     stats.first_layer_seconds = t_start + Elapsed(start_ev, session->events_[0]) / 1e3;
   }
-  stats.bytes_read = object->BytesRead() - read_before;
+  stats.setup_seconds = t_start;
+  stats.bytes_read = object->BytesRead() - read_before + cufile_bytes.load();
   if (stats.bytes_read == 0) stats.bytes_read = file;
   stats.tokens = h.tokens;
   stats.model = h.model;

@@ -42,6 +42,18 @@ Result<int> CudaDeviceCount() {
   return n;
 }
 
+Result<uint64_t> CudaFreeMemory(int device) {
+  TQKV_ASSIGN_OR_RETURN(int n, CudaDeviceCount());
+  if (device < 0 || device >= n) {
+    return Status::InvalidArgument("CUDA device " + std::to_string(device) + " of " +
+                                   std::to_string(n));
+  }
+  TQKV_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  size_t free_bytes = 0, total = 0;
+  TQKV_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total));  // creates the context
+  return static_cast<uint64_t>(free_bytes);
+}
+
 namespace {
 
 // Writes and reads back one aligned 4 KiB block with O_DIRECT in `dir`. Empty string when it works.
@@ -171,6 +183,7 @@ std::string GpuRestoreStats::ToJson() const {
                       {"tokens", tokens},
                       {"model", model},
                       {"seconds", seconds},
+                      {"setup_s", setup_seconds},
                       {"read_busy_s", read_busy_seconds},
                       {"copy_gpu_s", copy_seconds},
                       {"decode_gpu_s", decode_seconds},

@@ -197,6 +197,12 @@ TEST_P(GpuRestoreTest, EndToEndWithLayerEvents) {
   EXPECT_EQ(layers_seen, (std::vector<uint32_t>{0, 1, 2, 3}));
   EXPECT_GT(gs.stats().first_layer_seconds, 0.0);
   EXPECT_LE(gs.stats().first_layer_seconds, gs.stats().seconds);
+  EXPECT_GT(gs.stats().setup_seconds, 0.0);
+  EXPECT_LE(gs.stats().setup_seconds, gs.stats().first_layer_seconds);
+  // Every chunk is counted, cuFile reads included (they bypass the store's own count).
+  auto object = (*store)->Open("s");
+  ASSERT_TRUE(object.ok());
+  EXPECT_GE(gs.stats().bytes_read, (*object)->Size() * 9 / 10);
   const size_t bytes = 300 * g.token_elems() * 2;
   std::vector<uint8_t> host(bytes);
   for (uint32_t l = 0; l < g.layers; ++l) {

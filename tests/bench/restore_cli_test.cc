@@ -1,0 +1,156 @@
+// `tqkv bench restore` with GPU rows, through the built binary. Without a CUDA device (or in a
+// build without CUDA) GPU rows are skipped with the reason, or refused when they are all that
+// was asked; with one, their JSON fields are checked. Host rows keep every field they had.
+#include <gtest/gtest.h>
+
+#include "tools/cli_util.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "store/store_test_util.h"
+
+namespace {
+
+using tqkv::testing_util::CmdResult;
+using tqkv::testing_util::Tqkv;
+using json = nlohmann::json;
+
+json ReadJson(const std::string& path) {
+  std::ifstream f(path);
+  return json::parse(f, nullptr, false);
+}
+
+std::string ReadText(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+std::string Args(const tqkv::testing_util::ScratchDir& dir) {
+  return "bench restore --model smollm2-135m --workers 1 --tokens 64 --store " + dir.path() +
+         "/store --json " + dir.path() + "/out.json --csv " + dir.path() + "/out.csv ";
+}
+
+// The fields of a result row before GPU rows existed (the JSON contract).
+void ExpectHostContract(const json& r) {
+  for (const char* k :
+       {"codec", "io", "tokens", "workers", "restore_s_mean", "restore_s_p50", "restore_s_p99",
+        "restore_s_min", "restore_s_max", "restore_s_std", "write_s_mean", "write_s_p50",
+        "write_s_p99", "write_s_min", "write_s_max", "write_s_std", "restore_wall_s",
+        "read_gbps_aggregate", "fp16_gbps_aggregate", "per_worker_gbps", "file_bytes",
+        "fp16_bytes", "speedup_vs_fp16_buffered", "nmse", "cosine_mean", "streamed",
+        "page_cache_dropped", "read_only_s", "decode_only_s", "read_only_gbps",
+        "decode_capacity_fp16_gbps", "bound_fp16_gbps", "per_worker"}) {
+    EXPECT_TRUE(r.contains(k)) << k;
+  }
+  ASSERT_TRUE(r["per_worker"].is_array());
+  for (const char* k : {"write_s", "restore_s", "bytes_read", "bytes_written"}) {
+    EXPECT_TRUE(r["per_worker"][0].contains(k)) << k;
+  }
+}
+
+TEST(BenchRestoreCli, HostOnlyRunsKeepTheirOutput) {
+  tqkv::testing_util::ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  CmdResult r = Tqkv(Args(dir) + "--config tq3:direct --config fp16:buffered --no-quality");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const json j = ReadJson(dir.path() + "/out.json");
+  ASSERT_FALSE(j.is_discarded());
+  EXPECT_FALSE(j.contains("gpu"));
+  ASSERT_EQ(j["results"].size(), 2u);
+  for (const json& row : j["results"]) {
+    ExpectHostContract(row);
+    EXPECT_EQ(row["target"], "host");
+    EXPECT_FALSE(row.contains("io_used"));
+  }
+  const std::string csv = ReadText(dir.path() + "/out.csv");
+  EXPECT_EQ(csv.substr(0, csv.find('\n')),
+            "codec,io,tokens,workers,restore_s_mean,restore_s_p50,restore_s_p99,write_s_mean,"
+            "read_gbps_aggregate,speedup_vs_fp16_buffered,nmse,cosine_mean");
+  EXPECT_EQ(r.out.find("GPU rows"), std::string::npos);
+}
+
+TEST(BenchRestoreCli, GpuRowsRunOrAreSkippedWithTheReason) {
+  tqkv::testing_util::ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  CmdResult r = Tqkv(Args(dir) +
+                     "--config tq3:direct --config fp16:buffered:gpu --config tq3:gds:gpu");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const json j = ReadJson(dir.path() + "/out.json");
+  ASSERT_FALSE(j.is_discarded());
+  ASSERT_TRUE(j.contains("gpu")) << j.dump(2);
+  ExpectHostContract(j["results"][0]);
+  EXPECT_EQ(j["results"][0]["target"], "host");
+  if (j["gpu"]["skipped_rows"].is_string()) {
+    // No usable device here: the host row ran, both GPU rows were skipped and the reason is said.
+    const std::string why = j["gpu"]["skipped_rows"];
+    EXPECT_NE(why.find("skipping 2 GPU row(s)"), std::string::npos) << why;
+    EXPECT_TRUE(why.find("no CUDA device") != std::string::npos ||
+                why.find("built without CUDA") != std::string::npos)
+        << why;
+    EXPECT_NE(r.out.find(why), std::string::npos) << r.out;
+    EXPECT_EQ(j["results"].size(), 1u);
+    return;
+  }
+  // A usable device: every row ran; GPU rows say which rung the ladder used.
+  ASSERT_EQ(j["results"].size(), 3u) << j.dump(2);
+  EXPECT_GT(j["gpu"]["probe"]["device_count"].get<int>(), 0);
+  for (size_t i = 1; i < 3; ++i) {
+    const json& row = j["results"][i];
+    ExpectHostContract(row);
+    EXPECT_EQ(row["target"], "gpu");
+    for (const char* k : {"io_used", "host_io", "io_skipped", "gpu_device", "first_layer_s_mean",
+                          "first_layer_s_max", "decode_gpu_s_mean", "copy_gpu_s_mean",
+                          "read_busy_s_mean", "setup_s_mean", "link_emulated"}) {
+      EXPECT_TRUE(row.contains(k)) << k;
+    }
+    const std::string used = row["io_used"];
+    EXPECT_TRUE(used == "gds" || used == "direct" || used == "buffered") << used;
+    EXPECT_GT(row["first_layer_s_mean"].get<double>(), 0);
+    EXPECT_LE(row["first_layer_s_mean"].get<double>(), row["restore_s_mean"].get<double>());
+    EXPECT_GT(row["decode_gpu_s_mean"].get<double>(), 0);
+    EXPECT_TRUE(row["per_worker"][0].contains("first_layer_s"));
+    // cuFile reads bypass the store's byte count: RestoreToGpu adds them.
+    EXPECT_GE(row["per_worker"][0]["bytes_read"].get<uint64_t>(),
+              row["file_bytes"].get<uint64_t>() / 2);
+  }
+  EXPECT_EQ(j["results"][1]["io_used"], "buffered");  // fp16:buffered:gpu forces the rung
+  EXPECT_DOUBLE_EQ(j["results"][1]["speedup_vs_fp16_buffered"].get<double>(), 1.0);
+  EXPECT_TRUE(j["results"][2]["speedup_vs_fp16_buffered"].is_number());
+  EXPECT_NE(r.out.find("GPU rows"), std::string::npos) << r.out;
+}
+
+TEST(BenchRestoreCli, OnlyGpuRowsWithoutADeviceIsAClearError) {
+  tqkv::testing_util::ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  CmdResult r = Tqkv(Args(dir) + "--codec tq3 --io gds --target gpu --no-quality");
+  ASSERT_NE(r.status, -1) << r.out;  // exited, did not crash
+  if (r.status == 0) {
+    const json j = ReadJson(dir.path() + "/out.json");
+    ASSERT_EQ(j["results"].size(), 1u);
+    EXPECT_EQ(j["results"][0]["target"], "gpu");
+    return;
+  }
+  EXPECT_NE(r.out.find("only GPU rows were asked for"), std::string::npos) << r.out;
+  EXPECT_TRUE(r.out.find("no CUDA device") != std::string::npos ||
+              r.out.find("built without CUDA") != std::string::npos)
+      << r.out;
+}
+
+TEST(BenchRestoreCli, BadTargetsAreRefused) {
+  tqkv::testing_util::ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  CmdResult a = Tqkv(Args(dir) + "--target tpu");
+  EXPECT_NE(a.status, 0);
+  EXPECT_NE(a.out.find("unknown target"), std::string::npos) << a.out;
+  CmdResult b = Tqkv(Args(dir) + "--config tq3:gds");
+  EXPECT_NE(b.status, 0);
+  EXPECT_NE(b.out.find("GPU row"), std::string::npos) << b.out;
+  EXPECT_NE(Tqkv("bench restore --help").out.find("--target"), std::string::npos);
+}
+
+}  // namespace
