@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# One-call GPU check for issue 6 (docs/gpu.md §6): build with CUDA for sm_90, run the gpu and
-# gpu_ladder tests, the GPU codec benchmark (tq3 decode vs same-run D2D copy), and a 50,000-token
-# qwen2.5-7b tq3 session restored into GPU memory through each I/O path. Everything lands in $OUT
-# (JSON + logs); the script never stops at the first failure, it records each step's exit code.
+# One-call GPU check for issue 6 (docs/gpu.md §6): build with CUDA for sm_90, run the gpu,
+# gpu_ladder and bench tests, the GPU codec benchmark (tq3 decode vs same-run D2D copy),
+# `tqkv bench restore` with the GPU rows (fp16 buffered into the GPU vs tq3 through the GDS ladder
+# and direct, 50,000-token qwen2.5-7b sessions, 2 concurrent workers), and one session restored
+# into GPU memory through each I/O path. Everything lands in $OUT (JSON + logs); the script never
+# stops at the first failure, it records each step's exit code. Budget: about 8 minutes.
 #
 #   OUT=/some/dir scripts/gpu_check.sh          # on the device machine, from the repo root
 set -u
@@ -25,7 +27,8 @@ step() {  # step NAME CMD...: runs CMD, logs to $OUT/NAME.log, records the exit 
 step env bash -c 'nvidia-smi; nvcc --version; uname -a; nproc; free -g; df -h /var/tmp /tmp; findmnt -T /var/tmp'
 step configure cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTQKV_ENABLE_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES=90 -DTQKV_ENABLE_REDIS=OFF -DTQKV_ENABLE_NFS=OFF
-step build ninja -C "$BUILD" -j "$JOBS" tqkv_cli tqkv_gpu_tests tqkv_gpu_ladder_tests || {
+step build ninja -C "$BUILD" -j "$JOBS" tqkv_cli tqkv_gpu_tests tqkv_gpu_ladder_tests \
+  tqkv_bench_tests || {
   echo "build failed; see $OUT/build.log" | tee -a "$STEPS"; exit 1; }
 TQKV="$BUILD/tqkv"
 mkdir -p "$STORE"
@@ -33,9 +36,20 @@ step probe bash -c "'$TQKV' gpu probe --dir '$STORE' > '$OUT/probe.json'"
 # gtest XML per binary (label gpu and gpu_ladder).
 step test_gpu "$BUILD/tqkv_gpu_tests" --gtest_output="xml:$OUT/test_gpu.xml"
 step test_gpu_ladder "$BUILD/tqkv_gpu_ladder_tests" --gtest_output="xml:$OUT/test_gpu_ladder.xml"
+# bench restore's rows; with a device, its CLI test runs small GPU rows and checks their JSON.
+step test_bench "$BUILD/tqkv_bench_tests" --gtest_output="xml:$OUT/test_bench.xml"
 # Codec benchmark: 4 heads x 128 dims x 1M tokens = 4M vectors, 1 GiB of f16 output per decode.
 step bench_tq3 bash -c "'$TQKV' gpu bench --codec tq3 --heads 4 --head-dim 128 --tokens 1048576 > '$OUT/bench_tq3.json'"
 step bench_tq4 bash -c "'$TQKV' gpu bench --codec tq4 --heads 8 --head-dim 128 --tokens 524288 > '$OUT/bench_tq4.json'"
+# The seed figure's GPU rows: fp16 + standard (buffered) I/O into the GPU vs tq3 through the GDS
+# ladder (io_used says which rung ran) and through O_DIRECT + pinned copies, with the host tq3 row
+# for reference. Each worker checkpoints its own session first; page cache dropped per restore.
+mkdir -p "$STORE-bench"
+step bench_restore_gpu timeout 300 "$TQKV" bench restore --model qwen2.5-7b --tokens 50000 \
+  --workers 2 --config fp16:buffered:gpu --config tq3:gds:gpu --config tq3:direct:gpu \
+  --config tq3:direct --store "$STORE-bench" --json "$OUT/bench_restore_gpu.json" \
+  --csv "$OUT/bench_restore_gpu.csv" --chart "$OUT/bench_restore_gpu.svg"
+rm -rf "$STORE-bench"
 # 50,000-token qwen2.5-7b sessions: tq3 (GPU decode) and fp16 (the seed's baseline row).
 step ckpt_tq3 "$TQKV" checkpoint --model qwen2.5-7b --tokens 50000 --codec tq3 --store "$STORE" \
   --session q50k-tq3 --json "$OUT/checkpoint_tq3.json"
