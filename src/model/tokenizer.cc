@@ -160,6 +160,34 @@ Result<int32_t> ReadTokenId(const GgufFile& gguf, std::string_view key, int32_t 
   return static_cast<int32_t>(*i);
 }
 
+// The vocabulary (tokenizer.ggml.tokens), bounded so a hostile file cannot make it huge.
+Result<std::vector<std::string>> ReadTokenPieces(const GgufFile& gguf) {
+  const GgufValue* toks = gguf.Find("tokenizer.ggml.tokens");
+  if (toks == nullptr || toks->type != GgufValueType::kArray ||
+      toks->elem_type != GgufValueType::kString || toks->count == 0 ||
+      toks->count > kMaxVocabEntries) {
+    return Status::Corruption(
+        "GGUF: tokenizer.ggml.tokens missing, empty, too long or not an array of strings");
+  }
+  std::vector<std::string> pieces;
+  pieces.reserve(toks->count);
+  for (std::string_view v : toks->ArrayStrings()) pieces.emplace_back(v);
+  return pieces;
+}
+
+// Control and user-defined tokens (token_type 3 or 4) never come out of text.
+void MarkControlTokens(const GgufFile& gguf, std::vector<uint8_t>& is_control) {
+  const GgufValue* types = gguf.Find("tokenizer.ggml.token_type");
+  if (types == nullptr || types->type != GgufValueType::kArray ||
+      types->count != is_control.size()) {
+    return;
+  }
+  for (size_t i = 0; i < is_control.size(); ++i) {
+    const int64_t ty = types->ArrayElement(i).AsInt().value_or(1);
+    is_control[i] = (ty == 3 || ty == 4) ? 1 : 0;
+  }
+}
+
 }  // namespace
 
 std::string_view Tokenizer::Piece(int32_t id) const {
@@ -269,16 +297,9 @@ Result<std::unique_ptr<ScoreTokenizer>> ScoreTokenizer::LoadLlama2c(const std::s
 }
 
 Result<std::unique_ptr<ScoreTokenizer>> ScoreTokenizer::FromGguf(const GgufFile& gguf) {
-  const GgufValue* toks = gguf.Find("tokenizer.ggml.tokens");
   const GgufValue* scores = gguf.Find("tokenizer.ggml.scores");
-  if (toks == nullptr || toks->type != GgufValueType::kArray ||
-      toks->elem_type != GgufValueType::kString || toks->count == 0 ||
-      toks->count > kMaxVocabEntries) {
-    return Status::Corruption(
-        "GGUF: tokenizer.ggml.tokens missing, empty, too long or not an array of strings");
-  }
   std::unique_ptr<ScoreTokenizer> t(new ScoreTokenizer());
-  for (std::string_view v : toks->ArrayStrings()) t->pieces_.emplace_back(v);
+  TQKV_ASSIGN_OR_RETURN(t->pieces_, ReadTokenPieces(gguf));
   t->scores_.assign(t->pieces_.size(), 0.0f);
   if (scores != nullptr && scores->type == GgufValueType::kArray &&
       scores->count == t->pieces_.size()) {
@@ -287,14 +308,7 @@ Result<std::unique_ptr<ScoreTokenizer>> ScoreTokenizer::FromGguf(const GgufFile&
     }
   }
   t->BuildIndex();
-  if (const GgufValue* types = gguf.Find("tokenizer.ggml.token_type");
-      types != nullptr && types->type == GgufValueType::kArray &&
-      types->count == t->pieces_.size()) {
-    for (size_t i = 0; i < t->pieces_.size(); ++i) {
-      const int64_t ty = types->ArrayElement(i).AsInt().value_or(1);
-      t->is_control_[i] = (ty == 3 || ty == 4) ? 1 : 0;
-    }
-  }
+  MarkControlTokens(gguf, t->is_control_);
   const size_t n = t->pieces_.size();
   TQKV_ASSIGN_OR_RETURN(t->bos_id_,
                         ReadTokenId(gguf, "tokenizer.ggml.bos_token_id", n > 1 ? 1 : -1, n));
@@ -421,30 +435,15 @@ std::string ScoreTokenizer::Decode(std::span<const int32_t> ids) const {
 // BpeTokenizer
 
 Result<std::unique_ptr<BpeTokenizer>> BpeTokenizer::FromGguf(const GgufFile& gguf) {
-  const GgufValue* toks = gguf.Find("tokenizer.ggml.tokens");
   const GgufValue* merges = gguf.Find("tokenizer.ggml.merges");
-  if (toks == nullptr || toks->type != GgufValueType::kArray ||
-      toks->elem_type != GgufValueType::kString || toks->count == 0 ||
-      toks->count > kMaxVocabEntries) {
-    return Status::Corruption(
-        "GGUF: tokenizer.ggml.tokens missing, empty, too long or not an array of strings");
-  }
   if (merges == nullptr || merges->type != GgufValueType::kArray ||
       merges->elem_type != GgufValueType::kString || merges->count > kMaxVocabEntries) {
     return Status::Corruption("GGUF: tokenizer.ggml.merges missing or not an array of strings");
   }
   std::unique_ptr<BpeTokenizer> t(new BpeTokenizer());
-  t->pieces_.reserve(toks->count);
-  for (std::string_view v : toks->ArrayStrings()) t->pieces_.emplace_back(v);
+  TQKV_ASSIGN_OR_RETURN(t->pieces_, ReadTokenPieces(gguf));
   t->BuildIndex();
-  if (const GgufValue* types = gguf.Find("tokenizer.ggml.token_type");
-      types != nullptr && types->type == GgufValueType::kArray &&
-      types->count == t->pieces_.size()) {
-    for (size_t i = 0; i < t->pieces_.size(); ++i) {
-      const int64_t ty = types->ArrayElement(i).AsInt().value_or(1);
-      t->is_control_[i] = (ty == 3 || ty == 4) ? 1 : 0;
-    }
-  }
+  MarkControlTokens(gguf, t->is_control_);
   const std::vector<std::string_view> merge_list = merges->ArrayStrings();
   t->merge_rank_.reserve(merge_list.size() * 2);
   for (size_t i = 0; i < merge_list.size(); ++i) {
