@@ -78,7 +78,9 @@ class PosixAdmin final : public SessionAdmin {
     return Status::Ok();
   }
 
-  Status RemoveIfUnchanged(std::string_view key, int64_t mtime_ns) override {
+  Status RemoveIfUnchanged(const SessionMeta& listed) override {
+    const std::string_view key = listed.key;
+    const int64_t mtime_ns = listed.mtime_ns;
     TQKV_RETURN_IF_ERROR(ValidateKey(key));
     const std::string p = ObjectPath(key);
     struct stat st {};
@@ -118,8 +120,8 @@ class Forward final : public SessionAdmin {
   explicit Forward(SessionAdmin* a) : a_(a) {}
   Result<std::vector<SessionMeta>> ListSessions() override { return a_->ListSessions(); }
   Status SetPin(std::string_view key, int64_t until_ns) override { return a_->SetPin(key, until_ns); }
-  Status RemoveIfUnchanged(std::string_view key, int64_t mtime_ns) override {
-    return a_->RemoveIfUnchanged(key, mtime_ns);
+  Status RemoveIfUnchanged(const SessionMeta& listed) override {
+    return a_->RemoveIfUnchanged(listed);
   }
 
  private:
@@ -156,7 +158,7 @@ Result<GcReport> CollectGarbage(Store* store, const GcOptions& o) {
   });
   auto remove = [&](const SessionMeta& s) -> Result<bool> {
     if (o.dry_run) return true;
-    Status st = admin->RemoveIfUnchanged(s.key, s.mtime_ns);
+    Status st = admin->RemoveIfUnchanged(s);
     if (st.ok()) return true;
     if (st.IsNotFound() || st.code() == StatusCode::kBusy) return false;  // raced: someone else
     return st;

@@ -543,7 +543,9 @@ class NfsStore final : public Store, public SessionAdmin {
     return Status::Ok();
   }
 
-  Status RemoveIfUnchanged(std::string_view key, int64_t mtime_ns) override {
+  Status RemoveIfUnchanged(const SessionMeta& listed) override {
+    const std::string_view key = listed.key;
+    const int64_t mtime_ns = listed.mtime_ns;
     TQKV_RETURN_IF_ERROR(ValidateKey(key));
     const std::string p = FinalPath(key);
     std::lock_guard<std::mutex> lock(conn_->mu);

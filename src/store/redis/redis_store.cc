@@ -233,13 +233,14 @@ return 1
 )lua";
 
 // Remove: KEYS[1] manifest, ARGV[1] grace ms, ARGV[2] chunk key base, ARGV[3] key prefix for
-// the side records ("<prefix>:{K}:"), ARGV[4] expected mtime or "" (else -1: published again).
+// the side records ("<prefix>:{K}:"), ARGV[4] expected writer id or "" (else -1: published
+// again). The writer id names one version exactly; a wall-clock mtime could repeat across hosts.
 constexpr const char* kRemoveLua = R"lua(
 local old = redis.call('GET', KEYS[1])
 if not old then return 0 end
-if ARGV[4] ~= '' and string.match(old, '(%S+)$') ~= ARGV[4] then return -1 end
-local grace, base = tonumber(ARGV[1]), ARGV[2]
 local on, ow = string.match(old, '^tqkv1 %d+ %d+ (%d+) %x+ (%S+)')
+if ARGV[4] ~= '' and ow ~= ARGV[4] then return -1 end
+local grace, base = tonumber(ARGV[1]), ARGV[2]
 if ow then
   for i = 0, tonumber(on) - 1 do
     if grace > 0 then redis.call('PEXPIRE', base .. ow .. ':' .. i, grace)
@@ -247,6 +248,31 @@ if ow then
   end
 end
 redis.call('DEL', KEYS[1], ARGV[3] .. 'a', ARGV[3] .. 'p')
+return 1
+)lua";
+
+// Stale temp: KEYS[1] chunk, ARGV[1] temp TTL ms, ARGV[2] min age ms. Deletes the chunk only if
+// it still carries a TTL and is still that old: a writer may have published (PERSIST) it since
+// the caller looked, and a published chunk must never go.
+constexpr const char* kRemoveStaleLua = R"lua(
+local left = redis.call('PTTL', KEYS[1])
+if left < 0 or tonumber(ARGV[1]) - left < tonumber(ARGV[2]) then return 0 end
+return redis.call('DEL', KEYS[1])
+)lua";
+
+// Open: KEYS[1] manifest, KEYS[2] access record, ARGV[1] now. The access record is written only
+// while the manifest exists, so a removed session leaves none for a later republish to inherit.
+constexpr const char* kOpenLua = R"lua(
+local m = redis.call('GET', KEYS[1])
+if m then redis.call('SET', KEYS[2], ARGV[1]) end
+return m
+)lua";
+
+// Pin: KEYS[1] manifest, KEYS[2] pin record, ARGV[1] expiry. 0 if there is no such object (a pin
+// set after a removal would otherwise pin whatever is published under the key later).
+constexpr const char* kPinLua = R"lua(
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('SET', KEYS[2], ARGV[1])
 return 1
 )lua";
 
@@ -564,7 +590,12 @@ class RedisStore final : public Store, public SessionAdmin {
     const Keys k = KeysFor(pool_->cfg(), key);
     TQKV_ASSIGN_OR_RETURN(redisContext * c, pool_->Get());
     Lease lease(pool_, c);
-    TQKV_ASSIGN_OR_RETURN(Reply r, Command(*pool_, lease, {"GET", k.manifest}, "GET manifest"));
+    // Last access time for LRU eviction across processes (tqkv gc), set with the manifest read.
+    const std::string now = std::to_string(store_internal::NowUnixNs());
+    const std::string access = k.base + "a";
+    TQKV_ASSIGN_OR_RETURN(Reply r, Command(*pool_, lease,
+                                           {"EVAL", kOpenLua, "2", k.manifest, access, now},
+                                           "open " + std::string(key)));
     if (r->type == REDIS_REPLY_NIL) {
       return Status::NotFound("redis: no object " + std::string(key) + " in " + Uri());
     }
@@ -572,17 +603,17 @@ class RedisStore final : public Store, public SessionAdmin {
       return Status::Corruption("redis: manifest of " + std::string(key) + " is not a string");
     }
     TQKV_ASSIGN_OR_RETURN(Manifest m, ParseManifest(std::string_view(r->str, r->len), key));
-    // Last access time, for LRU eviction across processes (tqkv gc).
-    const std::string now = std::to_string(store_internal::NowUnixNs());
-    (void)Command(*pool_, lease, {"SET", k.base + "a", now}, "SET access time");
     return std::unique_ptr<ReadableObject>(
         std::make_unique<RedisReadable>(pool_, std::string(key), m));
   }
 
   Status Remove(std::string_view key) override { return RemoveChecked(key, ""); }
 
-  Status RemoveIfUnchanged(std::string_view key, int64_t mtime_ns) override {
-    return RemoveChecked(key, std::to_string(mtime_ns));
+  Status RemoveIfUnchanged(const SessionMeta& listed) override {
+    if (listed.version.empty()) {
+      return Status::InvalidArgument("redis: remove of " + listed.key + " names no version");
+    }
+    return RemoveChecked(listed.key, listed.version);
   }
 
   Status SetPin(std::string_view key, int64_t until_ns) override {
@@ -591,9 +622,14 @@ class RedisStore final : public Store, public SessionAdmin {
     TQKV_ASSIGN_OR_RETURN(redisContext * c, pool_->Get());
     Lease lease(pool_, c);
     if (until_ns == 0) return Command(*pool_, lease, {"DEL", k.base + "p"}, "unpin").status();
-    TQKV_ASSIGN_OR_RETURN(Reply e, Command(*pool_, lease, {"EXISTS", k.manifest}, "EXISTS"));
-    if (e->integer == 0) return Status::NotFound("redis: no object " + std::string(key) + " in " + Uri());
-    return Command(*pool_, lease, {"SET", k.base + "p", std::to_string(until_ns)}, "pin").status();
+    const std::string pin = k.base + "p", until = std::to_string(until_ns);
+    TQKV_ASSIGN_OR_RETURN(
+        Reply r, Command(*pool_, lease, {"EVAL", kPinLua, "2", k.manifest, pin, until},
+                         "pin " + std::string(key)));
+    if (r->type == REDIS_REPLY_INTEGER && r->integer == 0) {
+      return Status::NotFound("redis: no object " + std::string(key) + " in " + Uri());
+    }
+    return Status::Ok();
   }
 
   Result<std::vector<SessionMeta>> ListSessions() override {
@@ -625,6 +661,7 @@ class RedisStore final : public Store, public SessionAdmin {
       meta.key = key;
       meta.size = parsed->size;
       meta.mtime_ns = parsed->mtime_ns;
+      meta.version = parsed->writer;
       if (rep->element[1]->type == REDIS_REPLY_STRING) meta.atime_ns = std::atoll(rep->element[1]->str);
       if (rep->element[2]->type == REDIS_REPLY_STRING) meta.pin_until_ns = std::atoll(rep->element[2]->str);
       out.push_back(std::move(meta));
@@ -634,7 +671,8 @@ class RedisStore final : public Store, public SessionAdmin {
     return out;
   }
 
-  Status RemoveChecked(std::string_view key, const std::string& expect_mtime) {
+  // expect_writer: "" removes whatever version is published.
+  Status RemoveChecked(std::string_view key, const std::string& expect_writer) {
     TQKV_RETURN_IF_ERROR(ValidateKey(key));
     const Keys k = KeysFor(pool_->cfg(), key);
     TQKV_ASSIGN_OR_RETURN(redisContext * c, pool_->Get());
@@ -642,7 +680,7 @@ class RedisStore final : public Store, public SessionAdmin {
     const std::string grace = std::to_string(pool_->cfg().grace_ms);
     TQKV_ASSIGN_OR_RETURN(Reply r, Command(*pool_, lease,
                                            {"EVAL", kRemoveLua, "1", k.manifest, grace, k.chunks,
-                                            k.base, expect_mtime},
+                                            k.base, expect_writer},
                                            "remove " + std::string(key)));
     if (r->type == REDIS_REPLY_INTEGER && r->integer == 0) {
       return Status::NotFound("redis: no object " + std::string(key) + " in " + Uri());
@@ -688,6 +726,7 @@ class RedisStore final : public Store, public SessionAdmin {
 
   // Temp chunks (those still carrying the writer's TTL) whose age, temp_ttl - PTTL, is at least
   // min_age. Chunks of replaced versions in their grace period count as well: they are garbage.
+  // The PTTL pass only picks candidates; each is checked again and deleted in one script.
   Result<uint64_t> RemoveStaleTemps(std::chrono::seconds min_age) override {
     TQKV_ASSIGN_OR_RETURN(std::vector<std::string> chunks,
                           Scan(pool_->cfg().prefix + ":{*}:d:*"));
@@ -708,10 +747,11 @@ class RedisStore final : public Store, public SessionAdmin {
       if (left < 0) continue;  // published (no TTL) or gone
       if (ttl - left >= min_ms) stale.push_back(k);
     }
-    for (const auto& k : stale) AppendCmd(c, {"DEL", k});
+    const std::string ttl_arg = std::to_string(ttl), min_arg = std::to_string(min_ms);
+    for (const auto& k : stale) AppendCmd(c, {"EVAL", kRemoveStaleLua, "1", k, ttl_arg, min_arg});
     uint64_t removed = 0;
     for (size_t i = 0; i < stale.size(); ++i) {
-      auto r = GetReply(*pool_, c, "DEL");
+      auto r = GetReply(*pool_, c, "remove stale temp");
       if (!r.ok()) {
         lease.MarkDirty();
         return r.status();
