@@ -139,8 +139,15 @@ Result<Reply> GetReply(const Pool& pool, redisContext* c, std::string_view what)
   if (redisGetReply(c, &r) != REDIS_OK || r == nullptr) return ConnError(pool, c, what);
   Reply reply(static_cast<redisReply*>(r));
   if (reply->type == REDIS_REPLY_ERROR) {
-    return Status::IoError("redis " + std::string(what) + " on " + pool.Where() + ": " +
-                           std::string(reply->str, reply->len));
+    const std::string err(reply->str, reply->len);
+    // Redis Cluster redirections are not followed: say so, rather than fail as an I/O error.
+    if (err.rfind("MOVED ", 0) == 0 || err.rfind("ASK ", 0) == 0) {
+      return Status::Unsupported("redis " + std::string(what) + " on " + pool.Where() + ": " + err +
+                                 " (a Redis Cluster redirection; this client talks to one node "
+                                 "and does not follow MOVED/ASK: point the URI at the node that "
+                                 "owns the session's slot, or at a cluster proxy)");
+    }
+    return Status::IoError("redis " + std::string(what) + " on " + pool.Where() + ": " + err);
   }
   return reply;
 }
