@@ -76,4 +76,22 @@ Rotation MakeRotation(RotationKind kind, uint64_t seed, uint32_t dim) {
   return r;
 }
 
+void RotationScales(RotationKind kind, uint32_t m, float* enc, float* dec) {
+  const double md = m;
+  switch (kind) {
+    case RotationKind::kHadamard:
+      *enc = 1.0f;
+      *dec = static_cast<float>(1.0 / md);
+      break;
+    case RotationKind::kHadamard2:
+      *enc = static_cast<float>(1.0 / std::sqrt(md));
+      *dec = static_cast<float>(1.0 / (md * std::sqrt(md)));
+      break;
+    default:
+      *enc = static_cast<float>(std::sqrt(md));
+      *dec = static_cast<float>(1.0 / std::sqrt(md));
+      break;
+  }
+}
+
 }  // namespace tqkv::codec

@@ -28,6 +28,11 @@ std::vector<float> HadamardSigns(uint64_t seed, uint32_t dim, uint32_t round);
 // by modified Gram-Schmidt over G's columns in double (with one re-orthogonalisation pass).
 std::vector<float> HaarMatrix(uint64_t seed, uint32_t dim);
 
+// Scales applied around the unnormalised transform of a subset of m channels, so that the
+// rotated coordinates have unit variance (enc) and decode inverts it (dec); computed in double,
+// rounded once. Shared by the CPU codec and the CUDA parameter builder.
+void RotationScales(RotationKind kind, uint32_t m, float* enc, float* dec);
+
 // Builds the rotation. kind must be kHadamard/kHadamard2 (dim a power of two) or kHaar.
 Rotation MakeRotation(RotationKind kind, uint64_t seed, uint32_t dim);
 

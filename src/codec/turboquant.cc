@@ -29,24 +29,6 @@ struct Subset {
   size_t planes_offset = 0;  // within one code
 };
 
-void Scales(RotationKind kind, uint32_t m, float* enc, float* dec) {
-  const double md = m;
-  switch (kind) {
-    case RotationKind::kHadamard:
-      *enc = 1.0f;
-      *dec = static_cast<float>(1.0 / md);
-      break;
-    case RotationKind::kHadamard2:
-      *enc = static_cast<float>(1.0 / std::sqrt(md));
-      *dec = static_cast<float>(1.0 / (md * std::sqrt(md)));
-      break;
-    default:
-      *enc = static_cast<float>(std::sqrt(md));
-      *dec = static_cast<float>(1.0 / std::sqrt(md));
-      break;
-  }
-}
-
 class TurboQuantCodec final : public Codec {
  public:
   explicit TurboQuantCodec(const CodecParams& params) : params_(params) {
@@ -74,7 +56,7 @@ class TurboQuantCodec final : public Codec {
       p.haar_t = s.rotation.qt.empty() ? nullptr : s.rotation.qt.data();
       p.centroids = s.centroids.data();
       p.thresholds = s.thresholds.data();
-      Scales(sp.rotation, sp.channels, &p.enc_scale, &p.dec_scale);
+      codec::RotationScales(sp.rotation, sp.channels, &p.enc_scale, &p.dec_scale);
       p.norm_correction = params_.norm_correction;
       p.norm_dtype = params_.norm_dtype;
       s.norm_offset = i * norm_bytes;

@@ -10,25 +10,6 @@
 namespace tqkv::cuda {
 namespace {
 
-// The codec's per-rotation scales (src/codec/turboquant.cc): computed in double, rounded once.
-void Scales(RotationKind kind, uint32_t m, float* enc, float* dec) {
-  const double md = m;
-  switch (kind) {
-    case RotationKind::kHadamard:
-      *enc = 1.0f;
-      *dec = static_cast<float>(1.0 / md);
-      break;
-    case RotationKind::kHadamard2:
-      *enc = static_cast<float>(1.0 / std::sqrt(md));
-      *dec = static_cast<float>(1.0 / (md * std::sqrt(md)));
-      break;
-    default:
-      *enc = static_cast<float>(std::sqrt(md));
-      *dec = static_cast<float>(1.0 / std::sqrt(md));
-      break;
-  }
-}
-
 uint32_t Append(std::vector<float>& table, const std::vector<float>& v) {
   if (v.empty()) return kGpuNoTable;
   const auto at = static_cast<uint32_t>(table.size());
@@ -139,7 +120,7 @@ Result<PackedCodec> PackCodecParams(const CodecParams& params) {
     g.dim = sp.channels;
     g.bits = sp.bits;
     g.rotation = static_cast<uint32_t>(sp.rotation);
-    Scales(sp.rotation, sp.channels, &g.enc_scale, &g.dec_scale);
+    codec::RotationScales(sp.rotation, sp.channels, &g.enc_scale, &g.dec_scale);
     g.norm_offset = s * norm_bytes;
     g.planes_offset = planes_at;
     planes_at += sp.bits * ((sp.channels + 7u) / 8u);
