@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "tqkv/status.h"
@@ -41,6 +42,32 @@ class MemoryStore : public Store {
 
 inline constexpr uint64_t kNoFault = std::numeric_limits<uint64_t>::max();
 
+// Forwards every call to a base store; a decorator derives from it and overrides only what it
+// changes (the shape of RocksDB's EnvWrapper).
+class StoreWrapper : public Store {
+ public:
+  explicit StoreWrapper(std::unique_ptr<Store> base) : base_(std::move(base)) {}
+  Store* base() const { return base_.get(); }
+
+  StoreCaps Caps() const override { return base_->Caps(); }
+  Result<std::unique_ptr<WritableObject>> Create(std::string_view key) override {
+    return base_->Create(key);
+  }
+  Result<std::unique_ptr<ReadableObject>> Open(std::string_view key) override {
+    return base_->Open(key);
+  }
+  Status Remove(std::string_view key) override { return base_->Remove(key); }
+  Result<std::vector<ObjectInfo>> List(std::string_view prefix = {}) override {
+    return base_->List(prefix);
+  }
+  Result<uint64_t> RemoveStaleTemps(std::chrono::seconds min_age) override {
+    return base_->RemoveStaleTemps(min_age);
+  }
+
+ protected:
+  std::unique_ptr<Store> base_;
+};
+
 // Offsets are byte offsets inside one object. A fault set with no offset (kNoFault) never fires.
 struct WriteFaults {
   // Append writes the bytes before this offset, then fails with NoSpace (as ENOSPC would).
@@ -68,7 +95,7 @@ struct ReadFaults {
 };
 
 // Wraps any Store and injects faults into the objects it creates or opens afterwards.
-class FaultInjectionStore : public Store {
+class FaultInjectionStore : public StoreWrapper {
  public:
   struct Counters {
     uint64_t creates = 0;
@@ -91,25 +118,15 @@ class FaultInjectionStore : public Store {
   void SetReadFaults(const ReadFaults& faults, std::string key_prefix = {});
   void ClearFaults();
   Counters counters() const;
-  Store* base() const { return base_.get(); }
 
   std::string_view Name() const override { return "fault"; }
   std::string Uri() const override;
-  StoreCaps Caps() const override { return base_->Caps(); }
   Result<std::unique_ptr<WritableObject>> Create(std::string_view key) override;
   Result<std::unique_ptr<ReadableObject>> Open(std::string_view key) override;
-  Status Remove(std::string_view key) override { return base_->Remove(key); }
-  Result<std::vector<ObjectInfo>> List(std::string_view prefix = {}) override {
-    return base_->List(prefix);
-  }
-  Result<uint64_t> RemoveStaleTemps(std::chrono::seconds min_age) override {
-    return base_->RemoveStaleTemps(min_age);
-  }
 
   struct State;
 
  private:
-  std::unique_ptr<Store> base_;
   std::shared_ptr<State> state_;
 };
 
@@ -127,31 +144,21 @@ struct ThrottleOptions {
 // Wraps any Store and limits read and write bandwidth with token buckets. A transfer waits
 // (sleeps, never spins) until its bytes are paid for, then runs; for transfers of 100 ms or more
 // the achieved rate is within a few percent of the limit (less when the base store is slower).
-class ThrottledStore : public Store {
+class ThrottledStore : public StoreWrapper {
  public:
   ThrottledStore(std::unique_ptr<Store> base, const ThrottleOptions& options);
   ~ThrottledStore() override;
 
   const ThrottleOptions& options() const { return options_; }
-  Store* base() const { return base_.get(); }
 
   std::string_view Name() const override { return "throttled"; }
   std::string Uri() const override;
-  StoreCaps Caps() const override { return base_->Caps(); }
   Result<std::unique_ptr<WritableObject>> Create(std::string_view key) override;
   Result<std::unique_ptr<ReadableObject>> Open(std::string_view key) override;
-  Status Remove(std::string_view key) override { return base_->Remove(key); }
-  Result<std::vector<ObjectInfo>> List(std::string_view prefix = {}) override {
-    return base_->List(prefix);
-  }
-  Result<uint64_t> RemoveStaleTemps(std::chrono::seconds min_age) override {
-    return base_->RemoveStaleTemps(min_age);
-  }
 
   struct State;
 
  private:
-  std::unique_ptr<Store> base_;
   ThrottleOptions options_;
   std::shared_ptr<State> state_;
 };

@@ -213,7 +213,7 @@ bool HasPrefix(std::string_view key, std::string_view prefix) {
 }  // namespace
 
 FaultInjectionStore::FaultInjectionStore(std::unique_ptr<Store> base)
-    : base_(std::move(base)), state_(std::make_shared<State>()) {}
+    : StoreWrapper(std::move(base)), state_(std::make_shared<State>()) {}
 FaultInjectionStore::~FaultInjectionStore() = default;
 
 std::string FaultInjectionStore::Uri() const { return "fault+" + base_->Uri(); }

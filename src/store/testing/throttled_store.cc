@@ -118,7 +118,7 @@ struct ThrottledStore::State {
 };
 
 ThrottledStore::ThrottledStore(std::unique_ptr<Store> base, const ThrottleOptions& options)
-    : base_(std::move(base)), options_(options), state_(std::make_shared<State>()) {
+    : StoreWrapper(std::move(base)), options_(options), state_(std::make_shared<State>()) {
   state_->read = MakeBucket(options_.read_bytes_per_sec, options_.burst_bytes);
   state_->write = MakeBucket(options_.write_bytes_per_sec, options_.burst_bytes);
 }
