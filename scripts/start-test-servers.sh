@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # Starts the loopback servers the shared-store tests run against, unless already running:
 #   redis-server on 127.0.0.1:<private port> and a unix socket, no persistence;
+#   a Redis Cluster of 3 primaries (no replicas) on 127.0.0.1:<3 private ports>, no persistence;
 #   rpcbind (if not running) + ganesha.nfsd exporting a fresh scratch directory over NFSv3 (VFS FSAL).
 # Idempotent (flock): a second call prints the same URIs. Prints shell assignments:
 #   TQKV_TEST_REDIS_URI='redis://127.0.0.1:PORT'  (single-quoted: the NFS URI has a &)
 #   TQKV_TEST_REDIS_UNIX_URI=redis+unix:///STATE/redis.sock
+#   TQKV_TEST_REDIS_CLUSTER_URI=redis+cluster://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3
 #   TQKV_TEST_NFS_URI=nfs://127.0.0.1/STATE/export?nfsport=P&mountport=Q
 # (eval "$(scripts/start-test-servers.sh)"). A server whose binary is not installed is left out,
-# and its variable is not printed. scripts/stop-test-servers.sh stops them and removes the state.
+# and its variable is not printed. The cluster is optional: if it does not come up, the other URIs
+# are still printed, with TQKV_TEST_REDIS_CLUSTER_SKIP='why' instead of its URI (the cluster tests
+# then skip; no retry until stop-test-servers.sh). scripts/stop-test-servers.sh stops them all and
+# removes the state.
 # State directory: $TQKV_TEST_SERVERS_DIR, default /tmp/tqkv-test-servers-<uid>.
 set -euo pipefail
 state=${TQKV_TEST_SERVERS_DIR:-/tmp/tqkv-test-servers-$(id -u)}
@@ -30,6 +35,22 @@ pick_port() {  # a free loopback port in [20000, 40000)
   return 1
 }
 alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+# A cluster node also listens on its bus port, port + 10000: both must be free. Both stay below
+# 32768, where Linux's default ephemeral range starts: an outgoing connection cannot take them.
+pick_cluster_port() {
+  local p i
+  for i in $(seq 1 200); do
+    p=$((20000 + (RANDOM * 32768 + RANDOM) % 2700))
+    if port_free "$p" && port_free $((p + 10000)) &&
+      ! grep -qxE "$p|$((p + 10000))" "$state/ports" 2>/dev/null; then
+      printf '%s\n%s\n' "$p" $((p + 10000)) >>"$state/ports"
+      echo "$p"
+      return 0
+    fi
+  done
+  echo "start-test-servers: no free port pair for a cluster node" >&2
+  return 1
+}
 
 # ---- redis ----
 if command -v redis-server >/dev/null; then
@@ -49,6 +70,91 @@ if command -v redis-server >/dev/null; then
   fi
   echo "TQKV_TEST_REDIS_URI='redis://127.0.0.1:$(cat "$state/redis.port")'"
   echo "TQKV_TEST_REDIS_UNIX_URI='redis+unix://$state/redis.sock'"
+fi
+
+# ---- redis cluster: 3 primaries, no replicas (optional, see the header) ----
+cluster_ok() {  # every node says cluster_state:ok and knows 3 nodes
+  local p
+  [ -f "$state/cluster.ports" ] || return 1
+  local info
+  for p in $(cat "$state/cluster.ports"); do
+    alive "$state/cluster-$p.pid" || return 1
+    info=$(redis-cli -p "$p" cluster info 2>/dev/null | tr -d '\r') || return 1
+    grep -qx 'cluster_state:ok' <<<"$info" || return 1
+    grep -qx 'cluster_known_nodes:3' <<<"$info" || return 1
+  done
+}
+stop_cluster() {
+  local f pid
+  for f in "$state"/cluster-*.pid; do
+    [ -f "$f" ] || continue
+    pid=$(cat "$f")
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+    kill -KILL "$pid" 2>/dev/null || true
+    rm -f "$f"
+  done
+  rm -f "$state/cluster.ports"
+}
+# Returns non-zero with the reason on stderr; every wait is bounded.
+start_cluster() {
+  local ports=() addrs=() p i ok
+  stop_cluster
+  rm -rf "$state"/cluster-*
+  for i in 1 2 3; do
+    p=$(pick_cluster_port) || return 1
+    ports+=("$p")
+    addrs+=("127.0.0.1:$p")
+    mkdir -p "$state/cluster-$p" || return 1
+    redis-server --bind 127.0.0.1 --port "$p" --cluster-enabled yes \
+      --cluster-config-file "$state/cluster-$p/nodes.conf" --cluster-node-timeout 5000 \
+      --save '' --appendonly no --daemonize yes --pidfile "$state/cluster-$p.pid" \
+      --logfile "$state/cluster-$p.log" --dir "$state/cluster-$p" \
+      --maxmemory 1gb --maxmemory-policy noeviction >/dev/null 9>&- || {
+      echo "redis-server (cluster node on port $p) did not start; log: $state/cluster-$p.log" >&2
+      return 1
+    }
+  done
+  echo "${ports[*]}" >"$state/cluster.ports"
+  for p in "${ports[@]}"; do
+    for _ in $(seq 1 200); do  # up to ~20 s on a loaded machine
+      redis-cli -p "$p" ping >/dev/null 2>&1 && break
+      sleep 0.1
+    done
+    redis-cli -p "$p" ping >/dev/null 2>&1 ||
+      { echo "cluster node on port $p does not answer; log: $state/cluster-$p.log" >&2; return 1; }
+  done
+  timeout 60 redis-cli --cluster create "${addrs[@]}" --cluster-replicas 0 --cluster-yes \
+    </dev/null >"$state/cluster-create.log" 2>&1 9>&- ||
+    { echo "redis-cli --cluster create failed; log: $state/cluster-create.log" >&2; return 1; }
+  ok=0
+  for _ in $(seq 1 300); do  # up to 30 s for the nodes to agree (gossip)
+    if cluster_ok; then ok=1; break; fi
+    sleep 0.1
+  done
+  if [ "$ok" != 1 ]; then
+    echo "the cluster did not reach cluster_state:ok in 30 s; logs: $state/cluster-*.log" >&2
+    return 1
+  fi
+}
+if command -v redis-server >/dev/null && command -v redis-cli >/dev/null; then
+  if [ ! -f "$state/cluster.failed" ] && ! cluster_ok; then
+    # Two tries with fresh ports: a port can still be taken between the check and the bind.
+    if ! start_cluster 2>"$state/cluster.err" && ! start_cluster 2>>"$state/cluster.err"; then
+      cat "$state/cluster.err" >&2
+      echo "start-test-servers: the Redis Cluster did not start; its tests will skip" >&2
+      stop_cluster
+      tr -d "'" <"$state/cluster.err" | tr '\n' ' ' | head -c 400 >"$state/cluster.failed"
+    fi
+  fi
+  if [ -f "$state/cluster.failed" ]; then
+    why=$(cat "$state/cluster.failed")
+    echo "TQKV_TEST_REDIS_CLUSTER_SKIP='the loopback Redis Cluster did not start: $why'"
+  else
+    nodes=""
+    for p in $(cat "$state/cluster.ports"); do nodes="${nodes:+$nodes,}127.0.0.1:$p"; done
+    echo "TQKV_TEST_REDIS_CLUSTER_URI='redis+cluster://$nodes'"
+  fi
 fi
 
 # ---- NFS: rpcbind + ganesha ----

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Stops what scripts/start-test-servers.sh started (redis, ganesha; rpcbind is left running, other
-# users may need it) and removes the state directory with the NFS export.
+# Stops what scripts/start-test-servers.sh started (redis, the redis cluster nodes, ganesha; rpcbind
+# is left running, other users may need it) and removes the state directory with the NFS export.
 set -uo pipefail
 state=${TQKV_TEST_SERVERS_DIR:-/tmp/tqkv-test-servers-$(id -u)}
 [ -d "$state" ] || exit 0
@@ -21,5 +21,6 @@ stop_pidfile() {
   rm -f "$f"
 }
 stop_pidfile "$state/redis.pid"
+for f in "$state"/cluster-*.pid; do stop_pidfile "$f"; done
 stop_pidfile "$state/ganesha.pid"
 rm -rf "$state"

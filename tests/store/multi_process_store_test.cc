@@ -1,7 +1,8 @@
-// Many processes against one store (posix, nfs, redis): 8 forked processes checkpoint and
-// restore the same and different keys concurrently and never see a torn or mixed object; a
-// writer killed with SIGKILL at random points leaves nothing readable but whole objects, and the
-// next checkpoint works. Children open their own store (own connections) and report by exit code.
+// Many processes against one store (posix, nfs, redis, redis cluster): 8 forked processes
+// checkpoint and restore the same and different keys concurrently and never see a torn or mixed
+// object; a writer killed with SIGKILL at random points leaves nothing readable but whole objects,
+// and the next checkpoint works. Children open their own store (own connections) and report by
+// exit code.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -253,6 +254,14 @@ const Param kParams[] = {
                                    : s.redis_unix + "/" + testing_util::UniqueName("mp") + "?chunk=64k";
      },
      [] { return testing_util::TestServers().redis_missing; }},
+    {"redis_cluster",
+     [] {
+       const auto& s = testing_util::TestServers();
+       return s.redis_cluster.empty()
+                  ? s.redis_cluster
+                  : s.redis_cluster + "/" + testing_util::UniqueName("mp") + "?chunk=64k";
+     },
+     [] { return testing_util::TestServers().redis_cluster_skip; }},
 };
 
 INSTANTIATE_TEST_SUITE_P(Stores, MultiProcessStoreTest, ::testing::ValuesIn(kParams),

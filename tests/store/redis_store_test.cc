@@ -1,5 +1,6 @@
 // Redis store behaviour that needs no real server: a fake node that answers every command with a
-// Redis Cluster redirection, which the client must report plainly instead of following.
+// Redis Cluster redirection, which a redis:// client must report plainly instead of following;
+// redis+cluster:// URI errors and bad slot maps; hash slots against the values Redis documents.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -11,6 +12,7 @@
 #include <string>
 #include <thread>
 
+#include "store/redis/redis_slot.h"
 #include "tqkv/store.h"
 
 namespace tqkv {
@@ -71,6 +73,61 @@ TEST(RedisStoreTest, ClusterRedirectionIsAClearUnsupportedError) {
     EXPECT_NE(s.status().ToString().find(redirect), std::string::npos) << s.status().ToString();
     EXPECT_NE(s.status().ToString().find("does not follow MOVED/ASK"), std::string::npos)
         << s.status().ToString();
+    EXPECT_NE(s.status().ToString().find("redis+cluster://"), std::string::npos)
+        << s.status().ToString();
+  }
+}
+
+// Values from the Redis Cluster specification and the CLUSTER KEYSLOT documentation.
+TEST(RedisSlotTest, HashSlotsAndHashTagsAreRedis) {
+  EXPECT_EQ(redis::Crc16Xmodem("123456789"), 0x31C3);
+  EXPECT_EQ(redis::KeySlot("somekey"), 11058);
+  EXPECT_EQ(redis::KeySlot("foo{hash_tag}"), 2515);
+  EXPECT_EQ(redis::KeySlot("bar{hash_tag}"), 2515);
+  EXPECT_EQ(redis::HashTag("{user1000}.following"), "user1000");
+  EXPECT_EQ(redis::HashTag("foo{}{bar}"), "foo{}{bar}");  // empty tag: the whole key
+  EXPECT_EQ(redis::HashTag("foo{{bar}}zap"), "{bar");
+  EXPECT_EQ(redis::HashTag("foo{bar}{zap}"), "bar");
+  EXPECT_EQ(redis::HashTag("no-brace{"), "no-brace{");
+  // The store's key layout: every key of session K hashes like K itself.
+  for (const std::string k : {"s1", "sess/7/turn-3", "a.b-c_d"}) {
+    for (const std::string suffix : {"m", "a", "p", "d:0123456789abcdef.42:17"}) {
+      EXPECT_EQ(redis::KeySlot("tqkv/prefix:{" + k + "}:" + suffix), redis::KeySlot(k)) << k;
+    }
+  }
+}
+
+TEST(RedisClusterUriTest, BadSeedsAreClearErrors) {
+  for (const std::string uri : {"redis+cluster://:7000/p", "redis+cluster://h:0/p",
+                                "redis+cluster://h:1,,h:2/p", "redis+cluster://h:99999/p",
+                                "redis+cluster://h:12x/p", "redis+cluster://h:1/p?nope=1"}) {
+    auto s = OpenStore(uri);
+    ASSERT_FALSE(s.ok()) << uri;
+    if (s.status().ToString().find("unknown store scheme") != std::string::npos) {
+      GTEST_SKIP() << "built without redis";
+    }
+    EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument)
+        << uri << ": " << s.status().ToString();
+  }
+}
+
+TEST(RedisClusterUriTest, NotAClusterOrABadSlotMapIsAClearError) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"-ERR This instance has cluster support disabled\r\n", "not a cluster node"},
+      {":42\r\n", "bad CLUSTER SLOTS reply"},
+      {"*1\r\n*3\r\n:0\r\n:99999\r\n*2\r\n$9\r\n127.0.0.1\r\n:7000\r\n", "outside 0-16383"},
+      {"*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n:1\r\n:7000\r\n", "is not [host, port, ...]"},
+      {"*0\r\n", "serves no slot"},
+  };
+  for (const auto& [reply, expect] : cases) {
+    FakeNode node(reply);
+    ASSERT_GT(node.port(), 0);
+    auto s = OpenStore("redis+cluster://127.0.0.1:" + std::to_string(node.port()) + "/t");
+    ASSERT_FALSE(s.ok());
+    if (s.status().ToString().find("unknown store scheme") != std::string::npos) {
+      GTEST_SKIP() << "built without redis";
+    }
+    EXPECT_NE(s.status().ToString().find(expect), std::string::npos) << s.status().ToString();
   }
 }
 

@@ -1,10 +1,12 @@
 // The loopback servers of the shared-store tests (redis-server, nfs-ganesha).
 //
-// URIs come from TQKV_TEST_REDIS_URI / TQKV_TEST_REDIS_UNIX_URI / TQKV_TEST_NFS_URI (scripts/test.sh
-// exports them after scripts/start-test-servers.sh). When they are unset and the server binary is
-// installed, the first test that needs one runs scripts/start-test-servers.sh itself (idempotent;
-// stop them with scripts/stop-test-servers.sh). A test skips only when the binary is missing; a
-// server that is installed but does not start makes the test fail.
+// URIs come from TQKV_TEST_REDIS_URI / TQKV_TEST_REDIS_UNIX_URI / TQKV_TEST_NFS_URI /
+// TQKV_TEST_REDIS_CLUSTER_URI (scripts/test.sh exports them after scripts/start-test-servers.sh).
+// When they are unset and the server binary is installed, the first test that needs one runs
+// scripts/start-test-servers.sh itself (idempotent; stop them with scripts/stop-test-servers.sh).
+// A test skips only when the binary is missing; a server that is installed but does not start
+// makes the test fail. Exception: the 3-node cluster is optional; if it did not start, the
+// script says why (TQKV_TEST_REDIS_CLUSTER_SKIP) and the cluster tests skip with that reason.
 #ifndef TQKV_TESTS_STORE_SHARED_STORE_SERVERS_H_
 #define TQKV_TESTS_STORE_SHARED_STORE_SERVERS_H_
 
@@ -19,7 +21,8 @@
 namespace tqkv::testing_util {
 
 struct SharedServers {
-  std::string redis, redis_unix, nfs;  // empty: unavailable
+  std::string redis, redis_unix, nfs, redis_cluster;  // empty: unavailable
+  std::string redis_cluster_skip;  // why redis_cluster is empty (set whenever it is)
   std::string redis_missing, nfs_missing;  // non-empty: the binary is not installed (skip)
   std::string start_error;  // the start script failed
 };
@@ -38,12 +41,17 @@ inline const SharedServers& TestServers() {
     const char* r = std::getenv("TQKV_TEST_REDIS_URI");
     const char* ru = std::getenv("TQKV_TEST_REDIS_UNIX_URI");
     const char* n = std::getenv("TQKV_TEST_NFS_URI");
+    const char* rc = std::getenv("TQKV_TEST_REDIS_CLUSTER_URI");
+    const char* rc_skip = std::getenv("TQKV_TEST_REDIS_CLUSTER_SKIP");
     const bool need_redis = s->redis_missing.empty() && r == nullptr;
     const bool need_nfs = s->nfs_missing.empty() && n == nullptr;
+    const bool need_cluster = s->redis_missing.empty() && rc == nullptr && rc_skip == nullptr;
     if (r != nullptr) s->redis = r;
     if (ru != nullptr) s->redis_unix = ru;
     if (n != nullptr) s->nfs = n;
-    if (need_redis || need_nfs) {
+    if (rc != nullptr) s->redis_cluster = rc;
+    if (rc_skip != nullptr) s->redis_cluster_skip = rc_skip;
+    if (need_redis || need_nfs || need_cluster) {
       const std::string cmd = std::string("bash ") + TQKV_SOURCE_DIR + "/scripts/start-test-servers.sh";
       FILE* p = ::popen(cmd.c_str(), "r");
       char line[4096];
@@ -60,9 +68,19 @@ inline const SharedServers& TestServers() {
         take("TQKV_TEST_REDIS_URI", &s->redis);
         take("TQKV_TEST_REDIS_UNIX_URI", &s->redis_unix);
         take("TQKV_TEST_NFS_URI", &s->nfs);
+        take("TQKV_TEST_REDIS_CLUSTER_URI", &s->redis_cluster);
+        take("TQKV_TEST_REDIS_CLUSTER_SKIP", &s->redis_cluster_skip);
       }
-      const int rc = p != nullptr ? ::pclose(p) : -1;
-      if (rc != 0) s->start_error = cmd + " failed (status " + std::to_string(rc) + ")";
+      const int status = p != nullptr ? ::pclose(p) : -1;
+      if (status != 0) s->start_error = cmd + " failed (status " + std::to_string(status) + ")";
+    }
+    if (s->redis_cluster.empty() && s->redis_cluster_skip.empty()) {
+      s->redis_cluster_skip =
+          !s->redis_missing.empty()
+              ? s->redis_missing
+              : "no loopback Redis Cluster (TQKV_TEST_REDIS_CLUSTER_URI unset and "
+                "scripts/start-test-servers.sh printed none" +
+                    (s->start_error.empty() ? std::string() : ": " + s->start_error) + ")";
     }
     return s;
   }();

@@ -1,5 +1,6 @@
-// Session admin and gc on posix, nfs and redis: usage from the store, LRU eviction under a cap,
-// TTL expiry, pins that hold (across processes: the pin lives in the store), writers unharmed.
+// Session admin and gc on posix, nfs, redis and redis cluster: usage from the store, LRU eviction
+// under a cap, TTL expiry, pins that hold (across processes: the pin lives in the store), writers
+// unharmed.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -231,6 +232,14 @@ const Param kParams[] = {
        return s.redis.empty() ? s.redis : s.redis + "/" + testing_util::UniqueName("ad");
      },
      [] { return testing_util::TestServers().redis_missing; }},
+    {"redis_cluster",
+     [] {
+       const auto& s = testing_util::TestServers();
+       return s.redis_cluster.empty()
+                  ? s.redis_cluster
+                  : s.redis_cluster + "/" + testing_util::UniqueName("ad");
+     },
+     [] { return testing_util::TestServers().redis_cluster_skip; }},
 };
 
 INSTANTIATE_TEST_SUITE_P(Stores, StoreAdminTest, ::testing::ValuesIn(kParams),

@@ -488,6 +488,10 @@ std::string RedisUnavailable() {
   return s.redis.empty() && !s.redis_missing.empty() ? s.redis_missing + "; redis store not tested"
                                                      : "";
 }
+std::string RedisClusterUnavailable() {
+  const auto& s = testing_util::TestServers();
+  return s.redis_cluster.empty() ? s.redis_cluster_skip + "; redis cluster store not tested" : "";
+}
 std::string NfsUnavailable() {
   const auto& s = testing_util::TestServers();
   return s.nfs.empty() && !s.nfs_missing.empty() ? s.nfs_missing + "; nfs store not tested" : "";
@@ -518,6 +522,11 @@ const StoreParam kStores[] = {
        return Redis(testing_util::TestServers().redis_unix, "?chunk=1MiB&io=buffered");
      },
      {}, RedisUnavailable},
+    {"redis_cluster",
+     [](const std::string&) {
+       return Redis(testing_util::TestServers().redis_cluster, "?chunk=64k");
+     },
+     {}, RedisClusterUnavailable},
     {"nfs", [](const std::string&) { return Nfs("chunk=256k&io=buffered"); }, {}, NfsUnavailable},
     {"fault_over_nfs",
      [](const std::string&) -> Result<std::unique_ptr<Store>> {

@@ -1,7 +1,6 @@
 // Redis store through hiredis: chunked objects, publish by one Lua script, pipelined reads.
 #include "store/redis/redis_store.h"
 
-#include <hiredis/hiredis.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -20,144 +19,81 @@
 #include <string_view>
 #include <vector>
 
+#include "store/redis/redis_cluster.h"
+#include "store/redis/redis_conn.h"
+#include "store/redis/redis_router.h"
 #include "store/store_admin.h"
 #include "store/store_internal.h"
 
 namespace tqkv {
 namespace {
 
-struct ReplyDeleter {
-  void operator()(redisReply* r) const {
-    if (r != nullptr) freeReplyObject(r);
-  }
-};
-using Reply = std::unique_ptr<redisReply, ReplyDeleter>;
+using redis::AppendCmd;
+using redis::ConnError;
+using redis::GetReply;
+using redis::Lease;
+using redis::ParseRedirect;
+using redis::Pool;
+using redis::ReadReply;
+using redis::RedisConfig;
+using redis::Reply;
+using redis::ReplyError;
+using redis::Router;
 
-struct RedisConfig {
-  std::string host;  // empty: unix socket
-  int port = 6379;
-  std::string socket;
-  std::string prefix = "tqkv";
-  uint64_t chunk_bytes = 4u << 20;
-  uint32_t depth = 8;              // requests in flight per pipelined read or write
-  uint64_t temp_ttl_ms = 3600'000;  // unfinished writers' chunks expire after this
-  uint64_t grace_ms = 60'000;       // replaced/removed versions stay readable this long
-  uint64_t timeout_ms = 30'000;
-  std::string uri;
-};
-
-// Connections are pooled; objects hold a shared_ptr to the pool so they outlive the store.
-class Pool {
- public:
-  explicit Pool(RedisConfig cfg) : cfg_(std::move(cfg)) {}
-  ~Pool() {
-    for (redisContext* c : idle_) redisFree(c);
-  }
-  const RedisConfig& cfg() const { return cfg_; }
-
-  Result<redisContext*> Get() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!idle_.empty()) {
-        redisContext* c = idle_.back();
-        idle_.pop_back();
-        return c;
-      }
-    }
-    timeval tv{static_cast<time_t>(cfg_.timeout_ms / 1000),
-               static_cast<suseconds_t>((cfg_.timeout_ms % 1000) * 1000)};
-    redisContext* c = cfg_.host.empty() ? redisConnectUnixWithTimeout(cfg_.socket.c_str(), tv)
-                                        : redisConnectWithTimeout(cfg_.host.c_str(), cfg_.port, tv);
-    if (c == nullptr) return Status::IoError("redis: cannot allocate a connection to " + Where());
-    if (c->err != 0) {
-      Status s = Status::IoError("redis: cannot connect to " + Where() + ": " + c->errstr);
-      redisFree(c);
-      return s;
-    }
-    redisSetTimeout(c, tv);
-    // Large replies: keep hiredis from shrinking its read buffer after every chunk.
-    if (c->reader != nullptr) c->reader->maxbuf = 0;
-    return c;
-  }
-  // A connection with an error or unread replies is closed, never reused.
-  void Put(redisContext* c, bool clean) {
-    if (c == nullptr) return;
-    if (!clean || c->err != 0) {
-      redisFree(c);
-      return;
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    if (idle_.size() >= 32) {
-      redisFree(c);
-      return;
-    }
-    idle_.push_back(c);
-  }
-  std::string Where() const {
-    return cfg_.host.empty() ? "unix:" + cfg_.socket : cfg_.host + ":" + std::to_string(cfg_.port);
-  }
-
- private:
-  RedisConfig cfg_;
-  std::mutex mu_;
-  std::vector<redisContext*> idle_;
-};
-
-// A connection borrowed from the pool for one scope.
-class Lease {
- public:
-  Lease(std::shared_ptr<Pool> pool, redisContext* c) : pool_(std::move(pool)), c_(c) {}
-  ~Lease() { pool_->Put(c_, clean_); }
-  Lease(const Lease&) = delete;
-  Lease& operator=(const Lease&) = delete;
-  redisContext* get() const { return c_; }
-  void MarkDirty() { clean_ = false; }
-
- private:
-  std::shared_ptr<Pool> pool_;
-  redisContext* c_;
-  bool clean_ = true;
-};
-
-Status ConnError(const Pool& pool, redisContext* c, std::string_view what) {
-  return Status::IoError("redis " + std::string(what) + " on " + pool.Where() + ": " +
-                         (c->err != 0 ? std::string(c->errstr) : std::string("no reply")));
-}
-
-void AppendCmd(redisContext* c, const std::vector<std::string_view>& args) {
-  std::vector<const char*> argv(args.size());
-  std::vector<size_t> lens(args.size());
-  for (size_t i = 0; i < args.size(); ++i) {
-    argv[i] = args[i].data();
-    lens[i] = args[i].size();
-  }
-  redisAppendCommandArgv(c, static_cast<int>(args.size()), argv.data(), lens.data());
-}
-
-Result<Reply> GetReply(const Pool& pool, redisContext* c, std::string_view what) {
-  void* r = nullptr;
-  if (redisGetReply(c, &r) != REDIS_OK || r == nullptr) return ConnError(pool, c, what);
-  Reply reply(static_cast<redisReply*>(r));
-  if (reply->type == REDIS_REPLY_ERROR) {
-    const std::string err(reply->str, reply->len);
-    // Redis Cluster redirections are not followed: say so, rather than fail as an I/O error.
-    if (err.rfind("MOVED ", 0) == 0 || err.rfind("ASK ", 0) == 0) {
-      return Status::Unsupported("redis " + std::string(what) + " on " + pool.Where() + ": " + err +
-                                 " (a Redis Cluster redirection; this client talks to one node "
-                                 "and does not follow MOVED/ASK: point the URI at the node that "
-                                 "owns the session's slot, or at a cluster proxy)");
-    }
-    return Status::IoError("redis " + std::string(what) + " on " + pool.Where() + ": " + err);
-  }
-  return reply;
-}
-
-Result<Reply> Command(const Pool& pool, Lease& lease, const std::vector<std::string_view>& args,
-                      std::string_view what) {
+// Sends one command on the lease (the node an object talks to). In a cluster a redirected reply
+// (the slot moved since the object was opened) is re-sent through the router, which follows it.
+Result<Reply> RunOnLease(Router& router, Lease& lease, std::string_view route_key,
+                         const std::vector<std::string_view>& args, std::string_view what) {
   AppendCmd(lease.get(), args);
-  auto r = GetReply(pool, lease.get(), what);
-  if (!r.ok() && lease.get()->err != 0) lease.MarkDirty();
-  return r;
+  auto r = ReadReply(lease.pool(), lease.get(), what);
+  if (!r.ok()) {
+    lease.MarkDirty();
+    return r.status();
+  }
+  if ((*r)->type != REDIS_REPLY_ERROR) return r;
+  if (router.FollowsRedirects() && ParseRedirect(**r)) {
+    lease.pool().NoteRedirect();
+    return router.Exec(route_key, args, what);
+  }
+  return ReplyError(lease.pool(), **r, what);
+}
+
+// One command per entry of `cmds`, pipelined on `pool` (where a SCAN found their keys); replies in
+// order, error replies as a Status. In a cluster, a reply redirected because the key's slot moved
+// since the SCAN is re-sent through the router (routed by route_keys[i]).
+Result<std::vector<Reply>> PipelineOnNode(Router& router, const std::shared_ptr<Pool>& pool,
+                                          const std::vector<std::vector<std::string>>& cmds,
+                                          const std::vector<std::string>& route_keys,
+                                          std::string_view what) {
+  std::vector<Reply> out(cmds.size());
+  if (cmds.empty()) return out;
+  TQKV_ASSIGN_OR_RETURN(redisContext * c, pool->Get());
+  Lease lease(pool, c);
+  for (const auto& cmd : cmds) AppendCmd(c, std::vector<std::string_view>(cmd.begin(), cmd.end()));
+  std::vector<size_t> redo;
+  for (size_t i = 0; i < cmds.size(); ++i) {
+    auto r = ReadReply(*pool, c, what);
+    if (!r.ok()) {
+      lease.MarkDirty();
+      return r.status();
+    }
+    if ((*r)->type == REDIS_REPLY_ERROR) {
+      if (router.FollowsRedirects() && ParseRedirect(**r)) {
+        pool->NoteRedirect();
+        redo.push_back(i);
+        continue;
+      }
+      lease.MarkDirty();  // replies left unread
+      return ReplyError(*pool, **r, what);
+    }
+    out[i] = std::move(r).value();
+  }
+  for (size_t i : redo) {
+    TQKV_ASSIGN_OR_RETURN(out[i], router.Exec(route_keys[i], std::vector<std::string_view>(
+                                                                 cmds[i].begin(), cmds[i].end()),
+                                              what));
+  }
+  return out;
 }
 
 std::string Hex64(uint64_t v) {
@@ -302,8 +238,10 @@ Keys KeysFor(const RedisConfig& cfg, std::string_view key) {
 
 class RedisWritable final : public WritableObject, public store_internal::Crashable {
  public:
-  RedisWritable(std::shared_ptr<Pool> pool, redisContext* c, std::string key)
-      : pool_(std::move(pool)),
+  RedisWritable(std::shared_ptr<Router> router, std::shared_ptr<Pool> pool, redisContext* c,
+                std::string key)
+      : router_(std::move(router)),
+        pool_(std::move(pool)),
         lease_(pool_, c),
         key_(std::move(key)),
         keys_(KeysFor(pool_->cfg(), key_)),
@@ -358,9 +296,10 @@ class RedisWritable final : public WritableObject, public store_internal::Crasha
     const std::string text = FormatManifest(m);
     const std::string grace = std::to_string(pool_->cfg().grace_ms);
     const std::string n = std::to_string(sent_);
-    auto r = Command(*pool_, lease_,
-                     {"EVAL", kPublishLua, "1", keys_.manifest, text, grace, keys_.chunks, writer_, n},
-                     "publish " + key_);
+    auto r = RunOnLease(*router_, lease_, keys_.manifest,
+                        {"EVAL", kPublishLua, "1", keys_.manifest, text, grace, keys_.chunks,
+                         writer_, n},
+                        "publish " + key_);
     if (!r.ok()) return Fail(r.status());
     state_ = State::kCommitted;
     return Status::Ok();
@@ -456,12 +395,13 @@ class RedisWritable final : public WritableObject, public store_internal::Crasha
     for (uint64_t i = 0; i < sent_; ++i) keys.push_back(keys_.Chunk(writer_, i));
     std::vector<std::string_view> args{"DEL"};
     for (const auto& k : keys) args.push_back(k);
-    auto r = Command(*pool_, lease_, args, "DEL temps of " + key_);
+    auto r = RunOnLease(*router_, lease_, keys_.manifest, args, "DEL temps of " + key_);
     sent_ = 0;
     return r.ok() ? s : r.status();
   }
 
-  std::shared_ptr<Pool> pool_;
+  std::shared_ptr<Router> router_;
+  std::shared_ptr<Pool> pool_;  // the node of the session's slot when the writer was created
   Lease lease_;
   std::string key_;
   Keys keys_;
@@ -477,8 +417,11 @@ class RedisWritable final : public WritableObject, public store_internal::Crasha
 
 class RedisReadable final : public ReadableObject {
  public:
-  RedisReadable(std::shared_ptr<Pool> pool, std::string key, Manifest m)
-      : pool_(std::move(pool)), key_(std::move(key)), keys_(KeysFor(pool_->cfg(), key_)), m_(m) {}
+  RedisReadable(std::shared_ptr<Router> router, std::string key, Manifest m)
+      : router_(std::move(router)),
+        key_(std::move(key)),
+        keys_(KeysFor(router_->cfg(), key_)),
+        m_(m) {}
 
   uint64_t Size() const override { return m_.size; }
 
@@ -512,37 +455,32 @@ class RedisReadable final : public ReadableObject {
       }
     }
     if (pieces.empty()) return Status::Ok();
-    TQKV_ASSIGN_OR_RETURN(redisContext * c, pool_->Get());
-    Lease lease(pool_, c);
-    const uint32_t depth = pool_->cfg().depth;
+    // The node is looked up per batch: a slot that moved since Open is followed.
+    TQKV_ASSIGN_OR_RETURN(std::shared_ptr<Pool> pool, router_->PoolFor(keys_.manifest));
+    TQKV_ASSIGN_OR_RETURN(redisContext * c, pool->Get());
+    Lease lease(pool, c);
+    const uint32_t depth = router_->cfg().depth;
+    const std::string what = "read of " + key_;
     size_t next = 0;
     size_t in_flight = 0;
     Status first;
-    auto send = [&](const Piece& p) {
-      const std::string k = keys_.Chunk(m_.writer, p.chunk);
-      const uint64_t chunk_len = std::min<uint64_t>(m_.chunk, m_.size - p.chunk * m_.chunk);
-      if (p.start == 0 && p.len == chunk_len) {
-        AppendCmd(c, {"GET", k});
-      } else {
-        const std::string a = std::to_string(p.start), b = std::to_string(p.start + p.len - 1);
-        AppendCmd(c, {"GETRANGE", k, a, b});
-      }
+    struct Cmd {
+      std::string key, from, to;  // from/to set: GETRANGE
     };
-    for (size_t done = 0; done < pieces.size(); ++done) {
-      while (next < pieces.size() && in_flight < depth) {
-        send(pieces[next++]);
-        ++in_flight;
+    auto cmd_for = [&](const Piece& p) {
+      Cmd m{keys_.Chunk(m_.writer, p.chunk), "", ""};
+      const uint64_t chunk_len = std::min<uint64_t>(m_.chunk, m_.size - p.chunk * m_.chunk);
+      if (p.start != 0 || p.len != chunk_len) {
+        m.from = std::to_string(p.start);
+        m.to = std::to_string(p.start + p.len - 1);
       }
-      const Piece& p = pieces[done];
-      auto r = GetReply(*pool_, c, "read of " + key_);
-      --in_flight;
-      if (!r.ok()) {
-        lease.MarkDirty();
-        if (c->err != 0) return r.status();
-        if (first.ok()) first = r.status();
-        continue;
-      }
-      const redisReply* rep = r->get();
+      return m;
+    };
+    auto argv = [](const Cmd& m) -> std::vector<std::string_view> {
+      if (m.from.empty()) return {"GET", m.key};
+      return {"GETRANGE", m.key, m.from, m.to};
+    };
+    auto take = [&](const Piece& p, const redisReply* rep) {
       if (rep->type != REDIS_REPLY_STRING || rep->len != p.len) {
         if (first.ok()) {
           first = Status::NotFound(
@@ -550,10 +488,45 @@ class RedisReadable final : public ReadableObject {
               m_.writer + " is gone (the object was replaced or removed more than the grace "
               "period ago while this reader had it open); open it again");
         }
-        continue;
+        return;
       }
       std::memcpy(p.dst, rep->str, p.len);
       bytes_read_ += p.len;
+    };
+    std::vector<size_t> redo;  // redirected pieces (cluster: the slot moved), re-sent one by one
+    for (size_t done = 0; done < pieces.size(); ++done) {
+      while (next < pieces.size() && in_flight < depth) {
+        const Cmd m = cmd_for(pieces[next++]);
+        AppendCmd(c, argv(m));
+        ++in_flight;
+      }
+      const Piece& p = pieces[done];
+      auto r = ReadReply(*pool, c, what);
+      --in_flight;
+      if (!r.ok()) {
+        lease.MarkDirty();
+        return r.status();
+      }
+      if ((*r)->type == REDIS_REPLY_ERROR) {
+        if (router_->FollowsRedirects() && ParseRedirect(**r)) {
+          pool->NoteRedirect();
+          redo.push_back(done);
+          continue;
+        }
+        lease.MarkDirty();
+        if (first.ok()) first = ReplyError(*pool, **r, what);
+        continue;
+      }
+      take(p, r->get());
+    }
+    for (size_t i : redo) {
+      const Cmd m = cmd_for(pieces[i]);
+      auto r = router_->Exec(m.key, argv(m), what);
+      if (!r.ok()) {
+        if (first.ok()) first = r.status();
+        continue;
+      }
+      take(pieces[i], r->get());
     }
     TQKV_RETURN_IF_ERROR(first);
     // A whole-object read is checked against the writer's checksum.
@@ -570,7 +543,7 @@ class RedisReadable final : public ReadableObject {
   uint64_t BytesRead() const override { return bytes_read_; }
 
  private:
-  std::shared_ptr<Pool> pool_;
+  std::shared_ptr<Router> router_;
   std::string key_;
   Keys keys_;
   Manifest m_;
@@ -579,30 +552,30 @@ class RedisReadable final : public ReadableObject {
 
 class RedisStore final : public Store, public SessionAdmin {
  public:
-  explicit RedisStore(RedisConfig cfg) : pool_(std::make_shared<Pool>(std::move(cfg))) {}
+  explicit RedisStore(std::shared_ptr<Router> router) : router_(std::move(router)) {}
 
   std::string_view Name() const override { return "redis"; }
-  std::string Uri() const override { return pool_->cfg().uri; }
+  std::string Uri() const override { return cfg().uri; }
   StoreCaps Caps() const override { return StoreCaps{}; }
 
   Result<std::unique_ptr<WritableObject>> Create(std::string_view key) override {
     TQKV_RETURN_IF_ERROR(ValidateKey(key));
-    TQKV_ASSIGN_OR_RETURN(redisContext * c, pool_->Get());
+    const Keys k = KeysFor(cfg(), key);
+    TQKV_ASSIGN_OR_RETURN(std::shared_ptr<Pool> pool, router_->PoolFor(k.manifest));
+    TQKV_ASSIGN_OR_RETURN(redisContext * c, pool->Get());
     return std::unique_ptr<WritableObject>(
-        std::make_unique<RedisWritable>(pool_, c, std::string(key)));
+        std::make_unique<RedisWritable>(router_, std::move(pool), c, std::string(key)));
   }
 
   Result<std::unique_ptr<ReadableObject>> Open(std::string_view key) override {
     TQKV_RETURN_IF_ERROR(ValidateKey(key));
-    const Keys k = KeysFor(pool_->cfg(), key);
-    TQKV_ASSIGN_OR_RETURN(redisContext * c, pool_->Get());
-    Lease lease(pool_, c);
+    const Keys k = KeysFor(cfg(), key);
     // Last access time for LRU eviction across processes (tqkv gc), set with the manifest read.
     const std::string now = std::to_string(store_internal::NowUnixNs());
     const std::string access = k.base + "a";
-    TQKV_ASSIGN_OR_RETURN(Reply r, Command(*pool_, lease,
-                                           {"EVAL", kOpenLua, "2", k.manifest, access, now},
-                                           "open " + std::string(key)));
+    TQKV_ASSIGN_OR_RETURN(Reply r, router_->Exec(k.manifest,
+                                                 {"EVAL", kOpenLua, "2", k.manifest, access, now},
+                                                 "open " + std::string(key)));
     if (r->type == REDIS_REPLY_NIL) {
       return Status::NotFound("redis: no object " + std::string(key) + " in " + Uri());
     }
@@ -611,7 +584,7 @@ class RedisStore final : public Store, public SessionAdmin {
     }
     TQKV_ASSIGN_OR_RETURN(Manifest m, ParseManifest(std::string_view(r->str, r->len), key));
     return std::unique_ptr<ReadableObject>(
-        std::make_unique<RedisReadable>(pool_, std::string(key), m));
+        std::make_unique<RedisReadable>(router_, std::string(key), m));
   }
 
   Status Remove(std::string_view key) override { return RemoveChecked(key, ""); }
@@ -625,14 +598,13 @@ class RedisStore final : public Store, public SessionAdmin {
 
   Status SetPin(std::string_view key, int64_t until_ns) override {
     TQKV_RETURN_IF_ERROR(ValidateKey(key));
-    const Keys k = KeysFor(pool_->cfg(), key);
-    TQKV_ASSIGN_OR_RETURN(redisContext * c, pool_->Get());
-    Lease lease(pool_, c);
-    if (until_ns == 0) return Command(*pool_, lease, {"DEL", k.base + "p"}, "unpin").status();
-    const std::string pin = k.base + "p", until = std::to_string(until_ns);
+    const Keys k = KeysFor(cfg(), key);
+    const std::string pin = k.base + "p";
+    if (until_ns == 0) return router_->Exec(k.manifest, {"DEL", pin}, "unpin").status();
+    const std::string until = std::to_string(until_ns);
     TQKV_ASSIGN_OR_RETURN(
-        Reply r, Command(*pool_, lease, {"EVAL", kPinLua, "2", k.manifest, pin, until},
-                         "pin " + std::string(key)));
+        Reply r, router_->Exec(k.manifest, {"EVAL", kPinLua, "2", k.manifest, pin, until},
+                               "pin " + std::string(key)));
     if (r->type == REDIS_REPLY_INTEGER && r->integer == 0) {
       return Status::NotFound("redis: no object " + std::string(key) + " in " + Uri());
     }
@@ -640,55 +612,59 @@ class RedisStore final : public Store, public SessionAdmin {
   }
 
   Result<std::vector<SessionMeta>> ListSessions() override {
-    const std::string head = pool_->cfg().prefix + ":{";
-    TQKV_ASSIGN_OR_RETURN(std::vector<std::string> manifests, Scan(head + "*}:m"));
+    const std::string head = cfg().prefix + ":{";
+    TQKV_ASSIGN_OR_RETURN(std::vector<NodeKeys> nodes, ScanAll(head + "*}:m"));
     std::vector<SessionMeta> out;
-    if (manifests.empty()) return out;
-    TQKV_ASSIGN_OR_RETURN(redisContext * c, pool_->Get());
-    Lease lease(pool_, c);
-    for (const auto& m : manifests) {
-      const std::string base = m.substr(0, m.size() - 1);
-      AppendCmd(c, {"MGET", m, base + "a", base + "p"});
-    }
-    for (const auto& m : manifests) {
-      auto r = GetReply(*pool_, c, "MGET");
-      if (!r.ok()) {
-        lease.MarkDirty();
-        return r.status();
+    for (const NodeKeys& node : nodes) {
+      std::vector<std::vector<std::string>> cmds;
+      for (const auto& m : node.keys) {
+        const std::string base = m.substr(0, m.size() - 1);
+        cmds.push_back({"MGET", m, base + "a", base + "p"});
       }
-      const redisReply* rep = r->get();
-      if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 3 ||
-          rep->element[0]->type != REDIS_REPLY_STRING) {
-        continue;
+      TQKV_ASSIGN_OR_RETURN(std::vector<Reply> replies,
+                            PipelineOnNode(*router_, node.pool, cmds, node.keys, "MGET"));
+      for (size_t i = 0; i < node.keys.size(); ++i) {
+        const std::string& m = node.keys[i];
+        const redisReply* rep = replies[i].get();
+        if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 3 ||
+            rep->element[0]->type != REDIS_REPLY_STRING) {
+          continue;
+        }
+        const std::string key = m.substr(head.size(), m.size() - head.size() - 3);
+        auto parsed =
+            ParseManifest(std::string_view(rep->element[0]->str, rep->element[0]->len), key);
+        if (!parsed.ok()) continue;
+        SessionMeta meta;
+        meta.key = key;
+        meta.size = parsed->size;
+        meta.mtime_ns = parsed->mtime_ns;
+        meta.version = parsed->writer;
+        if (rep->element[1]->type == REDIS_REPLY_STRING) {
+          meta.atime_ns = std::atoll(rep->element[1]->str);
+        }
+        if (rep->element[2]->type == REDIS_REPLY_STRING) {
+          meta.pin_until_ns = std::atoll(rep->element[2]->str);
+        }
+        out.push_back(std::move(meta));
       }
-      const std::string key = m.substr(head.size(), m.size() - head.size() - 3);
-      auto parsed = ParseManifest(std::string_view(rep->element[0]->str, rep->element[0]->len), key);
-      if (!parsed.ok()) continue;
-      SessionMeta meta;
-      meta.key = key;
-      meta.size = parsed->size;
-      meta.mtime_ns = parsed->mtime_ns;
-      meta.version = parsed->writer;
-      if (rep->element[1]->type == REDIS_REPLY_STRING) meta.atime_ns = std::atoll(rep->element[1]->str);
-      if (rep->element[2]->type == REDIS_REPLY_STRING) meta.pin_until_ns = std::atoll(rep->element[2]->str);
-      out.push_back(std::move(meta));
     }
     std::sort(out.begin(), out.end(),
               [](const SessionMeta& a, const SessionMeta& b) { return a.key < b.key; });
+    // A session whose slot moved between two nodes' SCANs can be seen twice.
+    auto same = [](const SessionMeta& a, const SessionMeta& b) { return a.key == b.key; };
+    out.erase(std::unique(out.begin(), out.end(), same), out.end());
     return out;
   }
 
   // expect_writer: "" removes whatever version is published.
   Status RemoveChecked(std::string_view key, const std::string& expect_writer) {
     TQKV_RETURN_IF_ERROR(ValidateKey(key));
-    const Keys k = KeysFor(pool_->cfg(), key);
-    TQKV_ASSIGN_OR_RETURN(redisContext * c, pool_->Get());
-    Lease lease(pool_, c);
-    const std::string grace = std::to_string(pool_->cfg().grace_ms);
-    TQKV_ASSIGN_OR_RETURN(Reply r, Command(*pool_, lease,
-                                           {"EVAL", kRemoveLua, "1", k.manifest, grace, k.chunks,
-                                            k.base, expect_writer},
-                                           "remove " + std::string(key)));
+    const Keys k = KeysFor(cfg(), key);
+    const std::string grace = std::to_string(cfg().grace_ms);
+    TQKV_ASSIGN_OR_RETURN(Reply r, router_->Exec(k.manifest,
+                                                 {"EVAL", kRemoveLua, "1", k.manifest, grace,
+                                                  k.chunks, k.base, expect_writer},
+                                                 "remove " + std::string(key)));
     if (r->type == REDIS_REPLY_INTEGER && r->integer == 0) {
       return Status::NotFound("redis: no object " + std::string(key) + " in " + Uri());
     }
@@ -706,28 +682,29 @@ class RedisStore final : public Store, public SessionAdmin {
         return out;  // no valid key has this prefix
       }
     }
-    const std::string head = pool_->cfg().prefix + ":{";
-    TQKV_ASSIGN_OR_RETURN(std::vector<std::string> manifests,
-                          Scan(head + std::string(prefix) + "*}:m"));
-    if (manifests.empty()) return out;
-    TQKV_ASSIGN_OR_RETURN(redisContext * c, pool_->Get());
-    Lease lease(pool_, c);
-    for (const auto& m : manifests) AppendCmd(c, {"GET", m});
-    Status first;
-    for (const auto& m : manifests) {
-      auto r = GetReply(*pool_, c, "GET manifest");
-      if (!r.ok()) {
-        lease.MarkDirty();
-        return r.status();
+    const std::string head = cfg().prefix + ":{";
+    TQKV_ASSIGN_OR_RETURN(std::vector<NodeKeys> nodes,
+                          ScanAll(head + std::string(prefix) + "*}:m"));
+    for (const NodeKeys& node : nodes) {
+      std::vector<std::vector<std::string>> cmds;
+      for (const auto& m : node.keys) cmds.push_back({"GET", m});
+      TQKV_ASSIGN_OR_RETURN(std::vector<Reply> replies,
+                            PipelineOnNode(*router_, node.pool, cmds, node.keys, "GET manifest"));
+      for (size_t i = 0; i < node.keys.size(); ++i) {
+        const std::string& m = node.keys[i];
+        const redisReply* rep = replies[i].get();
+        if (rep->type != REDIS_REPLY_STRING) continue;  // removed since the scan
+        const std::string key = m.substr(head.size(), m.size() - head.size() - 3);
+        auto parsed = ParseManifest(std::string_view(rep->str, rep->len), key);
+        if (!parsed.ok()) continue;
+        out.push_back({key, parsed->size, parsed->mtime_ns});
       }
-      if ((*r)->type != REDIS_REPLY_STRING) continue;  // removed since the scan
-      const std::string key = m.substr(head.size(), m.size() - head.size() - 3);
-      auto parsed = ParseManifest(std::string_view((*r)->str, (*r)->len), key);
-      if (!parsed.ok()) continue;
-      out.push_back({key, parsed->size, parsed->mtime_ns});
     }
     std::sort(out.begin(), out.end(),
               [](const ObjectInfo& a, const ObjectInfo& b) { return a.key < b.key; });
+    out.erase(std::unique(out.begin(), out.end(),
+                          [](const ObjectInfo& a, const ObjectInfo& b) { return a.key == b.key; }),
+              out.end());
     return out;
   }
 
@@ -735,60 +712,72 @@ class RedisStore final : public Store, public SessionAdmin {
   // min_age. Chunks of replaced versions in their grace period count as well: they are garbage.
   // The PTTL pass only picks candidates; each is checked again and deleted in one script.
   Result<uint64_t> RemoveStaleTemps(std::chrono::seconds min_age) override {
-    TQKV_ASSIGN_OR_RETURN(std::vector<std::string> chunks,
-                          Scan(pool_->cfg().prefix + ":{*}:d:*"));
-    if (chunks.empty()) return uint64_t{0};
-    TQKV_ASSIGN_OR_RETURN(redisContext * c, pool_->Get());
-    Lease lease(pool_, c);
-    for (const auto& k : chunks) AppendCmd(c, {"PTTL", k});
-    std::vector<std::string> stale;
-    const int64_t ttl = static_cast<int64_t>(pool_->cfg().temp_ttl_ms);
+    TQKV_ASSIGN_OR_RETURN(std::vector<NodeKeys> nodes, ScanAll(cfg().prefix + ":{*}:d:*"));
+    const int64_t ttl = static_cast<int64_t>(cfg().temp_ttl_ms);
     const int64_t min_ms = static_cast<int64_t>(min_age.count()) * 1000;
-    for (const auto& k : chunks) {
-      auto r = GetReply(*pool_, c, "PTTL");
-      if (!r.ok()) {
-        lease.MarkDirty();
-        return r.status();
-      }
-      const long long left = (*r)->integer;
-      if (left < 0) continue;  // published (no TTL) or gone
-      if (ttl - left >= min_ms) stale.push_back(k);
-    }
     const std::string ttl_arg = std::to_string(ttl), min_arg = std::to_string(min_ms);
-    for (const auto& k : stale) AppendCmd(c, {"EVAL", kRemoveStaleLua, "1", k, ttl_arg, min_arg});
     uint64_t removed = 0;
-    for (size_t i = 0; i < stale.size(); ++i) {
-      auto r = GetReply(*pool_, c, "remove stale temp");
-      if (!r.ok()) {
-        lease.MarkDirty();
-        return r.status();
+    for (const NodeKeys& node : nodes) {
+      std::vector<std::vector<std::string>> cmds;
+      for (const auto& k : node.keys) cmds.push_back({"PTTL", k});
+      TQKV_ASSIGN_OR_RETURN(std::vector<Reply> ttls,
+                            PipelineOnNode(*router_, node.pool, cmds, node.keys, "PTTL"));
+      std::vector<std::string> stale;
+      for (size_t i = 0; i < node.keys.size(); ++i) {
+        const long long left = ttls[i]->integer;
+        if (left < 0) continue;  // published (no TTL) or gone
+        if (ttl - left >= min_ms) stale.push_back(node.keys[i]);
       }
-      removed += static_cast<uint64_t>((*r)->integer);
+      cmds.clear();
+      for (const auto& k : stale) {
+        cmds.push_back({"EVAL", kRemoveStaleLua, "1", k, ttl_arg, min_arg});
+      }
+      TQKV_ASSIGN_OR_RETURN(std::vector<Reply> dels,
+                            PipelineOnNode(*router_, node.pool, cmds, stale, "remove stale temp"));
+      for (const Reply& r : dels) removed += static_cast<uint64_t>(r->integer);
     }
     return removed;
   }
 
-  Status Ping() {
-    TQKV_ASSIGN_OR_RETURN(redisContext * c, pool_->Get());
-    Lease lease(pool_, c);
-    return Command(*pool_, lease, {"PING"}, "PING").status();
+  Status Connect() { return router_->Connect(); }
+
+ private:
+  struct NodeKeys {
+    std::shared_ptr<Pool> pool;
+    std::vector<std::string> keys;
+  };
+
+  const RedisConfig& cfg() const { return router_->cfg(); }
+
+  // SCAN on every primary (one node unless clustered): the keys each holds.
+  Result<std::vector<NodeKeys>> ScanAll(const std::string& pattern) {
+    TQKV_ASSIGN_OR_RETURN(std::vector<std::shared_ptr<Pool>> pools, router_->Primaries());
+    std::vector<NodeKeys> out;
+    for (auto& pool : pools) {
+      TQKV_ASSIGN_OR_RETURN(std::vector<std::string> keys, Scan(pool, pattern));
+      if (!keys.empty()) out.push_back({std::move(pool), std::move(keys)});
+    }
+    return out;
   }
 
-  Result<std::vector<std::string>> Scan(const std::string& pattern) {
-    TQKV_ASSIGN_OR_RETURN(redisContext * c, pool_->Get());
-    Lease lease(pool_, c);
+  static Result<std::vector<std::string>> Scan(const std::shared_ptr<Pool>& pool,
+                                               const std::string& pattern) {
+    TQKV_ASSIGN_OR_RETURN(redisContext * c, pool->Get());
+    Lease lease(pool, c);
     std::vector<std::string> out;
     std::string cursor = "0";
     for (int guard = 0; guard < 1'000'000; ++guard) {
-      TQKV_ASSIGN_OR_RETURN(Reply r, Command(*pool_, lease,
-                                             {"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"},
-                                             "SCAN"));
-      if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
-        return Status::IoError("redis: unexpected SCAN reply");
+      TQKV_ASSIGN_OR_RETURN(
+          Reply r, redis::Command(lease, {"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"},
+                                  "SCAN"));
+      if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+          r->element[0]->type != REDIS_REPLY_STRING || r->element[1]->type != REDIS_REPLY_ARRAY) {
+        return Status::IoError("redis: unexpected SCAN reply from " + pool->Where());
       }
       cursor.assign(r->element[0]->str, r->element[0]->len);
       const redisReply* keys = r->element[1];
       for (size_t i = 0; i < keys->elements; ++i) {
+        if (keys->element[i]->type != REDIS_REPLY_STRING) continue;
         out.emplace_back(keys->element[i]->str, keys->element[i]->len);
       }
       if (cursor == "0") break;
@@ -798,8 +787,7 @@ class RedisStore final : public Store, public SessionAdmin {
     return out;
   }
 
- private:
-  std::shared_ptr<Pool> pool_;
+  std::shared_ptr<Router> router_;
 };
 
 bool IsPrefixChar(char c) {
@@ -824,6 +812,38 @@ Result<std::unique_ptr<Store>> OpenRedisStoreFromUri(const StoreUri& uri) {
     }
     cfg.socket = path.substr(0, at + 5);
     path = path.substr(at + 5);
+  } else if (uri.scheme == "redis+cluster") {
+    // Seed nodes, comma-separated; any one that answers gives the whole slot map.
+    cfg.cluster = true;
+    std::string_view auth = uri.authority;
+    if (auth.empty()) auth = "127.0.0.1:6379";
+    while (true) {
+      const size_t comma = auth.find(',');
+      const std::string_view one = auth.substr(0, comma);
+      const size_t colon = one.rfind(':');
+      std::string host(one.substr(0, colon));
+      int port = 6379;
+      if (colon != std::string_view::npos) {
+        const std::string_view p = one.substr(colon + 1);
+        auto [ptr, ec] = std::from_chars(p.data(), p.data() + p.size(), port);
+        if (ec != std::errc() || ptr != p.data() + p.size() || port <= 0 || port > 65535) {
+          return Status::InvalidArgument("redis+cluster:// bad port \"" + std::string(p) +
+                                         "\" in \"" + std::string(one) + "\"");
+        }
+      }
+      if (host.empty() || host.size() > 255) {
+        return Status::InvalidArgument("redis+cluster:// seed \"" + std::string(one) +
+                                       "\" names no host (expected host:port[,host:port...])");
+      }
+      if (cfg.seeds.size() >= 64) {
+        return Status::InvalidArgument("redis+cluster:// takes at most 64 seed nodes");
+      }
+      cfg.seeds.emplace_back(std::move(host), port);
+      if (comma == std::string_view::npos) break;
+      auth = auth.substr(comma + 1);
+    }
+    cfg.host = cfg.seeds.front().first;
+    cfg.port = cfg.seeds.front().second;
   } else {
     std::string auth = uri.authority;
     if (auth.empty()) auth = "127.0.0.1";
@@ -867,11 +887,19 @@ Result<std::unique_ptr<Store>> OpenRedisStoreFromUri(const StoreUri& uri) {
     }
   }
   TQKV_RETURN_IF_ERROR(opts.Finish());
-  cfg.uri = uri.scheme + "://" + (cfg.host.empty() ? cfg.socket : cfg.host + ":" +
-                                  std::to_string(cfg.port)) + "/" + cfg.prefix;
-  auto store = std::make_unique<RedisStore>(std::move(cfg));
-  // Fail early on an unreachable server.
-  TQKV_RETURN_IF_ERROR(store->Ping());
+  std::string nodes = cfg.host.empty() ? cfg.socket : cfg.host + ":" + std::to_string(cfg.port);
+  if (cfg.cluster) {
+    nodes.clear();
+    for (const auto& [host, port] : cfg.seeds) {
+      nodes += (nodes.empty() ? "" : ",") + host + ":" + std::to_string(port);
+    }
+  }
+  cfg.uri = uri.scheme + "://" + nodes + "/" + cfg.prefix;
+  std::shared_ptr<Router> router = cfg.cluster ? redis::MakeClusterRouter(std::move(cfg))
+                                                : redis::MakeSingleNodeRouter(std::move(cfg));
+  auto store = std::make_unique<RedisStore>(std::move(router));
+  // Fail early on an unreachable server (cluster: read the slot map).
+  TQKV_RETURN_IF_ERROR(store->Connect());
   return std::unique_ptr<Store>(std::move(store));
 }
 

@@ -1,4 +1,5 @@
-// The Redis store: "redis://host:port/prefix?chunk=4MiB", "redis+unix:///run/redis.sock/prefix".
+// The Redis store: "redis://host:port/prefix?chunk=4MiB", "redis+unix:///run/redis.sock/prefix",
+// and Redis Cluster: "redis+cluster://host:port[,host:port...]/prefix" (routing: redis_cluster.h).
 //
 // Object key K is kept as bounded chunks plus one manifest, all under the hash tag {K} so that a
 // Redis Cluster puts every key of a session on one node:
@@ -18,7 +19,7 @@
 
 namespace tqkv {
 
-// The "redis" and "redis+unix" schemes of OpenStore.
+// The "redis", "redis+unix" and "redis+cluster" schemes of OpenStore.
 Result<std::unique_ptr<Store>> OpenRedisStoreFromUri(const StoreUri& uri);
 
 }  // namespace tqkv
