@@ -570,7 +570,7 @@ void RegisterBenchRestore(CLI::App& bench) {
   cmd->add_option("--target", o->targets,
                   "Restore into host memory or GPU memory: host, gpu (repeatable; default host). "
                   "GPU rows take io gds (the GDS -> direct -> buffered ladder), direct, uring or buffered");
-  cmd->add_option("--store", o->store, "Store URI or directory")->capture_default_str();
+  cmd->add_option("--store", o->store, kStoreUriHelp)->capture_default_str();
   cmd->add_option("--model", o->model, "Model preset")->capture_default_str();
   cmd->add_option("--link-gbps", o->link_gbps, "Emulate a per-worker storage link of X GB/s");
   cmd->add_option("--max-memory", o->max_memory, "Bytes of restore targets held at once (default 60% of available)");

@@ -12,6 +12,11 @@ namespace tqkv::tools {
 
 void RegisterCommands(CLI::App& app);
 
+// Help text of every --store option: the URI forms OpenStore accepts (docs/store.md).
+inline constexpr const char* kStoreUriHelp =
+    "Store URI: a directory, file:///dir, nfs://host/export/dir, redis://host:port/prefix, "
+    "redis+unix:///path/to.sock/prefix, redis+cluster://host:port[,host:port...]/prefix";
+
 // Subcommand callbacks report their outcome here; main returns it.
 void SetExitCode(int code);
 int ExitCode();

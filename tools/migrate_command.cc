@@ -625,7 +625,7 @@ void RegisterMigrateCommand(CLI::App& app) {
   cmd->add_option("--layer-codec", o->layer_codecs,
                   "Per-layer override L:SPEC (repeatable); measured as extra rows, one per "
                   "TurboQuant --codec");
-  cmd->add_option("--store", o->store, "Store URI (a directory path, file:///dir)")->required();
+  cmd->add_option("--store", o->store, kStoreUriHelp)->required();
   cmd->add_option("--threads", o->threads, "Threads (0: all cores)");
   cmd->add_option("--activations", o->activations,
                   "Activation precision of quantized matmuls: f32 (default; weights dequantized "

@@ -113,7 +113,7 @@ void RegisterCheckpoint(CLI::App& app) {
   cmd->add_option("--dtype", o->dtype, "Element type of the session (f16, bf16, f32)")->capture_default_str();
   cmd->add_option("--codec", o->codec, "Codec spec (fp16, tq2, tq3, tq4, tq2.5, tq3.5, ...)")->capture_default_str();
   cmd->add_option("--layer-codec", o->layer_codecs, "Per-layer override L:SPEC (repeatable)");
-  cmd->add_option("--store", o->store, "Store URI (file:///dir, a directory path)")->required();
+  cmd->add_option("--store", o->store, kStoreUriHelp)->required();
   cmd->add_option("--session", o->session, "Session id (the object key)")->required();
   cmd->add_option("--threads", o->threads, "Encode threads (0: all cores)");
   cmd->add_option("--json", o->json_path, "Write figures as JSON to FILE ('-' for stdout)");
@@ -159,7 +159,7 @@ void RegisterRestore(CLI::App& app) {
     bool drop_cache = false, json = false;
   };
   auto o = std::make_shared<Opts>();
-  cmd->add_option("--store", o->store, "Store URI")->required();
+  cmd->add_option("--store", o->store, kStoreUriHelp)->required();
   cmd->add_option("--session", o->session, "Session id")->required();
   cmd->add_option("--io", o->io, "buffered | direct | uring (overrides the URI's io option); "
                   "--target gpu: gds | direct | uring | buffered (default: the probed ladder)");

@@ -95,7 +95,7 @@ void RegisterLs(CLI::App& app) {
     bool json = false;
   };
   auto o = std::make_shared<Opts>();
-  cmd->add_option("--store", o->store, "Store URI (file:///dir, nfs://host/export/dir, redis://host:port/prefix)")
+  cmd->add_option("--store", o->store, kStoreUriHelp)
       ->required();
   cmd->add_flag("--json", o->json, "Print JSON");
   cmd->callback([o] {
@@ -131,7 +131,7 @@ void RegisterRm(CLI::App& app) {
     std::string store, session;
   };
   auto o = std::make_shared<Opts>();
-  cmd->add_option("--store", o->store, "Store URI")->required();
+  cmd->add_option("--store", o->store, kStoreUriHelp)->required();
   cmd->add_option("--session", o->session, "Session id")->required();
   cmd->callback([o] {
     Status s = [&]() -> Status {
@@ -154,7 +154,7 @@ void RegisterPin(CLI::App& app) {
     bool unpin = false;
   };
   auto o = std::make_shared<Opts>();
-  cmd->add_option("--store", o->store, "Store URI")->required();
+  cmd->add_option("--store", o->store, kStoreUriHelp)->required();
   cmd->add_option("--session", o->session, "Session id")->required();
   cmd->add_option("--ttl", o->ttl, "Pin for this long (90s, 30m, 1h, 7d); default: until --unpin");
   cmd->add_flag("--unpin", o->unpin, "Remove the pin");
@@ -188,7 +188,7 @@ void RegisterGc(CLI::App& app) {
     bool dry_run = false, json = false;
   };
   auto o = std::make_shared<Opts>();
-  cmd->add_option("--store", o->store, "Store URI")->required();
+  cmd->add_option("--store", o->store, kStoreUriHelp)->required();
   cmd->add_option("--max-bytes", o->max_bytes, "Capacity cap for the store's sessions (e.g. 50GB)");
   cmd->add_option("--ttl", o->ttl, "Evict sessions not restored or written for this long (e.g. 24h)");
   cmd->add_option("--temp-age", o->temp_age, "Remove temps of writers older than this")->capture_default_str();
