@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <filesystem>
@@ -46,6 +47,7 @@ class PosixAdmin final : public SessionAdmin {
       m.size = static_cast<uint64_t>(st.st_size);
       m.mtime_ns = Ns(st.st_mtim);
       m.atime_ns = Ns(st.st_atim);
+      m.version = std::to_string(st.st_ino);  // a republish is a new file (renamed temp)
       m.pin_until_ns = ReadPin(m.key);
       out.push_back(std::move(m));
     }
@@ -78,22 +80,45 @@ class PosixAdmin final : public SessionAdmin {
     return Status::Ok();
   }
 
+  // The object is renamed aside first, then checked. The rename is atomic, so a version
+  // published after it stays in place, and one published between the listing and the rename is
+  // found aside and put back (link() never replaces an even newer one). Readers may miss the key
+  // for that instant; a version gc did not examine is never deleted.
   Status RemoveIfUnchanged(const SessionMeta& listed) override {
-    const std::string_view key = listed.key;
-    const int64_t mtime_ns = listed.mtime_ns;
+    const std::string& key = listed.key;
     TQKV_RETURN_IF_ERROR(ValidateKey(key));
     const std::string p = ObjectPath(key);
-    struct stat st {};
-    if (::stat(p.c_str(), &st) != 0) return Status::NotFound("no session " + std::string(key));
-    if (Ns(st.st_mtim) != mtime_ns) {
-      return Status::Busy("session " + std::string(key) + " was published again; kept");
+    const std::string aside = AsidePath(p);
+    if (::rename(p.c_str(), aside.c_str()) != 0) {
+      if (errno == ENOENT) return Status::NotFound("no session " + key);
+      return Status::FromErrno("rename", p, errno);
     }
-    if (::unlink(p.c_str()) != 0) return Status::FromErrno("unlink", p, errno);
-    (void)::unlink(PinPath(key).c_str());
-    return Status::Ok();
+    struct stat st {};
+    if (::stat(aside.c_str(), &st) == 0 && Ns(st.st_mtim) == listed.mtime_ns &&
+        (listed.version.empty() || listed.version == std::to_string(st.st_ino))) {
+      if (::unlink(aside.c_str()) != 0) return Status::FromErrno("unlink", aside, errno);
+      (void)::unlink(PinPath(key).c_str());
+      return Status::Ok();
+    }
+    const Status kept = Status::Busy("session " + key + " was published again; kept");
+    if (::link(aside.c_str(), p.c_str()) == 0 || errno == EEXIST) {
+      (void)::unlink(aside.c_str());  // back in place, or older than the one there now
+      return kept;
+    }
+    // No hard links on this file system: rename back.
+    if (::rename(aside.c_str(), p.c_str()) != 0) return Status::FromErrno("rename", aside, errno);
+    return kept;
   }
 
  private:
+  // A temp name beside `path` (".<base>.tqkv.tmp.gc<pid>.<n>"): never listed, swept if left.
+  static std::string AsidePath(const std::string& path) {
+    static std::atomic<uint64_t> seq{0};
+    const size_t slash = path.rfind('/');
+    return path.substr(0, slash + 1) + "." + path.substr(slash + 1) + ".tmp.gc" +
+           std::to_string(::getpid()) + "." + std::to_string(store_internal::NowUnixNs()) + "." +
+           std::to_string(seq.fetch_add(1));
+  }
   std::string ObjectPath(std::string_view key) const {
     return dir_ + "/" + std::string(key) + std::string(kSuffix);
   }

@@ -30,7 +30,7 @@ struct SessionMeta {
   int64_t mtime_ns = 0;         // publish time
   int64_t atime_ns = 0;         // last access (restore); 0 unknown
   int64_t pin_until_ns = 0;     // 0 not pinned, kPinForever, else expiry (Unix ns)
-  std::string version;          // redis: the version's writer id; "" where mtime identifies it
+  std::string version;          // redis: the writer id; posix, nfs: the inode (with mtime_ns)
   int64_t LastUse() const { return atime_ns > mtime_ns ? atime_ns : mtime_ns; }
   bool PinnedAt(int64_t now_ns) const {
     return pin_until_ns == kPinForever || pin_until_ns > now_ns;
@@ -44,8 +44,9 @@ class SessionAdmin {
   // until_ns: kPinForever, an expiry, or 0 to unpin. NotFound if no such object (pinning).
   virtual Status SetPin(std::string_view key, int64_t until_ns) = 0;
   // Removes `listed.key` only if its published version is still the one listed (redis: same writer
-  // id, checked and removed in one script; posix/nfs: same mtime, a short stat-then-unlink
-  // window), so a version published after the caller listed it survives. Busy if it changed.
+  // id, checked and removed in one script; posix/nfs: the file is renamed aside, then its inode
+  // and mtime checked, and a newer version is put back), so a version published after the caller
+  // listed it survives. Busy if it changed.
   virtual Status RemoveIfUnchanged(const SessionMeta& listed) = 0;
 };
 

@@ -494,6 +494,7 @@ class NfsStore final : public Store, public SessionAdmin {
       m.key = rel + std::string(name.substr(0, name.size() - kSuffix.size()));
       m.size = e->size;
       m.mtime_ns = static_cast<int64_t>(e->mtime.tv_sec) * 1'000'000'000 + e->mtime_nsec;
+      m.version = std::to_string(e->inode);  // a republish is a new file (renamed temp)
       m.atime_ns = static_cast<int64_t>(e->atime.tv_sec) * 1'000'000'000 + e->atime_nsec;
       out.push_back(std::move(m));
     }));
@@ -543,25 +544,37 @@ class NfsStore final : public Store, public SessionAdmin {
     return Status::Ok();
   }
 
+  // Renamed aside first, then checked (as the POSIX store does): a version published after the
+  // listing is put back, never deleted.
   Status RemoveIfUnchanged(const SessionMeta& listed) override {
-    const std::string_view key = listed.key;
-    const int64_t mtime_ns = listed.mtime_ns;
+    const std::string& key = listed.key;
     TQKV_RETURN_IF_ERROR(ValidateKey(key));
     const std::string p = FinalPath(key);
+    const std::string aside = TempPath(p, "gc");
     std::lock_guard<std::mutex> lock(conn_->mu);
     TQKV_RETURN_IF_ERROR(conn_->Usable());
+    int rc = nfs_rename(conn_->ctx, p.c_str(), aside.c_str());
+    if (rc == -ENOENT) return Status::NotFound("nfs: no object " + key);
+    if (rc < 0) return conn_->Err("rename", p, rc);
     nfs_stat_64 st{};
-    if (nfs_stat64(conn_->ctx, p.c_str(), &st) != 0) {
-      return Status::NotFound("nfs: no object " + std::string(key));
+    if (nfs_stat64(conn_->ctx, aside.c_str(), &st) == 0 &&
+        static_cast<int64_t>(st.nfs_mtime) * 1'000'000'000 +
+                static_cast<int64_t>(st.nfs_mtime_nsec) == listed.mtime_ns &&
+        (listed.version.empty() || listed.version == std::to_string(st.nfs_ino))) {
+      rc = nfs_unlink(conn_->ctx, aside.c_str());
+      if (rc < 0) return conn_->Err("unlink", aside, rc);
+      nfs_unlink(conn_->ctx, PinPath(key).c_str());
+      return Status::Ok();
     }
-    if (static_cast<int64_t>(st.nfs_mtime) * 1'000'000'000 + static_cast<int64_t>(st.nfs_mtime_nsec) !=
-        mtime_ns) {
-      return Status::Busy("nfs: object " + std::string(key) + " was published again; kept");
+    const Status kept = Status::Busy("nfs: object " + key + " was published again; kept");
+    rc = nfs_link(conn_->ctx, aside.c_str(), p.c_str());
+    if (rc == 0 || rc == -EEXIST) {
+      nfs_unlink(conn_->ctx, aside.c_str());  // back in place, or older than the one there now
+      return kept;
     }
-    const int rc = nfs_unlink(conn_->ctx, p.c_str());
-    if (rc < 0) return conn_->Err("unlink", p, rc);
-    nfs_unlink(conn_->ctx, PinPath(key).c_str());
-    return Status::Ok();
+    rc = nfs_rename(conn_->ctx, aside.c_str(), p.c_str());  // no hard links on this export
+    if (rc < 0) return conn_->Err("rename", aside, rc);
+    return kept;
   }
 
   Result<std::vector<ObjectInfo>> List(std::string_view prefix) override {
