@@ -117,9 +117,6 @@ TEST_P(StoreAdminTest, CapEvictsLeastRecentlyUsedButNeverPinned) {
 }
 
 TEST_P(StoreAdminTest, RestoreRefreshesLastUse) {
-  if (store_->Name() == "posix") {
-    GTEST_SKIP() << "posix last use is the kernel's atime (relatime: coarse); see docs/store.md";
-  }
   WriteFive();
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   auto r = testing_util::ReadObject(store_.get(), "s0");  // restore the oldest

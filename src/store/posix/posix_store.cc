@@ -661,6 +661,10 @@ class PosixStore final : public Store {
       return Status::NotFound("no object " + std::string(key) + " (" + path +
                               " is not a regular file)");
     }
+    // Last use for gc's LRU, set explicitly: with relatime or noatime the kernel's atime is
+    // coarse or frozen. Best effort (a read-only store keeps the kernel's atime).
+    const timespec times[2] = {{0, UTIME_NOW}, {0, UTIME_OMIT}};
+    (void)::futimens(fd, times);
     return std::unique_ptr<ReadableObject>(std::make_unique<PosixReadable>(
         sh_, std::string(key), path, fd, static_cast<uint64_t>(st.st_size), direct));
   }
