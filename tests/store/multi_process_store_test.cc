@@ -239,30 +239,7 @@ TEST_P(MultiProcessStoreTest, WriterKilledAtRandomPointsLeavesNoPartialObject) {
               committed_seen, static_cast<unsigned long long>(*removed));
 }
 
-const Param kParams[] = {
-    {"posix", [] { return std::string("posix"); }, [] { return std::string(); }},
-    {"nfs",
-     [] {
-       const auto& s = testing_util::TestServers();
-       return s.nfs.empty() ? s.nfs : testing_util::WithSubdir(s.nfs, testing_util::UniqueName("mp"));
-     },
-     [] { return testing_util::TestServers().nfs_missing; }},
-    {"redis",
-     [] {
-       const auto& s = testing_util::TestServers();
-       return s.redis_unix.empty() ? s.redis_unix
-                                   : s.redis_unix + "/" + testing_util::UniqueName("mp") + "?chunk=64k";
-     },
-     [] { return testing_util::TestServers().redis_missing; }},
-    {"redis_cluster",
-     [] {
-       const auto& s = testing_util::TestServers();
-       return s.redis_cluster.empty()
-                  ? s.redis_cluster
-                  : s.redis_cluster + "/" + testing_util::UniqueName("mp") + "?chunk=64k";
-     },
-     [] { return testing_util::TestServers().redis_cluster_skip; }},
-};
+const std::vector<Param> kParams = testing_util::ServerStoreParams("mp", true, "?chunk=64k");
 
 INSTANTIATE_TEST_SUITE_P(Stores, MultiProcessStoreTest, ::testing::ValuesIn(kParams),
                          [](const ::testing::TestParamInfo<Param>& info) { return info.param.name; });

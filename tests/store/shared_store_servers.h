@@ -17,6 +17,9 @@
 #include <cstdlib>
 #include <mutex>
 #include <string>
+#include <vector>
+
+#include "store/store_test_util.h"
 
 namespace tqkv::testing_util {
 
@@ -101,6 +104,36 @@ inline std::string WithSubdir(const std::string& uri, const std::string& sub,
   std::string base = uri.substr(0, q), query = q == std::string::npos ? "" : uri.substr(q + 1);
   if (!extra_opts.empty()) query += (query.empty() ? "" : "&") + extra_opts;
   return base + "/" + sub + (query.empty() ? "" : "?" + query);
+}
+
+// posix and every shared server, for suites parameterized over stores: each URI gets its own
+// namespace under `tag`; `redis_unix` picks the single-node redis over its unix socket (else TCP);
+// `redis_query` (e.g. "?chunk=64k") is appended to the redis URIs.
+inline std::vector<ServerStoreParam> ServerStoreParams(std::string tag, bool redis_unix,
+                                                       std::string redis_query) {
+  return {
+      {"posix", [] { return std::string("posix"); }, [] { return std::string(); }},
+      {"nfs",
+       [tag] {
+         const auto& s = TestServers();
+         return s.nfs.empty() ? s.nfs : WithSubdir(s.nfs, UniqueName(tag.c_str()));
+       },
+       [] { return TestServers().nfs_missing; }},
+      {"redis",
+       [tag, redis_unix, redis_query] {
+         const auto& s = TestServers();
+         const std::string& base = redis_unix ? s.redis_unix : s.redis;
+         return base.empty() ? base : base + "/" + UniqueName(tag.c_str()) + redis_query;
+       },
+       [] { return TestServers().redis_missing; }},
+      {"redis_cluster",
+       [tag, redis_query] {
+         const auto& s = TestServers();
+         if (s.redis_cluster.empty()) return s.redis_cluster;
+         return s.redis_cluster + "/" + UniqueName(tag.c_str()) + redis_query;
+       },
+       [] { return TestServers().redis_cluster_skip; }},
+  };
 }
 
 }  // namespace tqkv::testing_util

@@ -243,29 +243,7 @@ TEST_P(StoreAdminTest, RemoveIfUnchangedKeepsAVersionPublishedAfterTheListing) {
   EXPECT_TRUE(admin_->RemoveIfUnchanged((*second)[0]).IsNotFound());
 }
 
-const Param kParams[] = {
-    {"posix", [] { return std::string("posix"); }, [] { return std::string(); }},
-    {"nfs",
-     [] {
-       const auto& s = testing_util::TestServers();
-       return s.nfs.empty() ? s.nfs : testing_util::WithSubdir(s.nfs, testing_util::UniqueName("ad"));
-     },
-     [] { return testing_util::TestServers().nfs_missing; }},
-    {"redis",
-     [] {
-       const auto& s = testing_util::TestServers();
-       return s.redis.empty() ? s.redis : s.redis + "/" + testing_util::UniqueName("ad");
-     },
-     [] { return testing_util::TestServers().redis_missing; }},
-    {"redis_cluster",
-     [] {
-       const auto& s = testing_util::TestServers();
-       return s.redis_cluster.empty()
-                  ? s.redis_cluster
-                  : s.redis_cluster + "/" + testing_util::UniqueName("ad");
-     },
-     [] { return testing_util::TestServers().redis_cluster_skip; }},
-};
+const std::vector<Param> kParams = testing_util::ServerStoreParams("ad", false, "");
 
 INSTANTIATE_TEST_SUITE_P(Stores, StoreAdminTest, ::testing::ValuesIn(kParams),
                          [](const ::testing::TestParamInfo<Param>& info) { return info.param.name; });
