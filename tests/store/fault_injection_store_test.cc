@@ -54,11 +54,7 @@ class FaultInjectionTest : public ::testing::TestWithParam<BaseParam> {
 
   void TearDown() override {
     if (fault_ == nullptr || GetParam().kind == BaseParam::kLocal) return;
-    auto l = fault_->List();
-    if (l.ok()) {
-      for (const auto& info : *l) (void)fault_->Remove(info.key);
-    }
-    (void)fault_->RemoveStaleTemps(std::chrono::seconds(0));
+    testing_util::ClearStore(fault_.get());
   }
 
   bool OnDisk() const { return GetParam().kind == BaseParam::kLocal && !GetParam().query.empty(); }

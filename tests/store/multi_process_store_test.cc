@@ -77,12 +77,7 @@ class MultiProcessStoreTest : public ::testing::TestWithParam<Param> {
     store_ = std::move(s).value();
   }
   void TearDown() override {
-    if (store_ == nullptr) return;
-    auto l = store_->List();
-    if (l.ok()) {
-      for (const auto& i : *l) (void)store_->Remove(i.key);
-    }
-    (void)store_->RemoveStaleTemps(std::chrono::seconds(0));
+    if (store_ != nullptr) testing_util::ClearStore(store_.get());
   }
 
   // Runs fn in a forked child with its own store; returns the child pid.

@@ -125,12 +125,7 @@ class RedisClusterTest : public ::testing::Test {
     store_ = std::move(st).value();
   }
   void TearDown() override {
-    if (store_ == nullptr) return;
-    auto l = store_->List();
-    if (l.ok()) {
-      for (const auto& i : *l) (void)store_->Remove(i.key);
-    }
-    (void)store_->RemoveStaleTemps(std::chrono::seconds(0));
+    if (store_ != nullptr) testing_util::ClearStore(store_.get());
   }
   // Every key of this test's prefix, by the port of the node holding it.
   std::map<int, std::vector<std::string>> KeysByNode() {

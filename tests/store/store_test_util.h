@@ -5,6 +5,7 @@
 #include <sys/statfs.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -94,6 +95,15 @@ inline Result<std::vector<uint8_t>> ReadObject(Store* store, std::string_view ke
   std::vector<uint8_t> out(r->Size());
   TQKV_RETURN_IF_ERROR(r->ReadAt(0, out));
   return out;
+}
+
+// Removes every object of `store` and its temps of any age: shared stores outlive a test.
+inline void ClearStore(Store* store) {
+  auto l = store->List();
+  if (l.ok()) {
+    for (const auto& i : *l) (void)store->Remove(i.key);
+  }
+  (void)store->RemoveStaleTemps(std::chrono::seconds(0));
 }
 
 // A store under test that may need a server: `uri` gives "posix" (a scratch directory) or a
