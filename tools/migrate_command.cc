@@ -455,9 +455,8 @@ Status RunMigrate(const MigrateOpts& o) {
       TQKV_ASSIGN_OR_RETURN(
           CheckpointStats cs,
           Checkpoint(center ? residual->cache() : original->cache(), copts, *store, key));
-      // The means and coefficients count as stored bytes (16 bits each).
-      if (center) cs.bytes_written += centering.StoredBits() / 8;
       if (center) {
+        cs.bytes_written += centering.StoredBits() / 8;  // means and coefficients, 16 bits each
         TQKV_ASSIGN_OR_RETURN(auto restored_residual,
                               KvCacheBuffer::Allocate(m->name(), geo, DType::kF16, o.tokens));
         RestoreOptions cro;
