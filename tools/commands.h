@@ -17,6 +17,10 @@ inline constexpr const char* kStoreUriHelp =
     "Store URI: a directory, file:///dir, nfs://host/export/dir, redis://host:port/prefix, "
     "redis+unix:///path/to.sock/prefix, redis+cluster://host:port[,host:port...]/prefix";
 
+inline constexpr const char* kExactTokensHelp =
+    "FIRST,LAST: also store the first FIRST and the last LAST tokens exactly (e.g. 4,128: "
+    "attention sinks and the most recent tokens; docs/accuracy.md)";
+
 // Subcommand callbacks report their outcome here; main returns it.
 void SetExitCode(int code);
 int ExitCode();

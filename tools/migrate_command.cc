@@ -290,6 +290,7 @@ struct MigrateOpts {
   bool keep = false;
   std::string only;  // "", "k" or "v": analysis, the codec touches only K (or only V)
   uint32_t center_keys = 0;  // analysis: mean-removed keys over blocks of this many tokens
+  std::string exact_tokens;  // "FIRST,LAST" for the TurboQuant rows
 };
 
 struct Row {
@@ -331,6 +332,18 @@ Status RunMigrate(const MigrateOpts& o) {
       Row r = rows[i];
       r.label += "+" + override_label;
       r.options.layer_overrides = overrides;
+      rows.push_back(r);
+    }
+  }
+  if (!o.exact_tokens.empty()) {
+    TQKV_ASSIGN_OR_RETURN(const ExactTokens et, ParseExactTokens(o.exact_tokens));
+    const size_t n = rows.size();
+    for (size_t i = 0; i < n; ++i) {
+      if (rows[i].options.codec.kind == CodecKind::kRaw) continue;
+      Row r = rows[i];
+      r.label += "+exact" + std::to_string(et.first) + "," + std::to_string(et.last);
+      r.options.exact_first = et.first;
+      r.options.exact_last = et.last;
       rows.push_back(r);
     }
   }
@@ -544,6 +557,10 @@ Status RunMigrate(const MigrateOpts& o) {
                          {"v_cosine_mean", vsum / geo.layers},
                          {"bits_per_value", bpv},
                          {"checkpoint_bytes", cs.bytes_written},
+                         {"exact_first", std::min<uint64_t>(row.options.exact_first, o.tokens)},
+                         {"exact_last", std::min<uint64_t>(row.options.exact_last,
+                                                           o.tokens - std::min<uint64_t>(
+                                                               row.options.exact_first, o.tokens))},
                          {"k_cosine_per_layer", kcos},
                          {"v_cosine_per_layer", vcos},
                          {"kl_per_step", kl_steps},
@@ -638,6 +655,8 @@ void RegisterMigrateCommand(CLI::App& app) {
                   "Analysis: encode keys minus their per-head mean over blocks of N tokens "
                   "(scaled per vector), add it back on restore; the means and coefficients "
                   "count at 16 bits each (docs/accuracy.md)");
+  cmd->add_option("--exact-tokens", o->exact_tokens,
+                  std::string(kExactTokensHelp) + "; applies to the TurboQuant rows");
   cmd->callback([o] { Report("migrate", RunMigrate(*o)); });
 
   auto* worker = app.add_subcommand("migrate-worker", "Restore side of migrate (internal)");

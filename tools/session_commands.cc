@@ -72,6 +72,7 @@ json InspectJson(ContainerReader& reader) {
   j["head_dim"] = h.geometry.head_dim;
   j["source_dtype"] = std::string(DTypeName(h.source_dtype));
   j["token_block"] = h.token_block;
+  j["exact_tokens"] = {{"first", h.exact_head}, {"last", h.exact_tail}};
   j["file_bytes"] = reader.file_bytes();
   j["fp16_bytes"] = fp16;
   j["ratio"] = reader.file_bytes() ? static_cast<double>(fp16) / reader.file_bytes() : 0.0;
@@ -85,7 +86,11 @@ json InspectJson(ContainerReader& reader) {
   j["layer_codec"] = h.layer_codec;
   json chunks = json::array();
   for (const auto& e : reader.chunks()) {
-    chunks.push_back({{"type", e.type == ChunkType::kGroupMeta ? "meta" : (e.kv ? "V" : "K")},
+    const char* type = e.type == ChunkType::kGroupMeta   ? "meta"
+                       : e.type == ChunkType::kExactRows ? "exact"
+                       : e.kv                            ? "V"
+                                                         : "K";
+    chunks.push_back({{"type", type},
                       {"layer", e.layer},
                       {"token_begin", e.token_begin},
                       {"token_count", e.token_count},
@@ -104,6 +109,7 @@ void RegisterCheckpoint(CLI::App& app) {
     uint64_t tokens = 10000, seed = 1;
     std::string codec = "tq3", store, session, json_path, dtype = "f16";
     std::vector<std::string> layer_codecs;
+    std::string exact_tokens;
     size_t threads = 0;
   };
   auto o = std::make_shared<Opts>();
@@ -113,6 +119,7 @@ void RegisterCheckpoint(CLI::App& app) {
   cmd->add_option("--dtype", o->dtype, "Element type of the session (f16, bf16, f32)")->capture_default_str();
   cmd->add_option("--codec", o->codec, "Codec spec (fp16, tq2, tq3, tq4, tq2.5, tq3.5, ...)")->capture_default_str();
   cmd->add_option("--layer-codec", o->layer_codecs, "Per-layer override L:SPEC (repeatable)");
+  cmd->add_option("--exact-tokens", o->exact_tokens, kExactTokensHelp);
   cmd->add_option("--store", o->store, kStoreUriHelp)->required();
   cmd->add_option("--session", o->session, "Session id (the object key)")->required();
   cmd->add_option("--threads", o->threads, "Encode threads (0: all cores)");
@@ -127,6 +134,11 @@ void RegisterCheckpoint(CLI::App& app) {
       for (const auto& lc : o->layer_codecs) {
         TQKV_ASSIGN_OR_RETURN(LayerCodec l, ParseLayerCodec(lc));
         opts.layer_overrides.push_back(l);
+      }
+      if (!o->exact_tokens.empty()) {
+        TQKV_ASSIGN_OR_RETURN(ExactTokens et, ParseExactTokens(o->exact_tokens));
+        opts.exact_first = et.first;
+        opts.exact_last = et.last;
       }
       ThreadPool pool(o->threads);
       opts.pool = &pool;
@@ -233,6 +245,7 @@ void RegisterCompress(CLI::App& app) {
   struct Opts {
     std::string in, out, codec = "tq3";
     std::vector<std::string> layer_codecs;
+    std::string exact_tokens;
     size_t threads = 0;
   };
   auto o = std::make_shared<Opts>();
@@ -240,6 +253,7 @@ void RegisterCompress(CLI::App& app) {
   cmd->add_option("OUT", o->out, "Output .tqkv")->required();
   cmd->add_option("--codec", o->codec, "Codec spec")->capture_default_str();
   cmd->add_option("--layer-codec", o->layer_codecs, "Per-layer override L:SPEC (repeatable)");
+  cmd->add_option("--exact-tokens", o->exact_tokens, kExactTokensHelp);
   cmd->add_option("--threads", o->threads, "Encode threads (0: all cores)");
   cmd->callback([o] {
     Status s = [&]() -> Status {
@@ -249,6 +263,11 @@ void RegisterCompress(CLI::App& app) {
       for (const auto& lc : o->layer_codecs) {
         TQKV_ASSIGN_OR_RETURN(LayerCodec l, ParseLayerCodec(lc));
         opts.layer_overrides.push_back(l);
+      }
+      if (!o->exact_tokens.empty()) {
+        TQKV_ASSIGN_OR_RETURN(ExactTokens et, ParseExactTokens(o->exact_tokens));
+        opts.exact_first = et.first;
+        opts.exact_last = et.last;
       }
       ThreadPool pool(o->threads);
       opts.pool = &pool;

@@ -48,7 +48,19 @@ struct CheckpointOptions {
   std::vector<LayerCodec> layer_overrides;  // e.g. first and last layers at more bits
   uint32_t token_block = 0;                 // tokens per chunk; 0: about 2 MiB chunks
   ThreadPool* pool = nullptr;               // encode threads; null: the calling thread
+  // Tokens also stored exactly (source dtype) besides their codes: the first `exact_first`
+  // (attention sinks) and the last `exact_last` (the most recent, which the next tokens attend to
+  // most). Clamped to the session. Costs 2 x layers x (first + last) x kv_heads x head_dim
+  // elements; docs/accuracy.md measures what it buys.
+  uint32_t exact_first = 0;
+  uint32_t exact_last = 0;
 };
+
+struct ExactTokens {
+  uint32_t first = 0, last = 0;
+};
+// Parses "FIRST,LAST" (e.g. "4,128") for CheckpointOptions::exact_first / exact_last.
+Result<ExactTokens> ParseExactTokens(std::string_view text);
 
 struct CheckpointStats {
   uint64_t bytes_written = 0;   // the whole container

@@ -22,7 +22,9 @@
 
 namespace tqkv {
 
-inline constexpr uint32_t kContainerVersion = 1;
+// Version 2 adds exact rows (ContainerHeader::exact_head/exact_tail); a writer emits version 1
+// whenever a session has none, so such files stay readable by version-1 readers.
+inline constexpr uint32_t kContainerVersion = 2;
 inline constexpr uint32_t kContainerMinReadableVersion = 1;
 inline constexpr uint64_t kContainerAlignment = 4096;
 
@@ -32,6 +34,9 @@ enum class ChunkType : uint8_t {
   kCodes = 2,      // codes of tokens [token_begin, token_begin + token_count), all heads,
                    // head-major: [kv_head][token][code_bytes] (a head's codes are contiguous,
                    // so one Codec::Decode call per head writes straight into the canonical layout)
+  kExactRows = 3,  // version 2, per layer after its V codes: the exact values (source dtype) of
+                   // the tokens [0, exact_head) and [tokens - exact_tail, tokens), for K then V,
+                   // each range head-major: [kv_head][token][head_dim]
 };
 
 struct ContainerHeader {
@@ -42,12 +47,21 @@ struct ContainerHeader {
   uint32_t token_block = 0;     // tokens per kCodes chunk (the last one of a tensor may be shorter)
   std::vector<CodecParams> codecs;   // distinct codecs, at least one
   std::vector<uint16_t> layer_codec; // per layer: index into codecs (per-layer overrides)
+  // Tokens at the start (attention sinks) and the end (the most recent) also stored exactly, in
+  // source_dtype; restore overwrites their decoded values. exact_head + exact_tail <= tokens.
+  uint32_t exact_head = 0;
+  uint32_t exact_tail = 0;
 };
+
+// The format version a header needs: 2 with exact rows, else 1.
+inline uint32_t ContainerVersionFor(const ContainerHeader& h) {
+  return h.exact_head != 0 || h.exact_tail != 0 ? 2 : 1;
+}
 
 struct ChunkEntry {
   ChunkType type = ChunkType::kCodes;
   uint32_t layer = 0;
-  uint8_t kv = 0;               // 0 = K, 1 = V (kCodes only)
+  uint8_t kv = 0;               // 0 = K, 1 = V (kCodes only; 0 for the per-layer chunk types)
   uint64_t token_begin = 0;
   uint64_t token_count = 0;
   uint64_t offset = 0;          // payload offset in the file, kContainerAlignment-aligned
@@ -57,7 +71,8 @@ struct ChunkEntry {
 
 // Writes a container to a WritableObject (which the caller commits). Chunks must come in
 // container order: for each layer, its meta chunk (when the layer's codec has group metadata),
-// then its K chunks by token, then its V chunks by token.
+// then its K chunks by token, then its V chunks by token, then its exact-rows chunk (when the
+// header has exact rows).
 // Create: InvalidArgument for an invalid header (codec params, layer_codec size/range, token_block,
 // geometry, model name over 256 bytes). AddChunk: `key` gives type, layer, kv, token_begin and
 // token_count (a meta chunk has kv 0, token_begin 0, token_count 0; code chunks cover

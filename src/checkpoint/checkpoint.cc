@@ -2,6 +2,7 @@
 #include "tqkv/checkpoint.h"
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -142,6 +143,24 @@ Result<LayerCodec> ParseLayerCodec(std::string_view text) {
   return LayerCodec{layer, spec};
 }
 
+Result<ExactTokens> ParseExactTokens(std::string_view text) {
+  const auto bad = [&] {
+    return Status::InvalidArgument("exact tokens '" + std::string(text) +
+                                   "': expected FIRST,LAST (e.g. 4,128)");
+  };
+  const size_t comma = text.find(',');
+  if (comma == std::string_view::npos) return bad();
+  ExactTokens out;
+  uint32_t* fields[2] = {&out.first, &out.last};
+  const std::string_view parts[2] = {text.substr(0, comma), text.substr(comma + 1)};
+  for (int i = 0; i < 2; ++i) {
+    const char* end = parts[i].data() + parts[i].size();
+    auto [ptr, ec] = std::from_chars(parts[i].data(), end, *fields[i]);
+    if (parts[i].empty() || ec != std::errc() || ptr != end) return bad();
+  }
+  return out;
+}
+
 Result<CheckpointStats> Checkpoint(KvSource& source, const CheckpointOptions& options, Store& store,
                                    std::string_view key) {
   const auto t0 = Clock::now();
@@ -160,6 +179,9 @@ Result<CheckpointStats> Checkpoint(KvSource& source, const CheckpointOptions& op
   header.codecs.reserve(codecs.codecs.size());
   for (const auto& c : codecs.codecs) header.codecs.push_back(c->params());
   header.layer_codec = codecs.layer_codec;
+  header.exact_head = static_cast<uint32_t>(std::min<uint64_t>(options.exact_first, header.tokens));
+  header.exact_tail = static_cast<uint32_t>(
+      std::min<uint64_t>(options.exact_last, header.tokens - header.exact_head));
 
   TQKV_ASSIGN_OR_RETURN(std::unique_ptr<WritableObject> object, store.Create(key));
   TQKV_ASSIGN_OR_RETURN(std::unique_ptr<ContainerWriter> writer,
@@ -243,6 +265,31 @@ Result<CheckpointStats> Checkpoint(KvSource& source, const CheckpointOptions& op
         entry.token_count = count;
         status = chunk_writer.Push(entry, std::move(buf), payload);
       }
+    }
+    const uint64_t exact_rows = uint64_t{header.exact_head} + header.exact_tail;
+    if (exact_rows > 0 && status.ok()) {
+      // K then V; per range (head, tail) head-major [kv_head][token][head_dim], source dtype.
+      const size_t vec = d * DTypeSize(dtype);
+      const size_t payload = 2 * exact_rows * heads * vec;
+      AlignedBuffer buf = chunk_writer.TakeBuffer();
+      buf.Reserve(payload);
+      uint8_t* out = buf.data();
+      const uint64_t ranges[2][2] = {{0, header.exact_head},
+                                     {tokens - header.exact_tail, header.exact_tail}};
+      for (int kv = 0; kv < 2; ++kv) {
+        const auto* base = static_cast<const uint8_t*>(tensors[kv]);
+        for (const auto& range : ranges) {
+          for (size_t h = 0; h < heads; ++h) {
+            for (uint64_t t = range[0]; t < range[0] + range[1]; ++t, out += vec) {
+              std::memcpy(out, base + (t * row + h * d) * DTypeSize(dtype), vec);
+            }
+          }
+        }
+      }
+      ChunkEntry entry;
+      entry.type = ChunkType::kExactRows;
+      entry.layer = layer;
+      status = chunk_writer.Push(entry, std::move(buf), payload);
     }
   }
   Status closed = chunk_writer.Close();

@@ -105,6 +105,11 @@ Status RunRestore(Store& store, std::string_view key, const RestoreOptions& opti
     TQKV_RETURN_IF_ERROR(CheckGeometry(h, *options.expect_geometry, name));
   }
   TQKV_ASSIGN_OR_RETURN(SessionCodecs codecs, SessionCodecsFromHeader(h));
+  // Exact rows are stored like a raw codec of the source dtype (converted on decode).
+  CodecSpec exact_spec;
+  exact_spec.raw_dtype = h.source_dtype;
+  TQKV_ASSIGN_OR_RETURN(std::unique_ptr<Codec> exact_codec,
+                        Codec::Create(exact_spec, h.geometry.head_dim));
   TQKV_ASSIGN_OR_RETURN(std::unique_ptr<Sink> sink, make_sink(h));
 
   const auto& chunks = reader->chunks();
@@ -136,6 +141,15 @@ Status RunRestore(Store& store, std::string_view key, const RestoreOptions& opti
   const size_t out_size = DTypeSize(options.dtype);
   std::vector<uint8_t> metas;
   double decode_busy = 0;
+  // Hands out layers in order up to `layer`; a layer without chunks (an empty session) too.
+  uint32_t next_done = 0;
+  auto done_through = [&](uint32_t layer) -> Status {
+    for (; next_done <= layer && next_done < h.geometry.layers; ++next_done) {
+      if (next_done == 0) stats.first_layer_seconds = Since(t0);
+      TQKV_RETURN_IF_ERROR(sink->LayerDone(next_done));
+    }
+    return Status::Ok();
+  };
   for (size_t i = 0; i < chunks.size(); ++i) {
     TQKV_ASSIGN_OR_RETURN(size_t si, chunk_reader.Next());
     const Slot& slot = slots[si];
@@ -145,6 +159,22 @@ Status RunRestore(Store& store, std::string_view key, const RestoreOptions& opti
     const auto td = Clock::now();
     if (e.type == ChunkType::kGroupMeta) {
       metas.assign(slot.buf.data(), slot.buf.data() + e.size);
+    } else if (e.type == ChunkType::kExactRows) {
+      // Overwrites the decoded rows: the container puts this chunk after the layer's codes.
+      const size_t vec = exact_codec->code_bytes();
+      const uint64_t ranges[2][2] = {{0, h.exact_head},
+                                     {h.tokens - h.exact_tail, h.exact_tail}};
+      const uint8_t* src = slot.buf.data();
+      for (int kv = 0; kv < 2; ++kv) {
+        auto* tensor = static_cast<uint8_t*>(sink->Tensor(e.layer, kv));
+        for (const auto& range : ranges) {
+          for (size_t hd = 0; hd < heads && range[1] > 0; ++hd, src += range[1] * vec) {
+            TQKV_RETURN_IF_ERROR(exact_codec->Decode(
+                {src, range[1] * vec}, range[1], {},
+                tensor + (range[0] * row + hd * d) * out_size, options.dtype, row, nullptr));
+          }
+        }
+      }
     } else {
       if (meta_bytes > 0 && metas.size() != 2 * heads * meta_bytes) {
         return Status::Corruption(name + ": layer " + std::to_string(e.layer) +
@@ -166,11 +196,11 @@ Status RunRestore(Store& store, std::string_view key, const RestoreOptions& opti
     chunk_reader.Release(si);
     const bool layer_end = i + 1 == chunks.size() || chunks[i + 1].layer != e.layer;
     if (layer_end) {
-      if (e.layer == 0) stats.first_layer_seconds = Since(t0);
-      TQKV_RETURN_IF_ERROR(sink->LayerDone(e.layer));
+      TQKV_RETURN_IF_ERROR(done_through(e.layer));
       if (e.layer + 1 < h.geometry.layers) metas.clear();
     }
   }
+  if (h.geometry.layers > 0) TQKV_RETURN_IF_ERROR(done_through(h.geometry.layers - 1));
   stats.seconds = Since(t0);
   stats.read_busy_seconds = chunk_reader.busy_seconds();
   stats.decode_busy_seconds = decode_busy;

@@ -198,6 +198,15 @@ Result<std::unique_ptr<GpuSession>> RestoreToGpu(Store& store, std::string_view 
     if (!pc.ok()) return Status(pc.status().code(), name + ": " + pc.status().message());
     packed.push_back(std::move(*pc));
   }
+  // Exact rows (format version 2) are copied like a raw codec of the source dtype; it goes last.
+  {
+    CodecSpec exact_spec;
+    exact_spec.raw_dtype = h.source_dtype;
+    TQKV_ASSIGN_OR_RETURN(std::unique_ptr<Codec> exact_codec,
+                          Codec::Create(exact_spec, h.geometry.head_dim));
+    TQKV_ASSIGN_OR_RETURN(cuda::PackedCodec pe, cuda::PackCodecParams(exact_codec->params()));
+    packed.push_back(std::move(pe));
+  }
   const uint32_t out_dtype = cuda::ToGpuDType(options.dtype);
   const size_t esize = DTypeSize(options.dtype);
 
@@ -389,6 +398,29 @@ Result<std::unique_ptr<GpuSession>> RestoreToGpu(Store& store, std::string_view 
         }
         TQKV_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dmeta + meta_at[e.layer], s.dev, e.size,
                                                   cudaMemcpyDeviceToDevice, res.decode));
+      } else if (e.type == ChunkType::kExactRows) {
+        // After the layer's codes on the same stream, so these rows overwrite the decoded ones.
+        const cuda::PackedCodec& pe = packed.back();
+        const uint64_t ranges[2][2] = {{0, h.exact_head},
+                                       {h.tokens - h.exact_tail, h.exact_tail}};
+        const uint8_t* src = s.dev;
+        for (int kv = 0; kv < 2; ++kv) {
+          cuda::GpuDst dst{};
+          dst.base = session->tensors_[2 * e.layer + kv];
+          dst.block_ids = dblocks;
+          dst.paged = paged ? 1u : 0u;
+          dst.block_size = options.block_size;
+          dst.kv_heads = geo.kv_heads;
+          dst.head_dim = geo.head_dim;
+          dst.dtype = out_dtype;
+          for (const auto& range : ranges) {
+            if (range[1] == 0) continue;
+            const auto count = static_cast<uint32_t>(range[1]);
+            TQKV_CUDA_RETURN_IF_ERROR(cuda::LaunchRawCopy(pe.params, src, geo.kv_heads, range[0],
+                                                          count, dst, res.decode));
+            src += uint64_t{geo.kv_heads} * count * pe.params.code_bytes;
+          }
+        }
       } else {
         cuda::GpuDst dst{};
         dst.base = session->tensors_[2 * e.layer + e.kv];

@@ -169,6 +169,11 @@ Status ValidateHeader(const ContainerHeader& h) {
                  " of " + std::to_string(h.codecs.size()));
     }
   }
+  if (uint64_t{h.exact_head} + h.exact_tail > h.tokens) {
+    return bad("exact rows " + std::to_string(h.exact_head) + " + " +
+               std::to_string(h.exact_tail) + " exceed the " + std::to_string(h.tokens) +
+               " tokens");
+  }
   return Status::Ok();
 }
 
@@ -204,11 +209,15 @@ std::vector<uint8_t> EncodeHeaderBody(const ContainerHeader& h) {
     }
   }
   for (uint16_t idx : h.layer_codec) w.U16(idx);
+  if (ContainerVersionFor(h) >= 2) {
+    w.U32(h.exact_head);
+    w.U32(h.exact_tail);
+  }
   return out;
 }
 
 Result<ContainerHeader> DecodeHeaderBody(std::span<const uint8_t> body, uint64_t base,
-                                         std::string_view name) {
+                                         std::string_view name, uint32_t version) {
   BodyReader r(body, base, name);
   ContainerHeader h;
   const uint16_t model_len = r.U16("model length");
@@ -266,6 +275,10 @@ Result<ContainerHeader> DecodeHeaderBody(std::span<const uint8_t> body, uint64_t
   if (!r.Need(uint64_t{h.geometry.layers} * 2, "layer codec indices")) return r.status();
   h.layer_codec.resize(h.geometry.layers);
   for (uint16_t& idx : h.layer_codec) idx = r.U16("layer codec index");
+  if (version >= 2) {
+    h.exact_head = r.U32("exact head rows");
+    h.exact_tail = r.U32("exact tail rows");
+  }
   if (!r.ok()) return r.status();
   if (r.remaining() != 0) {
     return CorruptionAt(name, "header body end", r.offset(), "end of header",
@@ -274,10 +287,10 @@ Result<ContainerHeader> DecodeHeaderBody(std::span<const uint8_t> body, uint64_t
   return h;
 }
 
-std::array<uint8_t, kPreambleBytes> EncodePreamble(uint32_t header_size) {
+std::array<uint8_t, kPreambleBytes> EncodePreamble(uint32_t header_size, uint32_t version) {
   std::array<uint8_t, kPreambleBytes> p{};
   std::memcpy(p.data(), kMagic.data(), kMagic.size());
-  StoreU32(p.data() + 8, kContainerVersion);
+  StoreU32(p.data() + 8, version);
   StoreU32(p.data() + 12, 0);  // flags
   p[16] = kChecksumXxh3;
   // 17..19 reserved, zero
@@ -334,6 +347,7 @@ std::string DescribeChunk(ChunkType type, uint32_t layer, uint8_t kv, uint64_t t
                           uint64_t token_count) {
   std::string s = "layer " + std::to_string(layer);
   if (type == ChunkType::kGroupMeta) return s + " group-meta";
+  if (type == ChunkType::kExactRows) return s + " exact-rows";
   if (type != ChunkType::kCodes) {
     return s + " type " + std::to_string(static_cast<unsigned>(type));
   }
@@ -351,6 +365,10 @@ ChunkKey ChunkSequence::current() const {
     k.type = ChunkType::kGroupMeta;
     return k;
   }
+  if (phase_ == kExact) {
+    k.type = ChunkType::kExactRows;
+    return k;
+  }
   k.type = ChunkType::kCodes;
   k.kv = phase_ == kK ? 0 : 1;
   k.token_begin = token_begin_;
@@ -363,6 +381,9 @@ void ChunkSequence::Advance() {
   if (phase_ == kMeta) {
     phase_ = kK;
     token_begin_ = 0;
+  } else if (phase_ == kExact) {
+    phase_ = kMeta;
+    ++layer_;
   } else {
     const uint64_t left = header_->tokens - token_begin_;
     token_begin_ += std::min<uint64_t>(header_->token_block, left);
@@ -380,10 +401,13 @@ void ChunkSequence::Settle() {
       token_begin_ = 0;
       continue;
     }
+    if (phase_ == kExact) return;  // only entered when the header has exact rows
     if (token_begin_ < header_->tokens) return;
     token_begin_ = 0;
     if (phase_ == kK) {
       phase_ = kV;
+    } else if (ContainerVersionFor(*header_) >= 2) {
+      phase_ = kExact;
     } else {
       phase_ = kMeta;
       ++layer_;
@@ -395,10 +419,11 @@ Result<uint64_t> CountChunks(const ContainerHeader& h) {
   const uint64_t blocks = h.tokens / h.token_block + (h.tokens % h.token_block != 0 ? 1 : 0);
   uint64_t per_layer = 0;
   if (MulOverflows(blocks, 2, &per_layer)) return Status::InvalidArgument("chunk count overflows");
+  if (ContainerVersionFor(h) >= 2) ++per_layer;  // the exact-rows chunk
   uint64_t total = 0;
   for (uint32_t l = 0; l < h.geometry.layers; ++l) {
     const uint64_t meta = GroupMetaBytesOf(h.codecs[h.layer_codec[l]]) > 0 ? 1 : 0;
-    if (__builtin_add_overflow(total, per_layer + meta, &total)) {  // per_layer is even: no wrap
+    if (__builtin_add_overflow(total, per_layer + meta, &total) || per_layer + meta < meta) {
       return Status::InvalidArgument("chunk count overflows");
     }
   }
@@ -439,6 +464,18 @@ Result<uint64_t> ExpectedChunkBytes(const ContainerHeader& header, const ChunkEn
         return Status::InvalidArgument("code chunk size overflows");
       }
       return bytes;
+    case ChunkType::kExactRows: {
+      const uint64_t rows = uint64_t{header.exact_head} + header.exact_tail;
+      if (rows == 0) {
+        return Status::InvalidArgument("the header has no exact rows");
+      }
+      if (__builtin_mul_overflow(2 * rows, uint64_t{header.geometry.kv_heads}, &bytes) ||
+          __builtin_mul_overflow(bytes, uint64_t{header.geometry.head_dim}, &bytes) ||
+          __builtin_mul_overflow(bytes, uint64_t{DTypeSize(header.source_dtype)}, &bytes)) {
+        return Status::InvalidArgument("exact-rows chunk size overflows");
+      }
+      return bytes;
+    }
   }
   return Status::InvalidArgument("chunk type " + std::to_string(static_cast<unsigned>(entry.type)));
 }

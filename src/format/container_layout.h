@@ -89,11 +89,12 @@ std::vector<uint8_t> EncodeHeaderBody(const ContainerHeader& header);
 // Parses a header body of exactly `body.size()` bytes that starts at file offset `base`. Every
 // count is checked against the bytes left before anything is allocated. Does not run
 // ValidateHeader beyond what parsing needs.
+// `version` (1 or 2) decides whether the exact-row counts follow the layer codecs.
 Result<ContainerHeader> DecodeHeaderBody(std::span<const uint8_t> body, uint64_t base,
-                                         std::string_view name);
+                                         std::string_view name, uint32_t version);
 
 // Preamble: magic, version, flags, checksum type, header body size, header checksum.
-std::array<uint8_t, kPreambleBytes> EncodePreamble(uint32_t header_size);
+std::array<uint8_t, kPreambleBytes> EncodePreamble(uint32_t header_size, uint32_t version);
 // Header checksum: XXH3-64 of [preamble | body] with the checksum field read as zero.
 uint64_t HeaderChecksum(std::span<const uint8_t> preamble_and_body);
 
@@ -132,7 +133,8 @@ inline std::string DescribeChunk(const ChunkEntry& e) {
 
 // Walks the chunks of a (validated) header in container order: for each layer its meta chunk
 // (when the layer's codec has group metadata; kv 0, token_begin 0, token_count 0), then K chunks
-// by token in token_block steps, then V chunks.
+// by token in token_block steps, then V chunks, then its exact-rows chunk (when the header has
+// exact rows; kv 0, token_begin 0, token_count 0).
 class ChunkSequence {
  public:
   explicit ChunkSequence(const ContainerHeader& header);
@@ -141,7 +143,7 @@ class ChunkSequence {
   void Advance();
 
  private:
-  enum Phase { kMeta = 0, kK = 1, kV = 2 };
+  enum Phase { kMeta = 0, kK = 1, kV = 2, kExact = 3 };
   void Settle();
   const ContainerHeader* header_;
   uint32_t layer_ = 0;

@@ -213,18 +213,20 @@ Result<ParsedContainer> ParseContainerStructure(const ReadFn& read, uint64_t fil
                         Hex(header_checksum));
   }
   c.header_checksum = header_checksum;
-  // Version 1 defines no flags and one checksum type; anything else is damage (a writer that needs
-  // more must raise format_version).
+  // Versions 1 and 2 define no flags and one checksum type; anything else is damage (a writer
+  // that needs more must raise format_version).
   TQKV_RETURN_IF_ERROR(CheckField(name, "flags", 12, 0, LoadU32(pre.data() + 12)));
   TQKV_RETURN_IF_ERROR(CheckField(name, "checksum type", 16, kChecksumXxh3, pre[16]));
   TQKV_RETURN_IF_ERROR(CheckZero({pre.data() + 17, 3}, 17, name, "preamble reserved"));
   TQKV_RETURN_IF_ERROR(CheckZero(std::span<const uint8_t>(block).subspan(header_bytes.size()),
                                  header_bytes.size(), name, "header padding"));
   TQKV_ASSIGN_OR_RETURN(
-      c.header, DecodeHeaderBody(header_bytes.subspan(kPreambleBytes), kPreambleBytes, name));
+      c.header, DecodeHeaderBody(header_bytes.subspan(kPreambleBytes), kPreambleBytes, name, version));
   if (Status s = ValidateHeader(c.header); !s.ok()) {
     return CorruptionAt(name, "header", kPreambleBytes, "a valid header", s.message());
   }
+  // Canonical: a header without exact rows is written as version 1.
+  TQKV_RETURN_IF_ERROR(CheckField(name, "format version", 8, ContainerVersionFor(c.header), version));
   block = {};
 
   // 4. Index.

@@ -80,7 +80,8 @@ Status ContainerWriterImpl::Start() {
   const std::vector<uint8_t> body = format::EncodeHeaderBody(header_);
   if (body.size() > UINT32_MAX) return Status::InvalidArgument("container header too large");
   std::vector<uint8_t> block(format::kPreambleBytes + body.size());
-  const auto preamble = format::EncodePreamble(static_cast<uint32_t>(body.size()));
+  const auto preamble = format::EncodePreamble(static_cast<uint32_t>(body.size()),
+                                                ContainerVersionFor(header_));
   std::memcpy(block.data(), preamble.data(), preamble.size());
   std::memcpy(block.data() + format::kPreambleBytes, body.data(), body.size());
   header_checksum_ = format::HeaderChecksum(block);
@@ -147,7 +148,7 @@ Status ContainerWriterImpl::Finish() {
   f.index_checksum = index_checksum;
   f.file_size = written_ + index.size() + format::kFooterBytes;
   f.header_checksum = header_checksum_;
-  f.format_version = kContainerVersion;
+  f.format_version = ContainerVersionFor(header_);
   TQKV_RETURN_IF_ERROR(Append(index));
   TQKV_RETURN_IF_ERROR(Append(format::EncodeFooter(f)));
   finished_ = true;

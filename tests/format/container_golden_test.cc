@@ -1,5 +1,5 @@
-// Golden files: the fuzz seeds under fuzz/corpus/container/ are version-1 containers written by an
-// earlier build. They must still parse, and today's writer must still produce them byte for byte
+// Golden files: the fuzz seeds under fuzz/corpus/container/ are version-1 and version-2 containers
+// written by an earlier build. They must still parse, and today's writer must still produce them byte for byte
 // (a layout change without a format_version bump fails here). TQKV_WRITE_GOLDEN=1 rewrites them.
 #include <gtest/gtest.h>
 
@@ -28,6 +28,10 @@ std::vector<Golden> Goldens() {
   g.push_back({"v1_split.tqkv", MakeHeader({1, 1, 16}, 1, 8, {SplitParams(16)}, {0})});
   g.push_back({"v1_mixed.tqkv",
                MakeHeader({2, 1, 16}, 1, 1, {TqParams(16, 3, true), RawParams(16)}, {0, 1})});
+  ContainerHeader exact = MakeHeader({2, 1, 16}, 3, 2, {TqParams(16, 3), RawParams(16)}, {0, 1});
+  exact.exact_head = 1;
+  exact.exact_tail = 1;
+  g.push_back({"v2_exact.tqkv", exact});
   return g;
 }
 
@@ -53,7 +57,7 @@ TEST(ContainerGoldenTest, SeedsParseAndAreReproducedByTheWriter) {
     ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
     EXPECT_EQ(parsed->header.tokens, g.header.tokens);
     EXPECT_TRUE(OpenAndReadAll(golden).ok());
-    EXPECT_EQ(golden, w.file) << "the writer no longer reproduces a version-1 golden file";
+    EXPECT_EQ(golden, w.file) << "the writer no longer reproduces a golden file";
   }
 }
 

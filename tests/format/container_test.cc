@@ -41,6 +41,8 @@ void ExpectHeaderEq(const ContainerHeader& a, const ContainerHeader& b) {
   ASSERT_EQ(a.codecs.size(), b.codecs.size());
   for (size_t i = 0; i < a.codecs.size(); ++i) ExpectCodecEq(a.codecs[i], b.codecs[i]);
   EXPECT_EQ(a.layer_codec, b.layer_codec);
+  EXPECT_EQ(a.exact_head, b.exact_head);
+  EXPECT_EQ(a.exact_tail, b.exact_tail);
 }
 
 // Writes, opens, compares header and chunk table, reads every payload back.
@@ -131,7 +133,7 @@ TEST(ContainerTest, ByteLayout) {
   ASSERT_GT(f.size(), 64u);
   EXPECT_EQ(0, std::memcmp(f.data(), magic, 8));
   EXPECT_EQ(0, std::memcmp(f.data() + f.size() - 8, magic, 8));
-  EXPECT_EQ(format::LoadU32(f.data() + 8), kContainerVersion);
+  EXPECT_EQ(format::LoadU32(f.data() + 8), 1u);  // no exact rows: still version 1
   EXPECT_EQ(format::LoadU32(f.data() + 12), 0u);  // flags
   EXPECT_EQ(f[16], 1);                            // XXH3-64
   const uint64_t fat = f.size() - 64;
@@ -339,6 +341,109 @@ TEST(ContainerReaderTest, ApiMisuse) {
   EXPECT_NE(s.message().find("offset " + std::to_string(e.offset)), std::string::npos);
   EXPECT_TRUE((*r)->VerifyChunk(e, std::span<const uint8_t>(buf).first(e.size - 1)).IsCorruption());
   EXPECT_FALSE(ContainerReader::Open(nullptr, "x").ok());
+}
+
+TEST(ContainerTest, ExactRowsAreVersion2WithOneChunkPerLayerAfterItsCodes) {
+  RoundTrip(SmallExactHeader());
+  ContainerHeader all = MakeHeader({2, 2, 32}, 5, 2, {TqParams(32, 3)}, {0, 0});
+  all.exact_head = 2;
+  all.exact_tail = 3;  // every token exact
+  RoundTrip(all);
+  ContainerHeader tail_only = MakeHeader({1, 3, 16}, 50, 16, {RawParams(16, DType::kF32)}, {0});
+  tail_only.source_dtype = DType::kF32;
+  tail_only.exact_tail = 17;
+  RoundTrip(tail_only);
+
+  WrittenContainer w = WriteContainer(SmallExactHeader());
+  ASSERT_TRUE(w.status.ok()) << w.status.ToString();
+  const auto& f = w.file;
+  EXPECT_EQ(format::LoadU32(f.data() + 8), 2u);
+  EXPECT_EQ(format::LoadU32(f.data() + f.size() - 64 + 40), 2u);
+  EXPECT_EQ(format::LoadU32(f.data() + 20), 191u + 8);  // the two counts follow layer_codec
+  EXPECT_EQ(format::LoadU32(f.data() + 32 + 191), 2u);
+  EXPECT_EQ(format::LoadU32(f.data() + 32 + 195), 3u);
+  // Layer 0: 3 K + 3 V + exact; layer 1: meta + 3 K + 3 V + exact.
+  ASSERT_EQ(w.keys.size(), 15u);
+  EXPECT_EQ(w.keys[6].type, ChunkType::kExactRows);
+  EXPECT_EQ(w.keys[6].layer, 0u);
+  EXPECT_EQ(w.keys[14].type, ChunkType::kExactRows);
+  EXPECT_EQ(w.keys[14].layer, 1u);
+  // K and V, 5 rows each, 1 head of 16 bf16 values.
+  EXPECT_EQ(*ExpectedChunkBytes(SmallExactHeader(), w.keys[6]), 2u * 5 * 16 * 2);
+  ChunkEntry exact;
+  exact.type = ChunkType::kExactRows;
+  EXPECT_EQ(ExpectedChunkBytes(SmallHeader(), exact).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST(ContainerTest, ExactRowsBeyondTheSessionAreRefused) {
+  ContainerHeader h = SmallExactHeader();
+  h.exact_tail = 39;  // 2 + 39 > 40 tokens
+  MemoryWritable out;
+  auto writer = ContainerWriter::Create(&out, h);
+  ASSERT_FALSE(writer.ok());
+  EXPECT_EQ(writer.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(writer.status().message().find("exceed"), std::string::npos);
+  EXPECT_TRUE(out.bytes.empty());
+  // The same counts forged into a valid version-2 file, checksums re-signed.
+  WrittenContainer w = WriteContainer(SmallExactHeader());
+  ASSERT_TRUE(w.status.ok());
+  std::vector<uint8_t> f = w.file;
+  format::StoreU32(f.data() + 32 + 195, 39);
+  Resign(f);
+  Status s = OpenAndReadAll(f);
+  EXPECT_TRUE(s.IsCorruption()) << s.ToString();
+  EXPECT_TRUE(format::ParseAndVerifyContainer(f, "x").status().IsCorruption());
+}
+
+TEST(ContainerReaderTest, VersionMustMatchTheHeader) {
+  // A version-1 file relabelled 2: the exact-row counts are missing from the body.
+  WrittenContainer v1 = WriteContainer(SmallHeader());
+  ASSERT_TRUE(v1.status.ok());
+  // A version-2 file relabelled 1: 8 trailing bytes in the body.
+  WrittenContainer v2 = WriteContainer(SmallExactHeader());
+  ASSERT_TRUE(v2.status.ok());
+  for (auto [file, version] : {std::pair{&v1.file, 2u}, std::pair{&v2.file, 1u}}) {
+    std::vector<uint8_t> f = *file;
+    format::StoreU32(f.data() + 8, version);
+    format::StoreU32(f.data() + f.size() - 64 + 40, version);
+    Resign(f);
+    Status s = OpenAndReadAll(f);
+    EXPECT_TRUE(s.IsCorruption()) << version << ": " << s.ToString();
+    EXPECT_TRUE(format::ParseAndVerifyContainer(f, "x").status().IsCorruption());
+  }
+}
+
+TEST(ContainerReaderTest, ExactRowsFileEveryInformativeBitFlipIsCaught) {
+  WrittenContainer w = WriteContainer(SmallExactHeader());
+  ASSERT_TRUE(w.status.ok());
+  auto parsed = format::ParseAndVerifyContainer(w.file, "t.tqkv");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  std::vector<bool> padding(w.file.size(), false);
+  for (uint64_t i = format::kPreambleBytes + format::LoadU32(w.file.data() + 20);
+       i < parsed->header_block_end; ++i) {
+    padding[i] = true;
+  }
+  for (size_t c = 0; c < parsed->chunks.size(); ++c) {
+    for (uint64_t i = format::PaddingBegin(*parsed, c); i < format::PaddingEnd(*parsed, c); ++i) {
+      padding[i] = true;
+    }
+  }
+  std::vector<uint8_t> f = w.file;
+  for (size_t i = 0; i < f.size(); ++i) {
+    if (padding[i]) continue;
+    const uint8_t mask = static_cast<uint8_t>(1u << (i % 8));
+    f[i] ^= mask;
+    Status s = OpenAndReadAll(f);
+    if (i >= 8 && i < 12) {
+      // No single flip turns 2 into 1: every one gives an unsupported version.
+      EXPECT_EQ(s.code(), StatusCode::kUnsupported) << "byte " << i << ": " << s.ToString();
+    } else {
+      EXPECT_TRUE(s.IsCorruption()) << "byte " << i << ": " << s.ToString();
+    }
+    f[i] ^= mask;
+    if (HasFailure()) return;
+  }
 }
 
 TEST(ContainerReaderTest, UnsupportedVersions) {

@@ -139,6 +139,14 @@ inline ContainerHeader SmallHeader() {
   return MakeHeader({2, 1, 16}, 40, 16, {RawParams(16), SplitParams(16)}, {0, 1});
 }
 
+// SmallHeader with exact rows (format version 2): tokens [0, 2) and [37, 40).
+inline ContainerHeader SmallExactHeader() {
+  ContainerHeader h = SmallHeader();
+  h.exact_head = 2;
+  h.exact_tail = 3;
+  return h;
+}
+
 // Deterministic payload bytes (never all-zero, so a misplaced zero page is caught).
 inline std::vector<uint8_t> Payload(size_t n, uint64_t seed) {
   std::vector<uint8_t> v(n);
@@ -173,6 +181,12 @@ inline std::vector<ChunkEntry> ExpectedKeys(const ContainerHeader& h) {
         keys.push_back(e);
       }
     }
+    if (h.exact_head + h.exact_tail > 0) {
+      ChunkEntry e;
+      e.type = ChunkType::kExactRows;
+      e.layer = l;
+      keys.push_back(e);
+    }
   }
   return keys;
 }
@@ -180,6 +194,10 @@ inline std::vector<ChunkEntry> ExpectedKeys(const ContainerHeader& h) {
 inline uint64_t ChunkBytes(const ContainerHeader& h, const ChunkEntry& e) {
   const CodecParams& c = h.codecs[h.layer_codec[e.layer]];
   if (e.type == ChunkType::kGroupMeta) return 2ull * h.geometry.kv_heads * GroupMetaBytesOf(c);
+  if (e.type == ChunkType::kExactRows) {
+    return 2ull * (h.exact_head + h.exact_tail) * h.geometry.kv_heads * h.geometry.head_dim *
+           DTypeSize(h.source_dtype);
+  }
   return e.token_count * h.geometry.kv_heads * CodeBytesOf(c);
 }
 

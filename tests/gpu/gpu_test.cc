@@ -1,6 +1,6 @@
 // Device tests (label gpu): GPU codes and decoded values against the CPU codec, paged placement,
-// and RestoreToGpu end to end with per-layer events. Each test skips with "no CUDA device: ..."
-// where cudaGetDeviceCount fails or finds none (CI, the dev VM).
+// and RestoreToGpu end to end with per-layer events, with and without exact rows. Each test skips
+// with "no CUDA device: ..." where cudaGetDeviceCount fails or finds none (CI, the dev VM).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -164,7 +164,10 @@ class GpuRestoreTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GpuRestoreTest, EndToEndWithLayerEvents) {
   SKIP_WITHOUT_DEVICE();
-  const std::string io = GetParam();
+  // "IO" or "IO+exact" (exact rows: 4 first tokens, 70 last, spanning two chunks).
+  const std::string param = GetParam();
+  const bool exact = param.ends_with("+exact");
+  const std::string io = exact ? param.substr(0, param.size() - 6) : param;
   testing_util::ScratchDir dir;
   ASSERT_TRUE(dir.ok());
   auto store = OpenStore("file://" + dir.path() + "?io=" + (io == "buffered" ? "buffered" : "direct"));
@@ -174,6 +177,10 @@ TEST_P(GpuRestoreTest, EndToEndWithLayerEvents) {
   co.codec = *ParseCodecSpec("tq3");
   co.layer_overrides.push_back({0, *ParseCodecSpec("tq2.5")});
   co.token_block = 64;
+  if (exact) {
+    co.exact_first = 4;
+    co.exact_last = 70;
+  }
   auto src = MakeSyntheticSource("test", g, DType::kF16, 300, 3);
   ASSERT_TRUE(Checkpoint(*src, co, **store, "s").ok());
   auto cpu = Restore(**store, "s", RestoreOptions{});
@@ -215,7 +222,15 @@ TEST_P(GpuRestoreTest, EndToEndWithLayerEvents) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(IoPaths, GpuRestoreTest, ::testing::Values("buffered", "direct", "gds"));
+INSTANTIATE_TEST_SUITE_P(IoPaths, GpuRestoreTest, ::testing::Values("buffered", "direct", "gds", "buffered+exact",
+                                                             "gds+exact"),
+                         [](const auto& info) {
+                           std::string s = info.param;
+                           for (char& c : s) {
+                             if (!isalnum(static_cast<unsigned char>(c))) c = '_';
+                           }
+                           return s;
+                         });
 
 }  // namespace
 }  // namespace tqkv
