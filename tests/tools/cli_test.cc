@@ -46,6 +46,37 @@ TEST(Cli, CheckpointInspectVerifyRestore) {
   }
 }
 
+TEST(Cli, CheckpointExactTokensShowInInspect) {
+  tqkv::testing_util::ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  CmdResult c = Tqkv("checkpoint --model smollm2-135m --tokens 300 --codec tq3 --exact-tokens 4,100"
+                     " --store " + dir.path() + " --session e");
+  ASSERT_EQ(c.status, 0) << c.out;
+  CmdResult i = Tqkv("inspect --json --chunks " + dir.path() + "/e.tqkv");
+  ASSERT_EQ(i.status, 0) << i.out;
+  auto j = Json(i.out);
+  ASSERT_FALSE(j.is_discarded()) << i.out;
+  EXPECT_EQ(j["exact_tokens"]["first"], 4);
+  EXPECT_EQ(j["exact_tokens"]["last"], 100);
+  size_t exact_chunks = 0;
+  for (const auto& ch : j["chunks"]) {
+    if (ch["type"] == "exact") {
+      ++exact_chunks;
+      EXPECT_EQ(ch["size"], 2ull * 104 * 3 * 64 * 2);  // K and V, 104 rows, 3 heads, fp16
+    }
+  }
+  EXPECT_EQ(exact_chunks, 30u);
+  CmdResult text = Tqkv("inspect " + dir.path() + "/e.tqkv");
+  EXPECT_NE(text.out.find("exact rows  first 4 and last 100 tokens"), std::string::npos) << text.out;
+  EXPECT_EQ(Tqkv("verify " + dir.path() + "/e.tqkv").status, 0);
+  CmdResult r = Tqkv("restore --json --store file://" + dir.path() + " --session e");
+  EXPECT_EQ(r.status, 0) << r.out;
+  CmdResult bad = Tqkv("checkpoint --model smollm2-135m --tokens 30 --exact-tokens 4:100 --store " +
+                       dir.path() + " --session f");
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.out.find("FIRST,LAST"), std::string::npos) << bad.out;
+}
+
 TEST(Cli, CorruptFileFailsVerifyAndRestore) {
   tqkv::testing_util::ScratchDir dir;
   ASSERT_EQ(Tqkv("checkpoint --model smollm2-135m --tokens 64 --codec tq4 --store " + dir.path() +

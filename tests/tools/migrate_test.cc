@@ -272,6 +272,53 @@ TEST(Migrate, SmolLm2ShortFp16ExactTq4Close) {
 }
 
 
+// Exact rows (--exact-tokens): each TurboQuant row is measured again with the first and last
+// tokens stored exactly; the continuation gets closer, and the bytes are counted.
+TEST(Migrate, SmolLm2ExactTokensAreCloser) {
+  REQUIRE_SMOLLM2();
+  REQUIRE_PROMPT();
+  tqkv::testing_util::ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  CmdResult c = Tqkv("migrate --model " + SmolLm2Path() + " --prompt-file " + kPrompt +
+                     " --tokens 300 --steps 20 --codec fp16 --codec tq3 --exact-tokens 4,64"
+                     " --threads 2 --store file://" + dir.path() + "/store --json " +
+                     dir.path() + "/e.json");
+  ASSERT_EQ(c.status, 0) << c.out;
+  const auto j = ReadJson(dir.path() + "/e.json");
+  ASSERT_FALSE(j.is_discarded());
+  ExpectContract(j, 30);
+  ASSERT_EQ(j["results"].size(), 3u);  // fp16 is not repeated
+  ExpectExact(j["results"][0], 20);
+  const auto& plain = j["results"][1];
+  const auto& ex = j["results"][2];
+  EXPECT_EQ(plain["codec"], "tq3");
+  EXPECT_EQ(plain["exact_first"], 0);
+  EXPECT_EQ(plain["exact_last"], 0);
+  EXPECT_EQ(ex["codec"], "tq3+exact4,64");
+  EXPECT_EQ(ex["exact_first"], 4);
+  EXPECT_EQ(ex["exact_last"], 64);
+  // 68 of 300 tokens exact in every layer: each layer's cosines rise, the KL falls.
+  for (size_t l = 0; l < 30; ++l) {
+    EXPECT_GT(ex["k_cosine_per_layer"][l].get<double>(), plain["k_cosine_per_layer"][l].get<double>());
+    EXPECT_GT(ex["v_cosine_per_layer"][l].get<double>(), plain["v_cosine_per_layer"][l].get<double>());
+  }
+  EXPECT_LT(ex["kl_mean"].get<double>(), plain["kl_mean"].get<double>());
+  EXPECT_GE(ex["top1"].get<int>(), 15);  // top-1 over 20 steps hinges on near-ties; KL does not
+  // 68 fp16 rows per 300 tokens: 16 x 68 / 300 bits per value, plus at most a page of padding
+  // per layer.
+  const double extra = ex["bits_per_value"].get<double>() - plain["bits_per_value"].get<double>();
+  const double rows_bits = 16.0 * 68 / 300;
+  const double padding_bits = 8.0 * 30 * 4096 / (2.0 * 30 * 300 * 3 * 64);
+  EXPECT_GE(extra, rows_bits);
+  EXPECT_LE(extra, rows_bits + padding_bits + 0.01);
+  // A bad value is an error naming the form.
+  CmdResult bad = Tqkv("migrate --model " + SmolLm2Path() + " --prompt-file " + kPrompt +
+                       " --tokens 300 --steps 20 --codec tq3 --exact-tokens 4 --store file://" +
+                       dir.path() + "/store");
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.out.find("FIRST,LAST"), std::string::npos) << bad.out;
+}
+
 // Mean-removed keys (analysis): K gets closer, V is untouched, fp16 stays exact, the stored
 // means and coefficients are counted, and the continuation gets closer to the reference.
 TEST(Migrate, SmolLm2CenteredKeysAreCloser) {
