@@ -368,6 +368,10 @@ TEST(ContainerTest, ExactRowsAreVersion2WithOneChunkPerLayerAfterItsCodes) {
   EXPECT_EQ(w.keys[6].layer, 0u);
   EXPECT_EQ(w.keys[14].type, ChunkType::kExactRows);
   EXPECT_EQ(w.keys[14].layer, 1u);
+  // The worked example of docs/format.md §11 (version 2).
+  const uint64_t fat = f.size() - 64;
+  EXPECT_EQ(format::LoadU64(f.data() + fat), 61760u);
+  EXPECT_EQ(f.size(), 62560u);
   // K and V, 5 rows each, 1 head of 16 bf16 values.
   EXPECT_EQ(*ExpectedChunkBytes(SmallExactHeader(), w.keys[6]), 2u * 5 * 16 * 2);
   ChunkEntry exact;
