@@ -99,6 +99,7 @@ void RegisterCapacityCommand(CLI::App& app) {
   auto* cmd = app.add_subcommand("capacity", "Capacity planning: sessions per capacity, storage per GPU");
   struct Opts {
     std::string model = "qwen2.5-7b", codec = "tq3", capacity = "10TB", per_gpu, json_path;
+    std::string exact_tokens;
     uint64_t tokens = 10000, gpus = 0;
     bool json = false;
   };
@@ -106,6 +107,7 @@ void RegisterCapacityCommand(CLI::App& app) {
   cmd->add_option("--model", o->model, "Model preset")->capture_default_str();
   cmd->add_option("--tokens", o->tokens, "Tokens per session")->capture_default_str();
   cmd->add_option("--codec", o->codec, "Codec spec")->capture_default_str();
+  cmd->add_option("--exact-tokens", o->exact_tokens, kExactTokensHelp);
   cmd->add_option("--capacity", o->capacity, "Storage capacity (e.g. 10TB)")->capture_default_str();
   cmd->add_option("--per-gpu", o->per_gpu, "FP16 KV storage a GPU needs today (e.g. 16TB)");
   cmd->add_option("--gpus", o->gpus, "GPUs in the cluster");
@@ -116,6 +118,11 @@ void RegisterCapacityCommand(CLI::App& app) {
       TQKV_ASSIGN_OR_RETURN(double capacity, ParseBytes(o->capacity));
       CheckpointOptions opts;
       TQKV_ASSIGN_OR_RETURN(opts.codec, ParseCodecSpec(o->codec));
+      if (!o->exact_tokens.empty()) {
+        TQKV_ASSIGN_OR_RETURN(ExactTokens et, ParseExactTokens(o->exact_tokens));
+        opts.exact_first = et.first;
+        opts.exact_last = et.last;
+      }
       ThreadPool pool;
       opts.pool = &pool;
       CountingStore counter;
@@ -125,6 +132,7 @@ void RegisterCapacityCommand(CLI::App& app) {
       const double codec = static_cast<double>(counter.committed());
       const double ratio = fp16 / codec;
       nlohmann::json j = {{"model", o->model}, {"tokens", o->tokens}, {"codec", o->codec},
+                          {"exact_first", opts.exact_first}, {"exact_last", opts.exact_last},
                           {"capacity_bytes", capacity}, {"fp16_session_bytes", st.fp16_bytes},
                           {"codec_session_bytes", counter.committed()}, {"ratio", ratio},
                           {"sessions_fp16", std::floor(capacity / fp16)},

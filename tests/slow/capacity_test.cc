@@ -32,6 +32,24 @@ TEST(SeedFigures, CapacityReproducesTheSeedFigures) {
   EXPECT_NEAR(j["cluster_bytes_codec"].get<double>(), 3.3e15, 0.02 * 3.3e15);
 }
 
+// Exact rows cost their bytes and no more than a page of padding per layer.
+TEST(SeedFigures, CapacityWithExactTokensCountsTheirBytes) {
+  const std::string base = "capacity --model qwen2.5-7b --tokens 10000 --codec tq3 --json";
+  CmdResult plain = Tqkv(base);
+  CmdResult exact = Tqkv(base + " --exact-tokens 4,128");
+  ASSERT_EQ(plain.status, 0) << plain.out;
+  ASSERT_EQ(exact.status, 0) << exact.out;
+  auto p = Json(plain.out), e = Json(exact.out);
+  EXPECT_EQ(e["exact_first"], 4);
+  EXPECT_EQ(e["exact_last"], 128);
+  EXPECT_EQ(p["exact_first"], 0);
+  const double rows = 2.0 * 28 * 132 * 4 * 128 * 2;  // K and V, 28 layers, fp16
+  const double extra = e["codec_session_bytes"].get<double>() - p["codec_session_bytes"].get<double>();
+  EXPECT_GE(extra, rows);
+  EXPECT_LE(extra, rows + 28 * 4096 + 8);
+  EXPECT_LT(e["sessions_codec"].get<double>(), p["sessions_codec"].get<double>());
+}
+
 TEST(SeedFigures, TenThousandTokenQwenSessionIsUnder117MB) {
   tqkv::MemoryStore store;
   auto preset = tqkv::FindModelPreset("qwen2.5-7b").value();
