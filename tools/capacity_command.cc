@@ -118,11 +118,7 @@ void RegisterCapacityCommand(CLI::App& app) {
       TQKV_ASSIGN_OR_RETURN(double capacity, ParseBytes(o->capacity));
       CheckpointOptions opts;
       TQKV_ASSIGN_OR_RETURN(opts.codec, ParseCodecSpec(o->codec));
-      if (!o->exact_tokens.empty()) {
-        TQKV_ASSIGN_OR_RETURN(ExactTokens et, ParseExactTokens(o->exact_tokens));
-        opts.exact_first = et.first;
-        opts.exact_last = et.last;
-      }
+      TQKV_RETURN_IF_ERROR(ApplyExactTokens(o->exact_tokens, opts));
       ThreadPool pool;
       opts.pool = &pool;
       CountingStore counter;

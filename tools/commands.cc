@@ -10,6 +10,14 @@ int g_exit_code = 0;
 void SetExitCode(int code) { g_exit_code = code; }
 int ExitCode() { return g_exit_code; }
 
+Status ApplyExactTokens(const std::string& text, CheckpointOptions& opts) {
+  if (text.empty()) return Status::Ok();
+  TQKV_ASSIGN_OR_RETURN(const ExactTokens et, ParseExactTokens(text));
+  opts.exact_first = et.first;
+  opts.exact_last = et.last;
+  return Status::Ok();
+}
+
 void Report(const std::string& command, const Status& status) {
   if (status.ok()) return;
   std::fprintf(stderr, "tqkv %s: %s\n", command.c_str(), status.ToString().c_str());

@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "tqkv/checkpoint.h"
 #include "tqkv/status.h"
 
 namespace tqkv::tools {
@@ -20,6 +21,9 @@ inline constexpr const char* kStoreUriHelp =
 inline constexpr const char* kExactTokensHelp =
     "FIRST,LAST: also store the first FIRST and the last LAST tokens exactly (e.g. 4,128: "
     "attention sinks and the most recent tokens; docs/accuracy.md)";
+
+// Sets opts.exact_first / exact_last from a --exact-tokens value ("" leaves them 0).
+Status ApplyExactTokens(const std::string& text, CheckpointOptions& opts);
 
 // Subcommand callbacks report their outcome here; main returns it.
 void SetExitCode(int code);

@@ -135,11 +135,7 @@ void RegisterCheckpoint(CLI::App& app) {
         TQKV_ASSIGN_OR_RETURN(LayerCodec l, ParseLayerCodec(lc));
         opts.layer_overrides.push_back(l);
       }
-      if (!o->exact_tokens.empty()) {
-        TQKV_ASSIGN_OR_RETURN(ExactTokens et, ParseExactTokens(o->exact_tokens));
-        opts.exact_first = et.first;
-        opts.exact_last = et.last;
-      }
+      TQKV_RETURN_IF_ERROR(ApplyExactTokens(o->exact_tokens, opts));
       ThreadPool pool(o->threads);
       opts.pool = &pool;
       TQKV_ASSIGN_OR_RETURN(auto store, OpenStore(o->store));
@@ -264,11 +260,7 @@ void RegisterCompress(CLI::App& app) {
         TQKV_ASSIGN_OR_RETURN(LayerCodec l, ParseLayerCodec(lc));
         opts.layer_overrides.push_back(l);
       }
-      if (!o->exact_tokens.empty()) {
-        TQKV_ASSIGN_OR_RETURN(ExactTokens et, ParseExactTokens(o->exact_tokens));
-        opts.exact_first = et.first;
-        opts.exact_last = et.last;
-      }
+      TQKV_RETURN_IF_ERROR(ApplyExactTokens(o->exact_tokens, opts));
       ThreadPool pool(o->threads);
       opts.pool = &pool;
       TQKV_ASSIGN_OR_RETURN(StoreAndKey sk, OpenFilePath(o->out, true));
