@@ -373,6 +373,18 @@ Result<std::unique_ptr<GpuSession>> RestoreToGpu(Store& store, std::string_view 
       return Status::Ok();
     };
     const size_t max_pending = std::max<size_t>(1, nslots / 2);
+    // Where layer `layer`'s K (kv 0) or V (kv 1) rows go.
+    auto dst_of = [&](uint32_t layer, int kv) {
+      cuda::GpuDst dst{};
+      dst.base = session->tensors_[2 * layer + kv];
+      dst.block_ids = dblocks;
+      dst.paged = paged ? 1u : 0u;
+      dst.block_size = options.block_size;
+      dst.kv_heads = geo.kv_heads;
+      dst.head_dim = geo.head_dim;
+      dst.dtype = out_dtype;
+      return dst;
+    };
     for (size_t i = 0; i < chunks.size(); ++i) {
       while (pending.size() >= max_pending) TQKV_RETURN_IF_ERROR(release_oldest());
       TQKV_ASSIGN_OR_RETURN(size_t si, slot_reader.Next());
@@ -405,14 +417,7 @@ Result<std::unique_ptr<GpuSession>> RestoreToGpu(Store& store, std::string_view 
                                        {h.tokens - h.exact_tail, h.exact_tail}};
         const uint8_t* src = s.dev;
         for (int kv = 0; kv < 2; ++kv) {
-          cuda::GpuDst dst{};
-          dst.base = session->tensors_[2 * e.layer + kv];
-          dst.block_ids = dblocks;
-          dst.paged = paged ? 1u : 0u;
-          dst.block_size = options.block_size;
-          dst.kv_heads = geo.kv_heads;
-          dst.head_dim = geo.head_dim;
-          dst.dtype = out_dtype;
+          const cuda::GpuDst dst = dst_of(e.layer, kv);
           for (const auto& range : ranges) {
             if (range[1] == 0) continue;
             const auto count = static_cast<uint32_t>(range[1]);
@@ -422,14 +427,7 @@ Result<std::unique_ptr<GpuSession>> RestoreToGpu(Store& store, std::string_view 
           }
         }
       } else {
-        cuda::GpuDst dst{};
-        dst.base = session->tensors_[2 * e.layer + e.kv];
-        dst.block_ids = dblocks;
-        dst.paged = paged ? 1u : 0u;
-        dst.block_size = options.block_size;
-        dst.kv_heads = geo.kv_heads;
-        dst.head_dim = geo.head_dim;
-        dst.dtype = out_dtype;
+        const cuda::GpuDst dst = dst_of(e.layer, e.kv);
         TQKV_ASSIGN_OR_RETURN(auto dt, timing_pair());
         TQKV_CUDA_RETURN_IF_ERROR(cudaEventRecord(dt.first, res.decode));
         const uint8_t* masks =

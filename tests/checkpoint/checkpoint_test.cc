@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/session_util.h"
 #include "store/store_test_util.h"
 #include "tqkv/aligned_buffer.h"
 #include "tqkv/container.h"
@@ -23,14 +24,7 @@ namespace {
 constexpr ModelGeometry kSmall64{3, 2, 64};
 constexpr ModelGeometry kSmall128{2, 2, 128};
 
-std::unique_ptr<KvCacheBuffer> MakeSession(const ModelGeometry& g, uint64_t tokens, DType dtype,
-                                           uint64_t seed) {
-  auto buf = KvCacheBuffer::Allocate("test-model", g, dtype, tokens);
-  EXPECT_TRUE(buf.ok());
-  SyntheticKv gen(SyntheticKind::kKv, g, seed);
-  EXPECT_TRUE(gen.FillCache(buf.value()->cache()).ok());
-  return std::move(buf).value();
-}
+using testing_util::MakeSession;
 
 // Decodes every codes chunk of the stored container directly with the stored codec params.
 std::unique_ptr<KvCacheBuffer> DirectDecode(Store& store, const std::string& key, DType dtype) {

@@ -8,6 +8,7 @@
 #include <tuple>
 #include <vector>
 
+#include "checkpoint/session_util.h"
 #include "store/store_test_util.h"
 #include "tqkv/checkpoint.h"
 #include "tqkv/container.h"
@@ -18,14 +19,7 @@
 namespace tqkv {
 namespace {
 
-std::unique_ptr<KvCacheBuffer> MakeSession(const ModelGeometry& g, uint64_t tokens, DType dtype,
-                                           uint64_t seed) {
-  auto buf = KvCacheBuffer::Allocate("test-model", g, dtype, tokens);
-  EXPECT_TRUE(buf.ok());
-  SyntheticKv gen(SyntheticKind::kKv, g, seed);
-  EXPECT_TRUE(gen.FillCache(buf.value()->cache()).ok());
-  return std::move(buf).value();
-}
+using testing_util::MakeSession;
 
 std::unique_ptr<KvCacheBuffer> CheckpointAndRestore(Store& store, const KvCache& session,
                                                     CheckpointOptions opts, DType out,
