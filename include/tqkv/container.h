@@ -1,6 +1,6 @@
 // The .tqkv container: a byte layout, no I/O of its own (docs/format.md is the byte-level spec).
 //
-//   [header block][layer 0: meta chunk, K chunks, V chunks][layer 1 ...]...[index][footer]
+//   [header block][layer 0: meta chunk, K chunks, V chunks, exact rows][layer 1 ...]...[index][footer]
 // Every chunk payload starts 4 KiB-aligned (O_DIRECT). Each chunk, the header and the index carry
 // an XXH3-64 checksum; the fixed-size footer at the end holds the index's offset, size and checksum
 // and repeats the magic, so truncation is caught. Packed codes are stored verbatim.
