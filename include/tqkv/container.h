@@ -7,6 +7,7 @@
 #ifndef TQKV_INCLUDE_TQKV_CONTAINER_H_
 #define TQKV_INCLUDE_TQKV_CONTAINER_H_
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -52,6 +53,15 @@ struct ContainerHeader {
   uint32_t exact_head = 0;
   uint32_t exact_tail = 0;
 };
+
+// The exact rows' token ranges in the order their chunk stores them (for K, then again for V):
+// [0, exact_head), then [tokens - exact_tail, tokens); each range head-major.
+struct TokenRange {
+  uint64_t begin = 0, count = 0;
+};
+inline std::array<TokenRange, 2> ExactRanges(const ContainerHeader& h) {
+  return {TokenRange{0, h.exact_head}, TokenRange{h.tokens - h.exact_tail, h.exact_tail}};
+}
 
 // The format version a header needs: 2 with exact rows, else 1.
 inline uint32_t ContainerVersionFor(const ContainerHeader& h) {

@@ -268,19 +268,17 @@ Result<CheckpointStats> Checkpoint(KvSource& source, const CheckpointOptions& op
     }
     const uint64_t exact_rows = uint64_t{header.exact_head} + header.exact_tail;
     if (exact_rows > 0 && status.ok()) {
-      // K then V; per range (head, tail) head-major [kv_head][token][head_dim], source dtype.
+      // K then V; per range head-major [kv_head][token][head_dim], source dtype.
       const size_t vec = d * DTypeSize(dtype);
       const size_t payload = 2 * exact_rows * heads * vec;
       AlignedBuffer buf = chunk_writer.TakeBuffer();
       buf.Reserve(payload);
       uint8_t* out = buf.data();
-      const uint64_t ranges[2][2] = {{0, header.exact_head},
-                                     {tokens - header.exact_tail, header.exact_tail}};
       for (int kv = 0; kv < 2; ++kv) {
         const auto* base = static_cast<const uint8_t*>(tensors[kv]);
-        for (const auto& range : ranges) {
+        for (const TokenRange& range : ExactRanges(header)) {
           for (size_t h = 0; h < heads; ++h) {
-            for (uint64_t t = range[0]; t < range[0] + range[1]; ++t, out += vec) {
+            for (uint64_t t = range.begin; t < range.begin + range.count; ++t, out += vec) {
               std::memcpy(out, base + (t * row + h * d) * DTypeSize(dtype), vec);
             }
           }

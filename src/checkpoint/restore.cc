@@ -162,16 +162,14 @@ Status RunRestore(Store& store, std::string_view key, const RestoreOptions& opti
     } else if (e.type == ChunkType::kExactRows) {
       // Overwrites the decoded rows: the container puts this chunk after the layer's codes.
       const size_t vec = exact_codec->code_bytes();
-      const uint64_t ranges[2][2] = {{0, h.exact_head},
-                                     {h.tokens - h.exact_tail, h.exact_tail}};
       const uint8_t* src = slot.buf.data();
       for (int kv = 0; kv < 2; ++kv) {
         auto* tensor = static_cast<uint8_t*>(sink->Tensor(e.layer, kv));
-        for (const auto& range : ranges) {
-          for (size_t hd = 0; hd < heads && range[1] > 0; ++hd, src += range[1] * vec) {
+        for (const TokenRange& range : ExactRanges(h)) {
+          for (size_t hd = 0; hd < heads && range.count > 0; ++hd, src += range.count * vec) {
             TQKV_RETURN_IF_ERROR(exact_codec->Decode(
-                {src, range[1] * vec}, range[1], {},
-                tensor + (range[0] * row + hd * d) * out_size, options.dtype, row, nullptr));
+                {src, range.count * vec}, range.count, {},
+                tensor + (range.begin * row + hd * d) * out_size, options.dtype, row, nullptr));
           }
         }
       }

@@ -413,15 +413,13 @@ Result<std::unique_ptr<GpuSession>> RestoreToGpu(Store& store, std::string_view 
       } else if (e.type == ChunkType::kExactRows) {
         // After the layer's codes on the same stream, so these rows overwrite the decoded ones.
         const cuda::PackedCodec& pe = packed.back();
-        const uint64_t ranges[2][2] = {{0, h.exact_head},
-                                       {h.tokens - h.exact_tail, h.exact_tail}};
         const uint8_t* src = s.dev;
         for (int kv = 0; kv < 2; ++kv) {
           const cuda::GpuDst dst = dst_of(e.layer, kv);
-          for (const auto& range : ranges) {
-            if (range[1] == 0) continue;
-            const auto count = static_cast<uint32_t>(range[1]);
-            TQKV_CUDA_RETURN_IF_ERROR(cuda::LaunchRawCopy(pe.params, src, geo.kv_heads, range[0],
+          for (const TokenRange& range : ExactRanges(h)) {
+            if (range.count == 0) continue;
+            const auto count = static_cast<uint32_t>(range.count);
+            TQKV_CUDA_RETURN_IF_ERROR(cuda::LaunchRawCopy(pe.params, src, geo.kv_heads, range.begin,
                                                           count, dst, res.decode));
             src += uint64_t{geo.kv_heads} * count * pe.params.code_bytes;
           }
