@@ -38,6 +38,12 @@ Result<SessionCodecs> SessionCodecsFromHeader(const ContainerHeader& header) {
   return out;
 }
 
+Result<std::unique_ptr<Codec>> ExactRowsCodec(const ContainerHeader& header) {
+  CodecSpec spec;
+  spec.raw_dtype = header.source_dtype;
+  return Codec::Create(spec, header.geometry.head_dim);
+}
+
 uint32_t DefaultTokenBlock(const SessionCodecs& codecs, const ModelGeometry& geometry) {
   size_t max_code = 1;
   for (const auto& c : codecs.codecs) max_code = std::max(max_code, c->code_bytes());

@@ -22,6 +22,8 @@ Result<SessionCodecs> ResolveSessionCodecs(const CodecSpec& spec,
                                            const ModelGeometry& geometry);
 // Builds decoders from a container header.
 Result<SessionCodecs> SessionCodecsFromHeader(const ContainerHeader& header);
+// The decoder of a header's exact-rows chunk: a raw codec of the source dtype (converted on decode).
+Result<std::unique_ptr<Codec>> ExactRowsCodec(const ContainerHeader& header);
 // Tokens per chunk for chunks of about 2 MiB (a multiple of 16, at least 16).
 uint32_t DefaultTokenBlock(const SessionCodecs& codecs, const ModelGeometry& geometry);
 

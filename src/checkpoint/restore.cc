@@ -105,11 +105,7 @@ Status RunRestore(Store& store, std::string_view key, const RestoreOptions& opti
     TQKV_RETURN_IF_ERROR(CheckGeometry(h, *options.expect_geometry, name));
   }
   TQKV_ASSIGN_OR_RETURN(SessionCodecs codecs, SessionCodecsFromHeader(h));
-  // Exact rows are stored like a raw codec of the source dtype (converted on decode).
-  CodecSpec exact_spec;
-  exact_spec.raw_dtype = h.source_dtype;
-  TQKV_ASSIGN_OR_RETURN(std::unique_ptr<Codec> exact_codec,
-                        Codec::Create(exact_spec, h.geometry.head_dim));
+  TQKV_ASSIGN_OR_RETURN(std::unique_ptr<Codec> exact_codec, ExactRowsCodec(h));
   TQKV_ASSIGN_OR_RETURN(std::unique_ptr<Sink> sink, make_sink(h));
 
   const auto& chunks = reader->chunks();

@@ -200,10 +200,7 @@ Result<std::unique_ptr<GpuSession>> RestoreToGpu(Store& store, std::string_view 
   }
   // Exact rows (format version 2) are copied like a raw codec of the source dtype; it goes last.
   {
-    CodecSpec exact_spec;
-    exact_spec.raw_dtype = h.source_dtype;
-    TQKV_ASSIGN_OR_RETURN(std::unique_ptr<Codec> exact_codec,
-                          Codec::Create(exact_spec, h.geometry.head_dim));
+    TQKV_ASSIGN_OR_RETURN(std::unique_ptr<Codec> exact_codec, ExactRowsCodec(h));
     TQKV_ASSIGN_OR_RETURN(cuda::PackedCodec pe, cuda::PackCodecParams(exact_codec->params()));
     packed.push_back(std::move(pe));
   }
