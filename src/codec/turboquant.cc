@@ -14,56 +14,21 @@
 #include "codec/codec_internal.h"
 #include "codec/kernels/kernels.h"
 #include "codec/prng.h"
-#include "codec/rotation.h"
+#include "codec/plan.h"
 #include "tqkv/thread_pool.h"
 
 namespace tqkv::codec {
 namespace {
 
-struct Subset {
-  Rotation rotation;
-  std::vector<float> centroids;
-  std::vector<float> thresholds;
-  kernels::SubsetPlan plan;
-  size_t norm_offset = 0;    // within one code
-  size_t planes_offset = 0;  // within one code
-};
-
 class TurboQuantCodec final : public Codec {
  public:
-  explicit TurboQuantCodec(const CodecParams& params) : params_(params) {
+  explicit TurboQuantCodec(const CodecParams& params)
+      : params_(params), plan_(CodecPlan::Build(params)) {
     const size_t d = params_.head_dim;
-    code_bytes_ = CodeBytesOf(params_);
-    meta_bytes_ = GroupMetaBytesOf(params_);
-    const size_t norm_bytes = DTypeSize(params_.norm_dtype);
-    subsets_.resize(params_.subsets.size());
-    size_t planes_at = norm_bytes * subsets_.size();
-    for (size_t i = 0; i < subsets_.size(); ++i) {
-      const SubsetParams& sp = params_.subsets[i];
-      Subset& s = subsets_[i];
-      s.rotation = MakeRotation(sp.rotation, sp.seed, sp.channels);
-      s.centroids = sp.centroids;
-      for (size_t k = 0; k + 1 < s.centroids.size(); ++k) {
-        s.thresholds.push_back(0.5f * (s.centroids[k] + s.centroids[k + 1]));
-      }
-      kernels::SubsetPlan& p = s.plan;
-      p.dim = sp.channels;
-      p.bits = sp.bits;
-      p.rotation = sp.rotation;
-      p.signs1 = s.rotation.signs1.empty() ? nullptr : s.rotation.signs1.data();
-      p.signs2 = s.rotation.signs2.empty() ? nullptr : s.rotation.signs2.data();
-      p.haar = s.rotation.q.empty() ? nullptr : s.rotation.q.data();
-      p.haar_t = s.rotation.qt.empty() ? nullptr : s.rotation.qt.data();
-      p.centroids = s.centroids.data();
-      p.thresholds = s.thresholds.data();
-      codec::RotationScales(sp.rotation, sp.channels, &p.enc_scale, &p.dec_scale);
-      p.norm_correction = params_.norm_correction;
-      p.norm_dtype = params_.norm_dtype;
-      s.norm_offset = i * norm_bytes;
-      s.planes_offset = planes_at;
-      planes_at += p.planes_bytes();
-    }
-    qjl_offset_ = planes_at;
+    code_bytes_ = plan_.code_bytes();
+    meta_bytes_ = plan_.meta_bytes();
+    for (size_t i = 0; i < plan_.subsets().size(); ++i) kplans_.push_back(plan_.KernelPlan(i));
+    qjl_offset_ = plan_.qjl_offset();
     if (params_.qjl) {
       Prng prng(params_.qjl_seed);
       qjl_s_.resize(d * d);
@@ -122,7 +87,7 @@ class TurboQuantCodec final : public Codec {
     TQKV_RETURN_IF_ERROR(CheckVectors("Encode", x, dtype, n, stride, params_.head_dim));
     TQKV_RETURN_IF_ERROR(CheckSpan("Encode output", out.size(), n, code_bytes_));
     std::vector<uint32_t> channels[2];
-    TQKV_RETURN_IF_ERROR(Channels("Encode", meta, channels));
+    TQKV_RETURN_IF_ERROR(plan_.SplitChannels("Encode", meta, channels));
     const auto& k = kernels::ActiveKernels();
     const size_t d = params_.head_dim;
     const size_t in_pitch = stride * DTypeSize(dtype);
@@ -163,17 +128,17 @@ class TurboQuantCodec final : public Codec {
               float* gv = g + i * m;
               for (size_t j = 0; j < m; ++j) gv[j] = xv[ch[j]];
             }
-            const Subset& sub = subsets_[s];
-            k.encode(sub.plan, g, m, cnt, code + sub.norm_offset, code + sub.planes_offset,
+            const PlannedSubset& sub = plan_.subsets()[s];
+            k.encode(kplans_[s], g, m, cnt, code + sub.norm_offset, code + sub.planes_offset,
                      code_bytes_);
             g += cnt * m;
           }
           // A non-finite input makes the whole vector invalid, not just the subset holding it.
           for (size_t i = 0; i < cnt; ++i) PoisonIfAnyNaN(code + i * code_bytes_);
         } else {
-          const Subset& sub = subsets_[0];
-          k.encode(sub.plan, xs, xs_stride, cnt, code + sub.norm_offset, code + sub.planes_offset,
-                   code_bytes_);
+          const PlannedSubset& sub = plan_.subsets()[0];
+          k.encode(kplans_[0], xs, xs_stride, cnt, code + sub.norm_offset,
+                   code + sub.planes_offset, code_bytes_);
         }
         if (params_.qjl) {
           for (size_t i = 0; i < cnt; ++i) {
@@ -190,7 +155,7 @@ class TurboQuantCodec final : public Codec {
     TQKV_RETURN_IF_ERROR(CheckVectors("Decode", out, dtype, n, stride, params_.head_dim));
     TQKV_RETURN_IF_ERROR(CheckSpan("Decode input", codes.size(), n, code_bytes_));
     std::vector<uint32_t> channels[2];
-    TQKV_RETURN_IF_ERROR(Channels("Decode", meta, channels));
+    TQKV_RETURN_IF_ERROR(plan_.SplitChannels("Decode", meta, channels));
     const auto& k = kernels::ActiveKernels();
     const size_t d = params_.head_dim;
     const size_t out_pitch = stride * DTypeSize(dtype);
@@ -216,9 +181,9 @@ class TurboQuantCodec final : public Codec {
           float* g = gathered.data();
           for (size_t s = 0; s < 2; ++s) {
             const size_t m = channels[s].size();
-            const Subset& sub = subsets_[s];
-            k.decode(sub.plan, code + sub.norm_offset, code + sub.planes_offset, code_bytes_, cnt,
-                     g, m);
+            const PlannedSubset& sub = plan_.subsets()[s];
+            k.decode(kplans_[s], code + sub.norm_offset, code + sub.planes_offset, code_bytes_,
+                     cnt, g, m);
             for (size_t i = 0; i < cnt; ++i) {
               float* xv = xs + i * xs_stride;
               const float* gv = g + i * m;
@@ -228,9 +193,9 @@ class TurboQuantCodec final : public Codec {
             g += cnt * m;
           }
         } else {
-          const Subset& sub = subsets_[0];
-          k.decode(sub.plan, code + sub.norm_offset, code + sub.planes_offset, code_bytes_, cnt, xs,
-                   xs_stride);
+          const PlannedSubset& sub = plan_.subsets()[0];
+          k.decode(kplans_[0], code + sub.norm_offset, code + sub.planes_offset, code_bytes_, cnt,
+                   xs, xs_stride);
         }
         if (params_.qjl) {
           for (size_t i = 0; i < cnt; ++i) QjlAdd(code + i * code_bytes_, xs + i * xs_stride);
@@ -250,37 +215,11 @@ class TurboQuantCodec final : public Codec {
   }
 
  private:
-  // Channel lists of the split from the group meta: [0] outliers ascending, [1] the rest ascending.
-  Status Channels(const char* what, std::span<const uint8_t> meta,
-                  std::vector<uint32_t> channels[2]) const {
-    if (!params_.split()) return Status::Ok();
-    const size_t d = params_.head_dim;
-    if (meta.size() != meta_bytes_) {
-      return Status::InvalidArgument(std::string(what) + ": group meta has " +
-                                     std::to_string(meta.size()) + " bytes, need " +
-                                     std::to_string(meta_bytes_));
-    }
-    for (size_t c = 0; c < meta_bytes_ * 8; ++c) {
-      const bool set = (meta[c / 8] >> (c % 8)) & 1u;
-      if (set && c >= d) {
-        return Status::InvalidArgument(std::string(what) + ": group meta marks channel " +
-                                       std::to_string(c) + " >= head_dim");
-      }
-      if (c < d) channels[set ? 0 : 1].push_back(static_cast<uint32_t>(c));
-    }
-    if (channels[0].size() != params_.subsets[0].channels) {
-      return Status::InvalidArgument(
-          std::string(what) + ": group meta marks " + std::to_string(channels[0].size()) +
-          " outlier channels, need " + std::to_string(params_.subsets[0].channels));
-    }
-    return Status::Ok();
-  }
-
   // If any subset's stored norm is NaN, stores NaN as every subset's norm.
   void PoisonIfAnyNaN(uint8_t* code) const {
     const size_t nb = DTypeSize(params_.norm_dtype);
     bool nan = false;
-    for (size_t s = 0; s < subsets_.size(); ++s) {
+    for (size_t s = 0; s < kplans_.size(); ++s) {
       if (nb == 4) {
         float f;
         std::memcpy(&f, code + s * nb, 4);
@@ -292,7 +231,7 @@ class TurboQuantCodec final : public Codec {
       }
     }
     if (!nan) return;
-    for (size_t s = 0; s < subsets_.size(); ++s) {
+    for (size_t s = 0; s < kplans_.size(); ++s) {
       if (nb == 4) {
         const uint32_t f = 0x7FC00000u;  // the kernels' NaN norm bytes (kernels.h)
         std::memcpy(code + s * nb, &f, 4);
@@ -307,10 +246,10 @@ class TurboQuantCodec final : public Codec {
   void QjlEncode(const kernels::KernelTable& k, const float* x, uint8_t* code,
                  float* scratch) const {
     const size_t d = params_.head_dim;
-    const Subset& sub = subsets_[0];
+    const PlannedSubset& sub = plan_.subsets()[0];
     float* xhat = scratch;
     float* r = scratch + d;
-    k.decode(sub.plan, code + sub.norm_offset, code + sub.planes_offset, code_bytes_, 1, xhat, d);
+    k.decode(kplans_[0], code + sub.norm_offset, code + sub.planes_offset, code_bytes_, 1, xhat, d);
     for (size_t j = 0; j < d; ++j) r[j] = x[j] - xhat[j];
     // In float like the kernels' norms: a denormal-only residual has gamma 0, an overflowing one
     // gamma inf (the mse norm is then NaN already).
@@ -346,7 +285,8 @@ class TurboQuantCodec final : public Codec {
   size_t code_bytes_ = 0;
   size_t meta_bytes_ = 0;
   size_t qjl_offset_ = 0;
-  std::vector<Subset> subsets_;  // sized once in the constructor: plans point into it
+  CodecPlan plan_;                          // owns every array kplans_ points into
+  std::vector<kernels::SubsetPlan> kplans_;  // plan_.KernelPlan(i)
   std::vector<float> qjl_s_;     // QJL matrix S, d*d row-major
 };
 

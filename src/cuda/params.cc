@@ -5,7 +5,7 @@
 #include <cstring>
 #include <string>
 
-#include "codec/rotation.h"
+#include "codec/plan.h"
 
 namespace tqkv::cuda {
 namespace {
@@ -109,36 +109,27 @@ Result<PackedCodec> PackCodecParams(const CodecParams& params) {
     return out;
   }
   p.kind = kGpuTurboQuant;
-  p.num_subsets = static_cast<uint32_t>(params.subsets.size());
-  p.norm_dtype = params.norm_dtype == DType::kF16 ? kGpuF16 : kGpuF32;
-  p.norm_correction = params.norm_correction ? 1u : 0u;
-  const uint32_t norm_bytes = params.norm_dtype == DType::kF16 ? 2 : 4;
-  uint32_t planes_at = norm_bytes * p.num_subsets;
+  // Every value below comes from the codec's own plan (src/codec/plan.h), not a second derivation.
+  const codec::CodecPlan plan = codec::CodecPlan::Build(params);
+  p.num_subsets = static_cast<uint32_t>(plan.subsets().size());
+  p.norm_dtype = ToGpuDType(plan.norm_dtype());
+  p.norm_correction = plan.norm_correction() ? 1u : 0u;
   for (uint32_t s = 0; s < p.num_subsets; ++s) {
-    const SubsetParams& sp = params.subsets[s];
+    const codec::PlannedSubset& ps = plan.subsets()[s];
     GpuSubset& g = p.subsets[s];
-    g.dim = sp.channels;
-    g.bits = sp.bits;
-    g.rotation = static_cast<uint32_t>(sp.rotation);
-    codec::RotationScales(sp.rotation, sp.channels, &g.enc_scale, &g.dec_scale);
-    g.norm_offset = s * norm_bytes;
-    g.planes_offset = planes_at;
-    planes_at += sp.bits * ((sp.channels + 7u) / 8u);
-    const codec::Rotation rot = codec::MakeRotation(sp.rotation, sp.seed, sp.channels);
-    g.signs1 = Append(out.table, rot.signs1);
-    g.signs2 = Append(out.table, rot.signs2);
-    g.haar = Append(out.table, rot.q);
-    g.haar_t = Append(out.table, rot.qt);
-    g.centroids = Append(out.table, sp.centroids);
-    std::vector<float> thresholds;
-    for (size_t k = 0; k + 1 < sp.centroids.size(); ++k) {
-      thresholds.push_back(0.5f * (sp.centroids[k] + sp.centroids[k + 1]));
-    }
-    g.thresholds = Append(out.table, thresholds);
-  }
-  if (planes_at != p.code_bytes) {
-    return Status::Internal("PackCodecParams: planes end at " + std::to_string(planes_at) +
-                            ", code_bytes " + std::to_string(p.code_bytes));
+    g.dim = ps.channels;
+    g.bits = ps.bits;
+    g.rotation = static_cast<uint32_t>(ps.rotation.kind);
+    g.enc_scale = ps.enc_scale;
+    g.dec_scale = ps.dec_scale;
+    g.norm_offset = static_cast<uint32_t>(ps.norm_offset);
+    g.planes_offset = static_cast<uint32_t>(ps.planes_offset);
+    g.signs1 = Append(out.table, ps.rotation.signs1);
+    g.signs2 = Append(out.table, ps.rotation.signs2);
+    g.haar = Append(out.table, ps.rotation.q);
+    g.haar_t = Append(out.table, ps.rotation.qt);
+    g.centroids = Append(out.table, ps.centroids);
+    g.thresholds = Append(out.table, ps.thresholds);
   }
   p.table_floats = static_cast<uint32_t>(out.table.size());
   p.table = out.table.data();
