@@ -24,6 +24,8 @@ CASES = [
     ("fp16", 128, "F32", ["--codec", "fp16"], ["f16", "f32"]),
     ("bf16", 128, "F32", ["--codec", "bf16"], ["f16", "bf16"]),
     ("fp32", 128, "F16", ["--codec", "fp32"], ["f16", "bf16"]),
+    ("fp16 (f16 source: NaN payloads kept)", 64, "F16", ["--codec", "fp16"], ["f32", "bf16"]),
+    ("bf16 (bf16 source: NaN payloads kept)", 64, "BF16", ["--codec", "bf16"], ["f32", "f16"]),
     ("tq1", 128, "F32", ["--codec", "tq1"], ["f16"]),
     ("tq2", 128, "F16", ["--codec", "tq2"], ["f16"]),
     ("tq3", 128, "F32", ["--codec", "tq3"], ["f16", "bf16", "f32"]),
