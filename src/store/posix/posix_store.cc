@@ -19,8 +19,10 @@
 #include <utility>
 #include <vector>
 
+#include "store/posix/parallel_reads.h"
 #include "store/store_internal.h"
 #include "tqkv/aligned_buffer.h"
+#include "tqkv/thread_pool.h"
 
 #ifdef TQKV_HAVE_IO_URING
 #include "store/posix/uring_reader.h"
@@ -138,6 +140,19 @@ struct Shared {
     if (opts.io == IoMode::kUring && uring_refused) return IoMode::kDirect;
     return opts.io;
   }
+  // io=direct with qd > 1 (or uring that fell back): the pool of I/O threads, started on first
+  // use; nullptr when reads stay on the caller's thread.
+  ThreadPool* ReadPool() {
+    if (opts.queue_depth <= 1) return nullptr;
+    std::call_once(read_pool_once, [this] {
+      read_pool = std::make_unique<ThreadPool>(
+          std::min<size_t>(opts.queue_depth, posix_internal::kMaxReadThreads));
+    });
+    return read_pool.get();
+  }
+  std::once_flag read_pool_once;
+  std::unique_ptr<ThreadPool> read_pool;
+
   // The filesystem refused O_DIRECT on `fd` (EINVAL): turn it off there and for new objects.
   bool DisableDirect(int fd) {
     direct_refused = true;
@@ -258,6 +273,19 @@ class PosixWritable final : public WritableObject, public store_internal::Crasha
   }
 
   Status WriteAt(const uint8_t* p, uint64_t n, uint64_t off) {
+    // Page-cache writes: start their write-back now, so the disk writes while the caller encodes
+    // the next buffer and Commit's fdatasync waits only for the tail (best effort).
+    if (!direct_ && n > 0) {
+      const uint64_t start = off, len = n;
+      TQKV_RETURN_IF_ERROR(WriteLoop(p, n, off));
+      (void)::sync_file_range(fd_, static_cast<off_t>(start), static_cast<off_t>(len),
+                              SYNC_FILE_RANGE_WRITE);
+      return Status::Ok();
+    }
+    return WriteLoop(p, n, off);
+  }
+
+  Status WriteLoop(const uint8_t* p, uint64_t n, uint64_t off) {
     while (n > 0) {
       const uint64_t want = std::min(n, kMaxSyscallBytes);
       ssize_t w = ::pwrite(fd_, p, want, static_cast<off_t>(off));
@@ -378,6 +406,10 @@ class PosixReadable final : public ReadableObject {
       return ReadBatchUring(std::span<const ReadRequest>(&req, 1));
     }
 #endif
+    if (dst.size() > sh_->opts.chunk_bytes && direct_) {
+      const ReadRequest req{offset, dst};
+      return ReadDirectBatch(std::span<const ReadRequest>(&req, 1));
+    }
     return ReadSync(offset, dst);
   }
 
@@ -386,6 +418,7 @@ class PosixReadable final : public ReadableObject {
 #ifdef TQKV_HAVE_IO_URING
     if (sh_->WantUring() && direct_) return ReadBatchUring(reqs);
 #endif
+    if (direct_) return ReadDirectBatch(reqs);
     for (const ReadRequest& r : reqs) TQKV_RETURN_IF_ERROR(ReadSync(r.offset, r.dst));
     return Status::Ok();
   }
@@ -420,7 +453,9 @@ class PosixReadable final : public ReadableObject {
     uint64_t got = 0;
     while (got < len) {
       const uint64_t want = std::min(len - got, kMaxSyscallBytes);
-      ssize_t r = ::pread(fd_, buf + got, want, static_cast<off_t>(off + got));
+      ssize_t r = SimulatedReadError(off + got, want)
+                      ? (errno = EIO, -1)
+                      : ::pread(fd_, buf + got, want, static_cast<off_t>(off + got));
       if (sh_->opts.simulate_short_io && r > 1) r /= 2;
       if (r < 0) {
         if (errno == EINTR) continue;
@@ -428,6 +463,8 @@ class PosixReadable final : public ReadableObject {
           direct_ = false;
           if (sh_->DisableDirect(fd_)) continue;
         }
+        // Another thread turned O_DIRECT off but has not cleared the flag yet: clear it here.
+        if (errno == EINVAL && FdIsDirect() && ClearDirectFlag(fd_)) continue;
         return Status::FromErrno("read", AtOffset(name_, off + got), errno);
       }
       if (r == 0) break;
@@ -440,6 +477,29 @@ class PosixReadable final : public ReadableObject {
       }
     }
     return got;
+  }
+
+  bool SimulatedReadError(uint64_t off, uint64_t len) const {
+    const uint64_t at = sh_->opts.simulate_read_error_at;
+    return at >= off && at - off < len;
+  }
+  bool FdIsDirect() const {
+    const int fl = ::fcntl(fd_, F_GETFL);
+    return fl >= 0 && (fl & O_DIRECT) != 0;
+  }
+
+  // O_DIRECT batches: pieces of at most `chunk` bytes, read by the store's I/O threads
+  // (qd > 1) or one after another here.
+  Status ReadDirectBatch(std::span<const ReadRequest> reqs) {
+    ThreadPool* pool = sh_->ReadPool();
+    const std::vector<ReadRequest> pieces =
+        posix_internal::SplitReads(reqs, sh_->opts.chunk_bytes, kAlign);
+    if (pool == nullptr || pieces.size() <= 1) {
+      for (const ReadRequest& p : pieces) TQKV_RETURN_IF_ERROR(ReadSync(p.offset, p.dst));
+      return Status::Ok();
+    }
+    return posix_internal::ReadPieces(
+        *pool, pieces, [this](const ReadRequest& p) { return ReadSync(p.offset, p.dst); });
   }
 
   AlignedBuffer TakeBounce() {
@@ -536,9 +596,8 @@ class PosixReadable final : public ReadableObject {
       if (ring_ == nullptr) {
         auto ring = posix_internal::UringReader::Create(sh_->opts.queue_depth, chunk + 2 * kAlign);
         if (!ring.ok()) {
-          sh_->uring_refused = true;  // e.g. out of locked memory: synchronous O_DIRECT instead
-          for (const ReadRequest& r : reqs) TQKV_RETURN_IF_ERROR(ReadSync(r.offset, r.dst));
-          return Status::Ok();
+          sh_->uring_refused = true;  // e.g. out of locked memory: O_DIRECT preads instead
+          return ReadDirectBatch(reqs);
         }
         ring_ = std::move(ring).value();
       }
@@ -594,7 +653,7 @@ class PosixStore final : public Store {
       }
     }
     uri += "?io=" + std::string(IoModeName(o.io));
-    if (o.io == IoMode::kUring) uri += "&qd=" + std::to_string(o.queue_depth);
+    if (o.io != IoMode::kBuffered) uri += "&qd=" + std::to_string(o.queue_depth);
     uri += "&chunk=" + std::to_string(o.chunk_bytes);
     return uri;
   }

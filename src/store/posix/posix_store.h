@@ -18,7 +18,9 @@ namespace tqkv {
 struct PosixStoreOptions {
   std::string dir;                    // absolute or relative directory
   IoMode io = IoMode::kBuffered;
-  uint32_t queue_depth = 8;           // io=uring: requests in flight per ReadBatch (1..256)
+  // Requests in flight per ReadBatch (1..256): io=uring ring depth; io=direct I/O threads
+  // (at most 16; 1 = one synchronous pread at a time on the caller's thread).
+  uint32_t queue_depth = 8;
   uint64_t chunk_bytes = 1u << 20;    // largest single I/O request; multiple of 4096
   uint64_t write_buffer_bytes = 4u << 20;  // append staging buffer; multiple of 4096
   bool create_dir = true;
@@ -27,6 +29,8 @@ struct PosixStoreOptions {
   // Tests: every pread/pwrite reports only half of what it moved (a short transfer), to exercise
   // the resume paths (an unaligned O_DIRECT remainder continues through the page cache).
   bool simulate_short_io = false;
+  // Tests: a pread whose range covers this file offset fails with EIO.
+  uint64_t simulate_read_error_at = UINT64_MAX;
 };
 
 inline constexpr size_t kPosixDirectAlignment = 4096;
