@@ -21,11 +21,12 @@
 #include <vector>
 
 #include "bench/restore_bench_gpu.h"
+#include "bench/restore_bench_phases.h"
+#include "bench/restore_bench_report.h"
 #include "bench/restore_bench_rows.h"
 #include "bench/restore_bench_util.h"
 #include "bench/svg_chart.h"
 #include "tools/commands.h"
-#include "tqkv/aligned_buffer.h"
 #include "tqkv/checkpoint.h"
 #include "tqkv/container.h"
 #include "tqkv/store_testing.h"
@@ -36,6 +37,7 @@ namespace tqkv::tools {
 namespace {
 
 using json = nlohmann::json;
+using bench::Cell;
 using bench::Clock;
 using bench::Since;
 
@@ -48,7 +50,7 @@ struct Options {
   std::vector<std::string> targets;  // host, gpu (default host)
   std::string store = "out/bench-store";
   std::string model = "qwen2.5-7b";
-  double link_gbps = 0;
+  std::vector<double> links{0};  // per-worker link rates; 0 = the raw store
   uint64_t max_memory = 0;
   std::string json_path, csv_path, chart_path;
   bool breakdown = true;
@@ -58,40 +60,12 @@ struct Options {
   bool keep = false;
 };
 
-struct WorkerResult {
-  double write_s = 0, restore_s = 0;
-  uint64_t bytes_written = 0, bytes_read = 0;
-  double start = 0, end = 0;  // restore, seconds since the phase barrier
-  bool drop_ok = true;
-  std::string drop_error;
-};
-
-struct Cell {
-  std::string codec, io;
-  bench::Target target = bench::Target::kHost;
-  std::vector<bench::GpuWorker> gpu;  // GPU rows: one per worker
-  std::string gpu_device;
-  uint64_t tokens = 0;
-  size_t workers = 0;
-  std::vector<WorkerResult> w;
-  bench::Stats restore, write;
-  double wall_s = 0;           // concurrent restore phase
-  double read_gbps_aggregate = 0, fp16_gbps_aggregate = 0, per_worker_gbps = 0;
-  uint64_t file_bytes = 0, fp16_bytes = 0;
-  bool streamed = false;
-  bool drop_ok = true;
-  std::string drop_error;
-  double nmse = NAN, cosine_mean = NAN;
-  // Bounds (TurboQuant codecs): read-only and decode-only phases measured in the same run.
-  double read_only_s = NAN, decode_only_s = NAN;
-  double read_only_gbps = NAN, decode_capacity_fp16_gbps = NAN, bound_fp16_gbps = NAN;
-  double speedup = NAN;
-};
-
 bool IsGpu(const Cell& c) { return c.target == bench::Target::kGpu; }
 
 std::string Key(const Cell& c, size_t w) {
-  return "bench/" + c.codec + "-" + c.io + "-" + std::to_string(c.tokens) + "-w" +
+  char link[32] = "";
+  if (c.link_gbps > 0) std::snprintf(link, sizeof(link), "-link%g", c.link_gbps);
+  return "bench/" + c.codec + "-" + c.io + "-" + std::to_string(c.tokens) + link + "-w" +
          std::to_string(w) + (IsGpu(c) ? "-gpu" : "");
 }
 
@@ -102,11 +76,11 @@ std::string StoreUri(const Options& o, const std::string& io) {
   return o.store + (o.store.find('?') == std::string::npos ? "?" : "&") + "io=" + io;
 }
 
-Result<std::unique_ptr<Store>> OpenWorkerStore(const Options& o, const std::string& io) {
-  TQKV_ASSIGN_OR_RETURN(auto store, OpenStore(StoreUri(o, io)));
-  if (o.link_gbps <= 0) return store;
+Result<std::unique_ptr<Store>> OpenWorkerStore(const Options& o, const Cell& c) {
+  TQKV_ASSIGN_OR_RETURN(auto store, OpenStore(StoreUri(o, StoreIo(c))));
+  if (c.link_gbps <= 0) return store;
   ThrottleOptions t;
-  t.read_bytes_per_sec = t.write_bytes_per_sec = o.link_gbps * 1e9;
+  t.read_bytes_per_sec = t.write_bytes_per_sec = c.link_gbps * 1e9;
   t.per_object = true;
   return std::unique_ptr<Store>(new ThrottledStore(std::move(store), t));
 }
@@ -149,51 +123,63 @@ Status RunHostRestores(const Options& o, const ModelGeometry& g, const CodecSpec
     return RestoreStreaming(store, Key(c, w), ro, bench::CheckLayer, st);
   };
 
-  // Phase 2 (TurboQuant codecs): read-only and decode-only, for the bounds and the overlap check.
+  // Phase 2 (TurboQuant codecs): the stages one by one, each through the restore's own reader
+  // on the same objects: raw reads, reads with checksums, decode only (from memory).
   if (o.breakdown && spec.kind == CodecKind::kTurboQuant) {
-    progress.Set("read only");
-    std::vector<uint64_t> bytes(W, 0);
-    // Read buffers allocated and touched up front: fresh pages cost ~1 GB/s to fault in here.
-    std::vector<AlignedBuffer> bufs(W);
-    for (auto& b : bufs) {
-      b.Reserve(32u << 20);
-      std::memset(b.data(), 0, b.size());
-    }
-    const auto t = Clock::now();
-    TQKV_RETURN_IF_ERROR(RunWorkers(W, [&](size_t w) -> Status {
-      TQKV_ASSIGN_OR_RETURN(auto store, OpenWorkerStore(o, io));
-      TQKV_ASSIGN_OR_RETURN(bytes[w], bench::ReadOnly(*store, Key(c, w), bufs[w]));
-      progress.Tick();
-      return Status::Ok();
-    }));
-    c.read_only_s = Since(t);
-    c.read_only_gbps = std::accumulate(bytes.begin(), bytes.end(), 0.0) / c.read_only_s / 1e9;
+    // W workers at once; wall = first read of any worker to the last end, as for the restore.
+    auto stage = [&](const char* name, auto fn) -> Result<std::pair<double, uint64_t>> {
+      progress.Set(name);
+      std::vector<double> start(W), end(W);
+      std::vector<uint64_t> bytes(W);
+      const auto t = Clock::now();
+      TQKV_RETURN_IF_ERROR(RunWorkers(W, [&](size_t w) -> Status {
+        TQKV_ASSIGN_OR_RETURN(bench::PhaseRun r, fn(w));
+        end[w] = Since(t);
+        start[w] = end[w] - r.seconds;
+        bytes[w] = r.bytes;
+        progress.Tick();
+        return Status::Ok();
+      }));
+      return std::pair<double, uint64_t>{
+          *std::max_element(end.begin(), end.end()) - *std::min_element(start.begin(), start.end()),
+          std::accumulate(bytes.begin(), bytes.end(), uint64_t{0})};
+    };
+    auto read_stage = [&](bool verify) {
+      return [&, verify](size_t w) -> Result<bench::PhaseRun> {
+        TQKV_ASSIGN_OR_RETURN(auto store, OpenWorkerStore(o, c));
+        return bench::ReadLikeRestore(*store, Key(c, w), verify, RestoreOptions{}.inflight_bytes);
+      };
+    };
+    TQKV_ASSIGN_OR_RETURN(auto raw, stage("raw read", read_stage(false)));
+    c.raw_read_s = raw.first;
+    c.raw_read_gbps = raw.second / raw.first / 1e9;
+    TQKV_ASSIGN_OR_RETURN(auto verified, stage("read+checksum", read_stage(true)));
+    c.read_only_s = verified.first;
+    c.read_only_gbps = verified.second / verified.first / 1e9;
 
-    progress.Set("decode only");
-    MemoryStore mem_store;
-    Store* mem = &mem_store;
+    MemoryStore mem;
     for (size_t w = 0; w < W; ++w) {
       TQKV_ASSIGN_OR_RETURN(auto store, OpenStore(StoreUri(o, io)));
-      TQKV_RETURN_IF_ERROR(bench::CopyObject(*store, *mem, Key(c, w)));
+      TQKV_RETURN_IF_ERROR(bench::CopyObject(*store, mem, Key(c, w)));
     }
-    const auto td = Clock::now();
-    TQKV_RETURN_IF_ERROR(RunWorkers(W, [&](size_t w) -> Status {
+    TQKV_ASSIGN_OR_RETURN(auto decode, stage("decode only", [&](size_t w) -> Result<bench::PhaseRun> {
       RestoreStats st;
-      TQKV_RETURN_IF_ERROR(restore_one(*mem, w, false, &st));
-      progress.Tick();
-      return Status::Ok();
+      TQKV_RETURN_IF_ERROR(restore_one(mem, w, false, &st));
+      bench::PhaseRun r;
+      r.bytes = st.bytes_read;
+      r.seconds = st.seconds;
+      return r;
     }));
-    c.decode_only_s = Since(td);
+    c.decode_only_s = decode.first;
     c.decode_capacity_fp16_gbps = W * fp16_session / c.decode_only_s / 1e9;
-    const double ratio = static_cast<double>(fp16_session) / c.file_bytes;
-    c.bound_fp16_gbps = std::min(ratio * c.read_only_gbps, c.decode_capacity_fp16_gbps);
+    c.bound_fp16_gbps = std::min(c.ratio() * c.read_only_gbps, c.decode_capacity_fp16_gbps);
   }
 
   // Phase 3: the timed concurrent restore, from storage (page cache dropped per object).
   progress.Set("restore");
   const auto t0 = Clock::now();
   TQKV_RETURN_IF_ERROR(RunWorkers(W, [&](size_t w) -> Status {
-    TQKV_ASSIGN_OR_RETURN(auto store, OpenWorkerStore(o, io));
+    TQKV_ASSIGN_OR_RETURN(auto store, OpenWorkerStore(o, c));
     RestoreStats st;
     TQKV_RETURN_IF_ERROR(restore_one(*store, w, true, &st));
     c.w[w].end = Since(t0);
@@ -250,7 +236,7 @@ Status RunCell(const Options& o, const ModelGeometry& g, Cell& c, bench::Progres
   // Phase 1: concurrent checkpoints.
   progress.Set("checkpoint");
   TQKV_RETURN_IF_ERROR(RunWorkers(W, [&](size_t w) -> Status {
-    TQKV_ASSIGN_OR_RETURN(auto store, OpenWorkerStore(o, io));
+    TQKV_ASSIGN_OR_RETURN(auto store, OpenWorkerStore(o, c));
     auto source = MakeSyntheticSource(o.model, g, DType::kF16, c.tokens, o.seed + w);
     ThreadPool pool(pool_threads);
     CheckpointOptions opts;
@@ -309,13 +295,16 @@ Status RunCell(const Options& o, const ModelGeometry& g, Cell& c, bench::Progres
 }
 
 void PrintTable(const std::vector<Cell>& cells, const Options& o) {
-  std::printf("\n%-8s %-9s %7s %3s | %8s %8s %8s %8s | %8s | %9s %9s | %7s | %9s %9s %8s\n",
-              "codec", "io", "tokens", "W", "rest_mean", "p50", "p99", "max", "write", "read_GB/s",
+  std::printf("\n%-8s %-9s %7s %3s %-6s | %8s %8s %8s %8s | %8s | %9s %9s | %7s | %9s %9s %8s\n",
+              "codec", "io", "tokens", "W", "link", "rest_mean", "p50", "p99", "max", "write", "read_GB/s",
               "fp16eq", "speedup", "nmse", "cosine", "bound%");
   for (const auto& c : cells) {
-    std::printf("%-8s %-9s %7llu %3zu | %8.3f %8.3f %8.3f %8.3f | %8.3f | %9.3f %9.3f | %7.2f | "
+    char link[16] = "raw";
+    if (c.link_gbps > 0) std::snprintf(link, sizeof(link), "%g", c.link_gbps);
+    std::printf("%-8s %-9s %7llu %3zu %-6s | %8.3f %8.3f %8.3f %8.3f | %8.3f | %9.3f %9.3f | %7.2f | "
                 "%9.5f %9.5f %8s\n",
                 c.codec.c_str(), c.io.c_str(), static_cast<unsigned long long>(c.tokens), c.workers,
+                link,
                 c.restore.mean, c.restore.p50, c.restore.p99, c.restore.max, c.write.mean,
                 c.read_gbps_aggregate, c.fp16_gbps_aggregate, c.speedup, c.nmse, c.cosine_mean,
                 std::isnan(c.bound_fp16_gbps)
@@ -324,13 +313,15 @@ void PrintTable(const std::vector<Cell>& cells, const Options& o) {
   }
   std::printf("\nrestore times in seconds (per worker: first read to session decoded and verified); "
               "read_GB/s = bytes read by all workers / wall time of the concurrent phase;\n"
-              "fp16eq = FP16 bytes restored / wall; bound%% = fp16eq / min(ratio x read-only GB/s, "
-              "decode-only capacity), both measured in this run.\n");
-  if (o.link_gbps > 0) {
-    std::printf("LINK EMULATED: every worker's reads and writes go through a %.3f GB/s token bucket.\n",
-                o.link_gbps);
-  } else {
-    std::printf("No link emulation: raw local storage.\n");
+              "fp16eq = FP16 bytes restored / wall; bound%% = fp16eq / min(ratio x checksummed-read "
+              "GB/s, decode-only capacity), both measured in this run (stages below).\n");
+  for (double link : o.links) {
+    if (link > 0) {
+      std::printf("LINK EMULATED (link %g): every worker's reads and writes go through a %.3f GB/s "
+                  "token bucket.\n", link, link);
+    } else {
+      std::printf("link raw: no link emulation, raw local storage.\n");
+    }
   }
   for (const auto& c : cells) {
     if (c.streamed) {
@@ -343,18 +334,9 @@ void PrintTable(const std::vector<Cell>& cells, const Options& o) {
                   c.codec.c_str(), c.io.c_str(), static_cast<unsigned long long>(c.tokens),
                   c.drop_error.c_str());
     }
-    if (!std::isnan(c.bound_fp16_gbps)) {
-      std::printf("bounds %s %s %llu: read-only %.3f GB/s (%.3f s), decode-only %.3f GB/s fp16-eq "
-                  "(%.3f s), bound %.3f GB/s fp16-eq, achieved %.3f (%.0f%%); overlap: restore "
-                  "wall %.3f s vs max(read, decode) %.3f s = %.2fx\n",
-                  c.codec.c_str(), c.io.c_str(), static_cast<unsigned long long>(c.tokens),
-                  c.read_only_gbps, c.read_only_s, c.decode_capacity_fp16_gbps, c.decode_only_s,
-                  c.bound_fp16_gbps, c.fp16_gbps_aggregate,
-                  100 * c.fp16_gbps_aggregate / c.bound_fp16_gbps, c.wall_s,
-                  std::max(c.read_only_s, c.decode_only_s),
-                  c.wall_s / std::max(c.read_only_s, c.decode_only_s));
-    }
   }
+  bench::PrintBreakdown(cells);
+  bench::PrintSummary(cells);
 }
 
 // GPU rows: restore into device memory; io_used is the rung the ladder ended on.
@@ -409,7 +391,11 @@ json CellJson(const Cell& c) {
             {"read_only_s", num(c.read_only_s)}, {"decode_only_s", num(c.decode_only_s)},
             {"read_only_gbps", num(c.read_only_gbps)},
             {"decode_capacity_fp16_gbps", num(c.decode_capacity_fp16_gbps)},
-            {"bound_fp16_gbps", num(c.bound_fp16_gbps)}};
+            {"bound_fp16_gbps", num(c.bound_fp16_gbps)},
+            {"raw_read_s", num(c.raw_read_s)}, {"raw_read_gbps", num(c.raw_read_gbps)},
+            {"overlap", c.has_breakdown() ? json(c.overlap()) : json(nullptr)},
+            {"bottleneck", c.has_breakdown() ? json(c.bottleneck()) : json(nullptr)},
+            {"link_gbps", c.link_gbps > 0 ? json(c.link_gbps) : json(nullptr)}};
   j["target"] = std::string(bench::TargetName(c.target));
   if (IsGpu(c)) {
     j.update(bench::GpuRowJson(c.gpu, c.gpu_device));
@@ -432,6 +418,12 @@ Status Run(Options o) {
   if (o.codecs.empty()) o.codecs = {"fp16", "tq3"};
   if (o.ios.empty()) o.ios = {"buffered", "direct"};
   if (o.workers == 0) return Status::InvalidArgument("--workers must be at least 1");
+  if (o.links.empty()) o.links = {0};
+  for (double l : o.links) {
+    if (!(l >= 0) || !std::isfinite(l)) {
+      return Status::InvalidArgument("--link-gbps must be 0 (raw store) or a positive rate");
+    }
+  }
   TQKV_ASSIGN_OR_RETURN(std::vector<bench::RowConfig> rows,
                         bench::ExpandRowConfigs(o.configs, o.codecs, o.ios, o.targets));
   if (o.max_memory == 0) o.max_memory = bench::AvailableMemory() * 6 / 10;
@@ -454,25 +446,32 @@ Status Run(Options o) {
     if (!gpu_note.empty()) std::fprintf(stderr, "bench restore: %s\n", gpu_note.c_str());
   }
   std::vector<Cell> cells;
-  for (uint64_t t : o.tokens) {
-    for (const auto& r : rows) {
-      Cell c;
-      c.codec = r.codec;
-      c.io = r.io;
-      c.target = r.target;
-      c.gpu_device = gpu.device;
-      c.tokens = t;
-      c.workers = o.workers;
-      cells.push_back(c);
+  for (double link : o.links) {
+    for (uint64_t t : o.tokens) {
+      for (const auto& r : rows) {
+        if (r.target == bench::Target::kGpu && link > 0) continue;  // cuFile bypasses the link
+        Cell c;
+        c.codec = r.codec;
+        c.io = r.io;
+        c.target = r.target;
+        c.gpu_device = gpu.device;
+        c.tokens = t;
+        c.workers = o.workers;
+        c.link_gbps = link;
+        cells.push_back(c);
+      }
     }
   }
-  std::fprintf(stderr, "bench restore: %s, %zu workers, %zu cells, store %s%s\n", o.model.c_str(),
-               o.workers, cells.size(), o.store.c_str(),
-               o.link_gbps > 0 ? (", link emulated at " + std::to_string(o.link_gbps) + " GB/s per worker").c_str() : "");
+  std::string links;
+  for (double l : o.links) links += (links.empty() ? "" : ", ") + bench::LinkLabel(l);
+  std::fprintf(stderr, "bench restore: %s, %zu workers, %zu cells, store %s, %s\n", o.model.c_str(),
+               o.workers, cells.size(), o.store.c_str(), links.c_str());
   bench::Progress progress(cells.size(), o.workers);
   for (size_t i = 0; i < cells.size(); ++i) {
+    char link[32] = "";
+    if (cells[i].link_gbps > 0) std::snprintf(link, sizeof(link), " link %g", cells[i].link_gbps);
     progress.Cell(i, cells[i].codec + " " + cells[i].io + (IsGpu(cells[i]) ? " gpu " : " ") +
-                         std::to_string(cells[i].tokens));
+                         std::to_string(cells[i].tokens) + link);
     TQKV_RETURN_IF_ERROR(RunCell(o, g, cells[i], progress));
   }
   progress.Done();
@@ -480,7 +479,7 @@ Status Run(Options o) {
   for (auto& c : cells) {
     for (const auto& base : cells) {
       if (base.codec == "fp16" && base.io == "buffered" && base.tokens == c.tokens &&
-          base.target == c.target) {
+          base.target == c.target && base.link_gbps == c.link_gbps) {
         c.speedup = base.restore.mean / c.restore.mean;
       }
     }
@@ -491,7 +490,12 @@ Status Run(Options o) {
   if (!gpu_cells.empty()) PrintGpuTable(gpu_cells);
   if (!gpu_note.empty()) std::printf("%s\n", gpu_note.c_str());
   json out;
-  out["link_gbps"] = o.link_gbps > 0 ? json(o.link_gbps) : json(nullptr);
+  // One link: a number (null = raw store), as before; several: the list.
+  if (o.links.size() == 1) {
+    out["link_gbps"] = o.links[0] > 0 ? json(o.links[0]) : json(nullptr);
+  } else {
+    out["link_gbps"] = o.links;
+  }
   out["model"] = o.model;
   out["store"] = o.store;
   out["max_memory"] = o.max_memory;
@@ -512,7 +516,8 @@ Status Run(Options o) {
     // GPU columns only when there are GPU rows: host-only files keep their columns.
     f << "codec,io,tokens,workers,restore_s_mean,restore_s_p50,restore_s_p99,write_s_mean,"
          "read_gbps_aggregate,speedup_vs_fp16_buffered,nmse,cosine_mean"
-      << (gpu_cells.empty() ? "" : ",target,io_used,first_layer_s_mean,decode_gpu_s_mean") << "\n";
+      << (gpu_cells.empty() ? "" : ",target,io_used,first_layer_s_mean,decode_gpu_s_mean")
+      << (o.links.size() > 1 ? ",link_gbps" : "") << "\n";
     for (const auto& c : cells) {
       f << c.codec << "," << c.io << "," << c.tokens << "," << c.workers << "," << c.restore.mean
         << "," << c.restore.p50 << "," << c.restore.p99 << "," << c.write.mean << ","
@@ -524,6 +529,7 @@ Status Run(Options o) {
           << (IsGpu(c) ? std::to_string(g["first_layer_s_mean"].get<double>()) : "") << ","
           << (IsGpu(c) ? std::to_string(g["decode_gpu_s_mean"].get<double>()) : "");
       }
+      if (o.links.size() > 1) f << "," << c.link_gbps;
       f << "\n";
     }
     std::printf("csv: %s\n", o.csv_path.c_str());
@@ -531,7 +537,8 @@ Status Run(Options o) {
   if (!o.chart_path.empty()) {
     std::map<std::string, bench::Series> times, bw;
     for (const auto& c : cells) {
-      const std::string name = c.codec + " + " + c.io + (IsGpu(c) ? " -> GPU" : "");
+      const std::string name = c.codec + " + " + c.io + (IsGpu(c) ? " -> GPU" : "") +
+                               (o.links.size() > 1 ? ", " + bench::LinkLabel(c.link_gbps) : "");
       times[name].name = bw[name].name = name;
       times[name].x.push_back(c.tokens);
       times[name].y.push_back(c.restore.mean);
@@ -545,10 +552,11 @@ Status Run(Options o) {
                     {}, true};
     for (auto& [k, s] : times) p1.series.push_back(s);
     for (auto& [k, s] : bw) p2.series.push_back(s);
-    const std::string note =
-        (o.link_gbps > 0 ? "link emulated: " + std::to_string(o.link_gbps) + " GB/s per worker; "
-                         : std::string("raw local storage, no link emulation; ")) +
-        bench::MachineDescription();
+    std::string note;
+    for (double l : o.links) {
+      note += (l > 0 ? "link emulated: " + bench::LinkLabel(l) : std::string("raw local storage")) + "; ";
+    }
+    note += bench::MachineDescription();
     std::ofstream(o.chart_path) << bench::RenderSvg({p1, p2}, note);
     std::printf("chart: %s\n", o.chart_path.c_str());
   }
@@ -572,7 +580,10 @@ void RegisterBenchRestore(CLI::App& bench) {
                   "GPU rows take io gds (the GDS -> direct -> buffered ladder), direct, uring or buffered");
   cmd->add_option("--store", o->store, kStoreUriHelp)->capture_default_str();
   cmd->add_option("--model", o->model, "Model preset")->capture_default_str();
-  cmd->add_option("--link-gbps", o->link_gbps, "Emulate a per-worker storage link of X GB/s");
+  cmd->add_option("--link-gbps", o->links,
+                  "Emulate a per-worker storage link of X GB/s; a list (0,0.05) runs every row at "
+                  "each rate, 0 = the raw store")
+      ->delimiter(',');
   cmd->add_option("--max-memory", o->max_memory, "Bytes of restore targets held at once (default 60% of available)");
   cmd->add_option("--json", o->json_path, "Write results as JSON");
   cmd->add_option("--csv", o->csv_path, "Write results as CSV");

@@ -14,7 +14,6 @@
 
 #include "tqkv/aligned_buffer.h"
 #include "tqkv/checkpoint.h"
-#include "tqkv/container.h"
 #include "tqkv/synthetic_source.h"
 
 namespace tqkv::bench {
@@ -99,36 +98,6 @@ Status CheckLayer(uint32_t layer, const void* k, const void* v) {
     }
   }
   return Status::Ok();
-}
-
-Result<uint64_t> ReadOnly(Store& store, const std::string& key, AlignedBuffer& buf) {
-  TQKV_ASSIGN_OR_RETURN(auto object, store.Open(key));
-  (void)object->DropCache();
-  TQKV_ASSIGN_OR_RETURN(auto reader, ContainerReader::Open(object.get(), key));
-  // Same access pattern as a restore: chunk extents, in order, in batches that fill `buf`.
-  uint64_t total = 0;
-  const auto& chunks = reader->chunks();
-  for (size_t i = 0; i < chunks.size();) {
-    std::vector<ReadRequest> reqs;
-    std::vector<const ChunkEntry*> entries;
-    uint64_t used = 0;
-    while (i < chunks.size()) {
-      const ChunkEntry& e = chunks[i];
-      const uint64_t len = ChunkExtent(chunks, i);
-      if (!reqs.empty() && used + len > buf.size()) break;
-      if (len > buf.size()) buf.Reserve(len);
-      reqs.push_back({e.offset, {buf.data() + used, static_cast<size_t>(len)}});
-      entries.push_back(&e);
-      used += AlignUp(len, kContainerAlignment);
-      ++i;
-    }
-    TQKV_RETURN_IF_ERROR(object->ReadBatch(reqs));
-    for (size_t r = 0; r < reqs.size(); ++r) {
-      TQKV_RETURN_IF_ERROR(reader->VerifyChunk(*entries[r], reqs[r].dst.first(entries[r]->size)));
-      total += reqs[r].dst.size();
-    }
-  }
-  return total;
 }
 
 Status CopyObject(Store& from, Store& to, const std::string& key) {

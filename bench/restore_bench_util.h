@@ -1,4 +1,4 @@
-// Helpers of `tqkv bench restore`: statistics, progress, page-cache-free reads, quality.
+// Helpers of `tqkv bench restore`: statistics, progress, object copies, quality.
 #ifndef TQKV_BENCH_RESTORE_BENCH_UTIL_H_
 #define TQKV_BENCH_RESTORE_BENCH_UTIL_H_
 
@@ -47,10 +47,6 @@ class Progress {
 void Touch(KvCache& cache);
 // Streaming-restore callback: checks a sample of each layer is finite, then releases it.
 Status CheckLayer(uint32_t layer, const void* k, const void* v);
-// Reads every chunk of a stored container (page cache dropped first) and verifies checksums,
-// without decoding, through `buf` (allocated and touched by the caller, outside any timing).
-// Returns bytes read.
-Result<uint64_t> ReadOnly(Store& store, const std::string& key, AlignedBuffer& buf);
 // Copies an object between stores.
 Status CopyObject(Store& from, Store& to, const std::string& key);
 

@@ -74,6 +74,40 @@ TEST(BenchRestoreCli, HostOnlyRunsKeepTheirOutput) {
   EXPECT_EQ(r.out.find("GPU rows"), std::string::npos);
 }
 
+// --link-gbps 0,X runs every row raw and through the link; TurboQuant rows carry the stages.
+TEST(BenchRestoreCli, LinkListAndBreakdown) {
+  tqkv::testing_util::ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  CmdResult r = Tqkv(Args(dir) + "--config tq3:direct --config fp16:buffered --link-gbps 0,2 "
+                                 "--no-quality");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const json j = ReadJson(dir.path() + "/out.json");
+  ASSERT_FALSE(j.is_discarded());
+  ASSERT_EQ(j["results"].size(), 4u);
+  EXPECT_EQ(j["link_gbps"], json::array({0.0, 2.0}));
+  for (const json& row : j["results"]) {
+    ExpectHostContract(row);
+    const bool tq = row["codec"] == "tq3";
+    for (const char* k : {"raw_read_gbps", "read_only_gbps", "decode_capacity_fp16_gbps", "overlap"}) {
+      EXPECT_EQ(row[k].is_number(), tq) << k << " " << row.dump();
+    }
+    if (tq) {
+      const std::string limit = row["bottleneck"];
+      EXPECT_TRUE(limit == "CPU" || limit == (row["link_gbps"].is_null() ? "disk" : "link")) << limit;
+      EXPECT_GT(row["raw_read_gbps"].get<double>(), 0);
+    }
+    EXPECT_DOUBLE_EQ(row["speedup_vs_fp16_buffered"].get<double>() > 0, true);
+  }
+  EXPECT_TRUE(j["results"][0]["link_gbps"].is_null());
+  EXPECT_EQ(j["results"][3]["link_gbps"], 2.0);
+  EXPECT_NE(r.out.find("Stages, measured one by one"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("2 GB/s link per worker:"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("tq3+direct restores"), std::string::npos) << r.out;
+  const std::string csv = ReadText(dir.path() + "/out.csv");
+  EXPECT_NE(csv.substr(0, csv.find('\n')).find(",link_gbps"), std::string::npos) << csv;
+  EXPECT_EQ(Tqkv(Args(dir) + "--config tq3:direct --link-gbps -1").status == 0, false);
+}
+
 TEST(BenchRestoreCli, GpuRowsRunOrAreSkippedWithTheReason) {
   tqkv::testing_util::ScratchDir dir;
   ASSERT_TRUE(dir.ok());
