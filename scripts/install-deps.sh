@@ -9,6 +9,7 @@ pkgs=(
   python3 python3-pip                # fetches the SmolLM2 model wheel from PyPI
   libhiredis-dev redis-server        # redis:// store and its test server
   libnfs-dev nfs-ganesha nfs-ganesha-vfs rpcbind  # nfs:// store and its test server
+  fio stress-ng                      # scripts/bench-io.sh: the disk's own speed, CPU load
 )
 missing=()
 for p in "${pkgs[@]}"; do
