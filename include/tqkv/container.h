@@ -19,7 +19,7 @@
 #include "tqkv/codec.h"
 #include "tqkv/kv_cache.h"
 #include "tqkv/status.h"
-#include "tqkv/store.h"
+#include "tqkv/object.h"
 
 namespace tqkv {
 

@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "tqkv/object.h"
 #include "tqkv/status.h"
 
 namespace tqkv {
@@ -41,42 +42,6 @@ struct StoreCaps {
   // it (io_fell_back): O_DIRECT -> EINVAL (e.g. some FUSE/NFS setups), or io_uring unavailable.
   IoMode io_mode = IoMode::kBuffered;
   bool io_fell_back = false;
-};
-
-struct ReadRequest {
-  uint64_t offset = 0;
-  std::span<uint8_t> dst;  // filled completely, or the request fails
-};
-
-// Thread safety: Store methods may be called from any thread. A ReadableObject allows concurrent
-// ReadAt/ReadBatch calls; a WritableObject is used by one thread at a time.
-class ReadableObject {
- public:
-  virtual ~ReadableObject() = default;
-  virtual uint64_t Size() const = 0;
-  // Reads exactly dst.size() bytes at offset. Past the end: Corruption naming object and offset.
-  virtual Status ReadAt(uint64_t offset, std::span<uint8_t> dst) = 0;
-  // Reads all requests, possibly concurrently (io_uring keeps several in flight); returns the
-  // first error. Default: ReadAt in order.
-  virtual Status ReadBatch(std::span<const ReadRequest> reqs);
-  // Evicts the object's bytes from the page cache so the next read comes from storage.
-  virtual Status DropCache() { return Status::Unsupported("drop cache"); }
-  // Bytes actually moved from storage by this object so far (excluding alignment padding reuse).
-  virtual uint64_t BytesRead() const { return 0; }
-};
-
-class WritableObject {
- public:
-  // Destroying an object that was not committed aborts it.
-  virtual ~WritableObject() = default;
-  virtual Status Append(std::span<const uint8_t> src) = 0;
-  // Makes every appended byte durable, then publishes the object atomically under its key.
-  // After an Append error the object is failed: Commit returns that error and publishes nothing.
-  virtual Status Commit() = 0;
-  // Discards the object; nothing becomes visible. Append/Commit/Abort after Commit or Abort
-  // return InvalidArgument.
-  virtual Status Abort() = 0;
-  virtual uint64_t BytesWritten() const = 0;
 };
 
 struct ObjectInfo {

@@ -177,13 +177,6 @@ Result<IoMode> ParseIoMode(std::string_view name) {
                                  " (expected buffered, direct or uring)");
 }
 
-Status ReadableObject::ReadBatch(std::span<const ReadRequest> reqs) {
-  for (const ReadRequest& r : reqs) {
-    TQKV_RETURN_IF_ERROR(ReadAt(r.offset, r.dst));
-  }
-  return Status::Ok();
-}
-
 Status ValidateKey(std::string_view key) {
   if (key.empty()) return Status::InvalidArgument("empty object key");
   if (key.size() > kMaxKeyBytes) {
