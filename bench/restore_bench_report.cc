@@ -9,7 +9,9 @@ namespace tqkv::bench {
 
 std::string Cell::bottleneck() const {
   if (!has_breakdown()) return "";
-  if (ratio() * read_only_gbps <= decode_capacity_fp16_gbps) return link_gbps > 0 ? "link" : "disk";
+  if (std::isnan(decode_capacity_fp16_gbps) || ratio() * read_only_gbps <= decode_capacity_fp16_gbps) {
+    return link_gbps > 0 ? "link" : "disk";
+  }
   return "CPU";
 }
 
@@ -23,6 +25,7 @@ std::string LinkLabel(double link_gbps) {
 namespace {
 
 std::string Rate(double gbps, double s) {
+  if (std::isnan(gbps)) return "         -       ";
   char buf[48];
   std::snprintf(buf, sizeof(buf), "%6.3f (%6.2f s)", gbps, s);
   return buf;
@@ -104,10 +107,13 @@ void PrintSummary(const std::vector<Cell>& cells) {
       if (limit == "CPU") {
         std::printf("; CPU-bound: decode %.2f GB/s fp16-eq < reads %.3f GB/s x %.2f = %.2f GB/s "
                     "fp16-eq\n", c->decode_capacity_fp16_gbps, c->read_only_gbps, c->ratio(), reads);
-      } else if (!limit.empty()) {
+      } else if (!limit.empty() && !std::isnan(c->decode_capacity_fp16_gbps)) {
         std::printf("; %s-bound: reads %.3f GB/s x %.2f = %.2f GB/s fp16-eq < decode %.2f GB/s "
                     "fp16-eq (at best the size ratio, %.2fx)\n", limit.c_str(),
                     c->read_only_gbps, c->ratio(), reads, c->decode_capacity_fp16_gbps, c->ratio());
+      } else if (!limit.empty()) {
+        std::printf("; reads %.3f GB/s x %.2f = %.2f GB/s fp16-eq (decode not measured)\n",
+                    c->read_only_gbps, c->ratio(), reads);
       } else {
         std::printf("\n");
       }

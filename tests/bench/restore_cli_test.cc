@@ -108,6 +108,28 @@ TEST(BenchRestoreCli, LinkListAndBreakdown) {
   EXPECT_EQ(Tqkv(Args(dir) + "--config tq3:direct --link-gbps -1").status == 0, false);
 }
 
+// --breakdown measures the stages of fp16 rows too; without room for the in-memory copies their
+// decode stage is skipped and the bound is the reads alone.
+TEST(BenchRestoreCli, BreakdownOfEveryRow) {
+  tqkv::testing_util::ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  CmdResult r = Tqkv(Args(dir) + "--config fp16:direct --breakdown --no-quality");
+  ASSERT_EQ(r.status, 0) << r.out;
+  json j = ReadJson(dir.path() + "/out.json");
+  ASSERT_EQ(j["results"].size(), 1u);
+  EXPECT_GT(j["results"][0]["raw_read_gbps"].get<double>(), 0);
+  EXPECT_GT(j["results"][0]["decode_capacity_fp16_gbps"].get<double>(), 0);
+  r = Tqkv(Args(dir) + "--config fp16:direct --breakdown --no-quality --max-memory 4096");
+  ASSERT_EQ(r.status, 0) << r.out;
+  j = ReadJson(dir.path() + "/out.json");
+  EXPECT_TRUE(j["results"][0]["decode_capacity_fp16_gbps"].is_null());
+  const json& row = j["results"][0];
+  EXPECT_DOUBLE_EQ(row["bound_fp16_gbps"].get<double>(),
+                   row["read_only_gbps"].get<double>() * row["fp16_bytes"].get<double>() /
+                       row["file_bytes"].get<double>());
+  EXPECT_EQ(j["results"][0]["bottleneck"], "disk");
+}
+
 TEST(BenchRestoreCli, GpuRowsRunOrAreSkippedWithTheReason) {
   tqkv::testing_util::ScratchDir dir;
   ASSERT_TRUE(dir.ok());
