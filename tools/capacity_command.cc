@@ -128,7 +128,7 @@ void RegisterCapacityCommand(CLI::App& app) {
       const double codec = static_cast<double>(counter.committed());
       const double ratio = fp16 / codec;
       nlohmann::json j = {{"model", o->model}, {"tokens", o->tokens}, {"codec", o->codec},
-                          {"exact_first", opts.exact_first}, {"exact_last", opts.exact_last},
+                          {"exact_first", opts.exact_head}, {"exact_last", opts.exact_tail},
                           {"capacity_bytes", capacity}, {"fp16_session_bytes", st.fp16_bytes},
                           {"codec_session_bytes", counter.committed()}, {"ratio", ratio},
                           {"sessions_fp16", std::floor(capacity / fp16)},

@@ -13,8 +13,8 @@ int ExitCode() { return g_exit_code; }
 Status ApplyExactTokens(const std::string& text, CheckpointOptions& opts) {
   if (text.empty()) return Status::Ok();
   TQKV_ASSIGN_OR_RETURN(const ExactTokens et, ParseExactTokens(text));
-  opts.exact_first = et.first;
-  opts.exact_last = et.last;
+  opts.exact_head = et.head;
+  opts.exact_tail = et.tail;
   return Status::Ok();
 }
 

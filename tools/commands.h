@@ -22,7 +22,7 @@ inline constexpr const char* kExactTokensHelp =
     "FIRST,LAST: also store the first FIRST and the last LAST tokens exactly (e.g. 4,128: "
     "attention sinks and the most recent tokens; docs/accuracy.md)";
 
-// Sets opts.exact_first / exact_last from a --exact-tokens value ("" leaves them 0).
+// Sets opts.exact_head / exact_tail from a --exact-tokens value ("" leaves them 0).
 Status ApplyExactTokens(const std::string& text, CheckpointOptions& opts);
 
 // Subcommand callbacks report their outcome here; main returns it.

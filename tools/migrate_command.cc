@@ -341,9 +341,9 @@ Status RunMigrate(const MigrateOpts& o) {
     for (size_t i = 0; i < n; ++i) {
       if (rows[i].options.codec.kind == CodecKind::kRaw) continue;
       Row r = rows[i];
-      r.label += "+exact" + std::to_string(et.first) + "," + std::to_string(et.last);
-      r.options.exact_first = et.first;
-      r.options.exact_last = et.last;
+      r.label += "+exact" + std::to_string(et.head) + "," + std::to_string(et.tail);
+      r.options.exact_head = et.head;
+      r.options.exact_tail = et.tail;
       rows.push_back(r);
     }
   }
@@ -557,10 +557,10 @@ Status RunMigrate(const MigrateOpts& o) {
                          {"v_cosine_mean", vsum / geo.layers},
                          {"bits_per_value", bpv},
                          {"checkpoint_bytes", cs.bytes_written},
-                         {"exact_first", std::min<uint64_t>(row.options.exact_first, o.tokens)},
-                         {"exact_last", std::min<uint64_t>(row.options.exact_last,
+                         {"exact_first", std::min<uint64_t>(row.options.exact_head, o.tokens)},
+                         {"exact_last", std::min<uint64_t>(row.options.exact_tail,
                                                            o.tokens - std::min<uint64_t>(
-                                                               row.options.exact_first, o.tokens))},
+                                                               row.options.exact_head, o.tokens))},
                          {"k_cosine_per_layer", kcos},
                          {"v_cosine_per_layer", vcos},
                          {"kl_per_step", kl_steps},

@@ -331,10 +331,10 @@ void RegisterInspect(CLI::App& app) {
                   j["token_block"].get<unsigned>(), j["codec"].get<std::string>().c_str(),
                   j["file_bytes"].get<unsigned long long>(), j["fp16_bytes"].get<unsigned long long>(),
                   j["ratio"].get<double>(), j["bits_per_value"].get<double>(), j["chunks"].size());
-      const unsigned exact_first = j["exact_tokens"]["first"], exact_last = j["exact_tokens"]["last"];
-      if (exact_first + exact_last > 0) {
-        std::printf("exact rows  first %u and last %u tokens (format version 2)\n", exact_first,
-                    exact_last);
+      const unsigned exact_head = j["exact_tokens"]["first"], exact_tail = j["exact_tokens"]["last"];
+      if (exact_head + exact_tail > 0) {
+        std::printf("exact rows  first %u and last %u tokens (format version 2)\n", exact_head,
+                    exact_tail);
       }
       if (j["codecs"].size() > 1) {
         std::printf("per layer   ");

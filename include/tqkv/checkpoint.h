@@ -34,10 +34,6 @@ class KvSource {
   virtual Status ReadLayer(uint32_t layer, void* k, void* v) = 0;
 };
 
-// A KvSource over a KvCache in memory (no copy when the caller can take pointers: see
-// Checkpoint(), which encodes straight from the cache).
-std::unique_ptr<KvSource> MakeCacheSource(const KvCache& cache);
-
 struct LayerCodec {
   uint32_t layer = 0;
   CodecSpec spec;
@@ -48,18 +44,18 @@ struct CheckpointOptions {
   std::vector<LayerCodec> layer_overrides;  // e.g. first and last layers at more bits
   uint32_t token_block = 0;                 // tokens per chunk; 0: about 2 MiB chunks
   ThreadPool* pool = nullptr;               // encode threads; null: the calling thread
-  // Tokens also stored exactly (source dtype) besides their codes: the first `exact_first`
-  // (attention sinks) and the last `exact_last` (the most recent, which the next tokens attend to
+  // Tokens also stored exactly (source dtype) besides their codes: the first `exact_head`
+  // (attention sinks) and the last `exact_tail` (the most recent, which the next tokens attend to
   // most). Clamped to the session. Costs 2 x layers x (first + last) x kv_heads x head_dim
   // elements; docs/accuracy.md measures what it buys.
-  uint32_t exact_first = 0;
-  uint32_t exact_last = 0;
+  uint32_t exact_head = 0;  // ContainerHeader::exact_head after clamping
+  uint32_t exact_tail = 0;
 };
 
 struct ExactTokens {
-  uint32_t first = 0, last = 0;
+  uint32_t head = 0, tail = 0;
 };
-// Parses "FIRST,LAST" (e.g. "4,128") for CheckpointOptions::exact_first / exact_last.
+// Parses "FIRST,LAST" (e.g. "4,128") for CheckpointOptions::exact_head / exact_tail.
 Result<ExactTokens> ParseExactTokens(std::string_view text);
 
 struct CheckpointStats {

@@ -21,7 +21,6 @@
 namespace tqkv {
 
 enum class SyntheticKind : uint8_t { kGaussian = 0, kKv = 1 };
-std::string_view SyntheticKindName(SyntheticKind kind);  // "gaussian", "kv"
 std::optional<SyntheticKind> ParseSyntheticKind(std::string_view name);
 
 class SyntheticKv {

@@ -123,10 +123,6 @@ class ChunkWriterThread {
 
 }  // namespace
 
-std::unique_ptr<KvSource> MakeCacheSource(const KvCache& cache) {
-  return std::make_unique<CacheSource>(cache);
-}
-
 Result<LayerCodec> ParseLayerCodec(std::string_view text) {
   const size_t colon = text.find(':');
   if (colon == std::string_view::npos || colon == 0) {
@@ -151,7 +147,7 @@ Result<ExactTokens> ParseExactTokens(std::string_view text) {
   const size_t comma = text.find(',');
   if (comma == std::string_view::npos) return bad();
   ExactTokens out;
-  uint32_t* fields[2] = {&out.first, &out.last};
+  uint32_t* fields[2] = {&out.head, &out.tail};
   const std::string_view parts[2] = {text.substr(0, comma), text.substr(comma + 1)};
   for (int i = 0; i < 2; ++i) {
     const char* end = parts[i].data() + parts[i].size();
@@ -179,9 +175,9 @@ Result<CheckpointStats> Checkpoint(KvSource& source, const CheckpointOptions& op
   header.codecs.reserve(codecs.codecs.size());
   for (const auto& c : codecs.codecs) header.codecs.push_back(c->params());
   header.layer_codec = codecs.layer_codec;
-  header.exact_head = static_cast<uint32_t>(std::min<uint64_t>(options.exact_first, header.tokens));
+  header.exact_head = static_cast<uint32_t>(std::min<uint64_t>(options.exact_head, header.tokens));
   header.exact_tail = static_cast<uint32_t>(
-      std::min<uint64_t>(options.exact_last, header.tokens - header.exact_head));
+      std::min<uint64_t>(options.exact_tail, header.tokens - header.exact_head));
 
   TQKV_ASSIGN_OR_RETURN(std::unique_ptr<WritableObject> object, store.Create(key));
   TQKV_ASSIGN_OR_RETURN(std::unique_ptr<ContainerWriter> writer,

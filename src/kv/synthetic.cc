@@ -97,10 +97,6 @@ Status CheckArgs(const ModelGeometry& g, uint32_t layer, int kv, uint32_t head, 
 
 }  // namespace
 
-std::string_view SyntheticKindName(SyntheticKind kind) {
-  return kind == SyntheticKind::kKv ? "kv" : "gaussian";
-}
-
 std::optional<SyntheticKind> ParseSyntheticKind(std::string_view name) {
   if (name == "gaussian") return SyntheticKind::kGaussian;
   if (name == "kv") return SyntheticKind::kKv;

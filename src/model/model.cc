@@ -79,10 +79,6 @@ std::vector<float> F32Vector(const uint8_t* data, uint64_t n) {
 
 }  // namespace
 
-std::string_view RopeLayoutName(RopeLayout layout) {
-  return layout == RopeLayout::kInterleaved ? "interleaved" : "half-split";
-}
-
 Result<std::unique_ptr<Model>> Model::Load(const std::string& path,
                                            const ModelLoadOptions& options) {
   TQKV_ASSIGN_OR_RETURN(auto file, MappedFile::Open(path));

@@ -27,7 +27,6 @@ namespace tqkv::model {
 // How RoPE pairs the dimensions of a head: (2i, 2i+1) as in Meta/llama2.c/GGUF-llama, or
 // (i, i + rope_dim/2) as in Hugging Face Llama checkpoints.
 enum class RopeLayout { kInterleaved = 0, kHalfSplit = 1 };
-std::string_view RopeLayoutName(RopeLayout layout);
 
 enum class ModelFormat { kLlama2c = 0, kGguf = 1 };
 

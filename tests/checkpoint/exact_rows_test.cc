@@ -1,4 +1,4 @@
-// Exact rows (CheckpointOptions::exact_first / exact_last): the first and last tokens come back
+// Exact rows (CheckpointOptions::exact_head / exact_tail): the first and last tokens come back
 // exactly as the source had them, every other token exactly as the plain codec decodes it.
 #include <gtest/gtest.h>
 
@@ -78,8 +78,8 @@ TEST_P(ExactRows, ExactRangesEqualTheSourceTheRestEqualThePlainCodec) {
     plain.pool = &pool;
     plain.layer_overrides.push_back(ParseLayerCodec("1:tq2.5").value());  // a split layer too
     CheckpointOptions exact = plain;
-    exact.exact_first = c.first;
-    exact.exact_last = c.last;
+    exact.exact_head = c.first;
+    exact.exact_tail = c.last;
     CheckpointOptions lossless;
     lossless.codec.raw_dtype = src_dtype;  // the source converted to out_dtype, exactly
     auto a = CheckpointAndRestore(*store, session->cache(), plain, out_dtype, "plain");
@@ -155,9 +155,9 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(ExactRows, ParseExactTokens) {
   auto ok = ParseExactTokens("4,128");
   ASSERT_TRUE(ok.ok());
-  EXPECT_EQ(ok->first, 4u);
-  EXPECT_EQ(ok->last, 128u);
-  EXPECT_EQ(ParseExactTokens("0,0")->last, 0u);
+  EXPECT_EQ(ok->head, 4u);
+  EXPECT_EQ(ok->tail, 128u);
+  EXPECT_EQ(ParseExactTokens("0,0")->tail, 0u);
   for (const char* bad : {"", "4", "4,", ",4", "a,4", "4,1x", "-1,4", "4,99999999999", "4;4"}) {
     auto r = ParseExactTokens(bad);
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << bad;

@@ -178,8 +178,8 @@ TEST_P(GpuRestoreTest, EndToEndWithLayerEvents) {
   co.layer_overrides.push_back({0, *ParseCodecSpec("tq2.5")});
   co.token_block = 64;
   if (exact) {
-    co.exact_first = 4;
-    co.exact_last = 70;
+    co.exact_head = 4;
+    co.exact_tail = 70;
   }
   auto src = MakeSyntheticSource("test", g, DType::kF16, 300, 3);
   ASSERT_TRUE(Checkpoint(*src, co, **store, "s").ok());
