@@ -93,6 +93,9 @@ size_t GroupMetaBytesOf(const CodecParams& params);
 // InvalidArgument unless the params are self-consistent: known kinds, 1..8 bits, subsets that
 // cover head_dim, 2^bits finite ascending centroids, rotation valid for the subset size.
 Status ValidateCodecParams(const CodecParams& params);
+// The human-readable name of stored parameters ("tq3", "tq2.5", "tq:b=3,rot=haar", "fp16"): the
+// spec they were resolved from, seeds aside, formatted by FormatCodecSpec.
+std::string CodecLabel(const CodecParams& params);
 
 class Codec {
  public:

@@ -1,6 +1,7 @@
-#include "tools/codec_label.h"
+// CodecLabel: the spec a stored codec was resolved from (the inverse of Codec::Create).
+#include "tqkv/codec.h"
 
-namespace tqkv::tools {
+namespace tqkv {
 
 std::string CodecLabel(const CodecParams& p) {
   if (p.kind == CodecKind::kRaw) {
@@ -35,4 +36,4 @@ std::string CodecLabel(const CodecParams& p) {
   return FormatCodecSpec(spec);
 }
 
-}  // namespace tqkv::tools
+}  // namespace tqkv
