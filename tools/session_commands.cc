@@ -8,12 +8,12 @@
 #include <string>
 #include <vector>
 
-#include "tools/codec_label.h"
 #include "tools/commands.h"
 #include "tools/file_object.h"
 #include "tools/gpu_command.h"
 #include "tqkv/checkpoint.h"
 #include "tqkv/container.h"
+#include "tqkv/describe.h"
 #include "tqkv/safetensors.h"
 #include "tqkv/synthetic_source.h"
 #include "tqkv/thread_pool.h"
@@ -60,47 +60,6 @@ struct GeometryFlags {
     return g;
   }
 };
-
-json InspectJson(ContainerReader& reader) {
-  const ContainerHeader& h = reader.header();
-  const uint64_t fp16 = h.geometry.SessionBytes(h.tokens, DType::kF16);
-  json j;
-  j["model"] = h.model;
-  j["tokens"] = h.tokens;
-  j["layers"] = h.geometry.layers;
-  j["kv_heads"] = h.geometry.kv_heads;
-  j["head_dim"] = h.geometry.head_dim;
-  j["source_dtype"] = std::string(DTypeName(h.source_dtype));
-  j["token_block"] = h.token_block;
-  j["exact_tokens"] = {{"first", h.exact_head}, {"last", h.exact_tail}};
-  j["file_bytes"] = reader.file_bytes();
-  j["fp16_bytes"] = fp16;
-  j["ratio"] = reader.file_bytes() ? static_cast<double>(fp16) / reader.file_bytes() : 0.0;
-  j["bits_per_value"] = h.tokens ? 8.0 * reader.file_bytes() /
-                                       (2.0 * h.geometry.layers * h.tokens * h.geometry.token_elems())
-                                 : 0.0;
-  j["codec"] = CodecLabel(h.codecs[h.layer_codec.empty() ? 0 : h.layer_codec[0]]);
-  json codecs = json::array();
-  for (const auto& c : h.codecs) codecs.push_back(CodecLabel(c));
-  j["codecs"] = codecs;
-  j["layer_codec"] = h.layer_codec;
-  json chunks = json::array();
-  for (const auto& e : reader.chunks()) {
-    const char* type = e.type == ChunkType::kGroupMeta   ? "meta"
-                       : e.type == ChunkType::kExactRows ? "exact"
-                       : e.kv                            ? "V"
-                                                         : "K";
-    chunks.push_back({{"type", type},
-                      {"layer", e.layer},
-                      {"token_begin", e.token_begin},
-                      {"token_count", e.token_count},
-                      {"offset", e.offset},
-                      {"size", e.size},
-                      {"checksum", e.checksum}});
-  }
-  j["chunks"] = chunks;
-  return j;
-}
 
 void RegisterCheckpoint(CLI::App& app) {
   auto* cmd = app.add_subcommand("checkpoint", "Checkpoint a synthetic session of a model preset");
@@ -316,30 +275,28 @@ void RegisterInspect(CLI::App& app) {
       TQKV_ASSIGN_OR_RETURN(StoreAndKey sk, OpenFilePath(o->file));
       TQKV_ASSIGN_OR_RETURN(auto object, sk.store->Open(sk.key));
       TQKV_ASSIGN_OR_RETURN(auto reader, ContainerReader::Open(object.get(), o->file));
-      json j = InspectJson(*reader);
+      const ContainerDescription d = DescribeContainer(*reader);
       if (o->json) {
-        if (!o->chunks) j.erase("chunks");
-        std::cout << j.dump(2) << "\n";
+        std::cout << ContainerDescriptionJson(d, o->chunks) << "\n";
         return Status::Ok();
       }
+      const ContainerHeader& h = d.header;
       std::printf("file        %s\nmodel       %s\ngeometry    %u layers x %u KV heads x %u dims\n"
                   "tokens      %llu (token block %u)\ncodec       %s\nfile bytes  %llu\n"
                   "fp16 bytes  %llu\nratio       %.3fx (%.3f bits per value)\nchunks      %zu\n",
-                  o->file.c_str(), j["model"].get<std::string>().c_str(),
-                  j["layers"].get<unsigned>(), j["kv_heads"].get<unsigned>(),
-                  j["head_dim"].get<unsigned>(), j["tokens"].get<unsigned long long>(),
-                  j["token_block"].get<unsigned>(), j["codec"].get<std::string>().c_str(),
-                  j["file_bytes"].get<unsigned long long>(), j["fp16_bytes"].get<unsigned long long>(),
-                  j["ratio"].get<double>(), j["bits_per_value"].get<double>(), j["chunks"].size());
-      const unsigned exact_head = j["exact_tokens"]["first"], exact_tail = j["exact_tokens"]["last"];
-      if (exact_head + exact_tail > 0) {
-        std::printf("exact rows  first %u and last %u tokens (format version 2)\n", exact_head,
-                    exact_tail);
+                  o->file.c_str(), h.model.c_str(), h.geometry.layers, h.geometry.kv_heads,
+                  h.geometry.head_dim, static_cast<unsigned long long>(h.tokens), h.token_block,
+                  d.codec.c_str(), static_cast<unsigned long long>(d.file_bytes),
+                  static_cast<unsigned long long>(d.fp16_bytes), d.ratio, d.bits_per_value,
+                  d.chunks.size());
+      if (h.exact_head + h.exact_tail > 0) {
+        std::printf("exact rows  first %u and last %u tokens (format version 2)\n", h.exact_head,
+                    h.exact_tail);
       }
-      if (j["codecs"].size() > 1) {
+      if (d.codecs.size() > 1) {
         std::printf("per layer   ");
-        for (size_t l = 0; l < j["layer_codec"].size(); ++l) {
-          std::printf("%zu:%s ", l, j["codecs"][j["layer_codec"][l].get<size_t>()].get<std::string>().c_str());
+        for (size_t l = 0; l < h.layer_codec.size(); ++l) {
+          std::printf("%zu:%s ", l, d.codecs[h.layer_codec[l]].c_str());
         }
         std::printf("\n");
       }
@@ -347,12 +304,14 @@ void RegisterInspect(CLI::App& app) {
         std::printf("%-5s %-6s %-3s %-10s %-8s %-12s %-10s %s\n", "#", "layer", "kv", "tokens",
                     "count", "offset", "size", "xxh3");
         size_t i = 0;
-        for (const auto& c : j["chunks"]) {
-          std::printf("%-5zu %-6u %-3s %-10llu %-8llu %-12llu %-10llu %016llx\n", i++,
-                      c["layer"].get<unsigned>(), c["type"].get<std::string>().c_str(),
-                      c["token_begin"].get<unsigned long long>(), c["token_count"].get<unsigned long long>(),
-                      c["offset"].get<unsigned long long>(), c["size"].get<unsigned long long>(),
-                      c["checksum"].get<unsigned long long>());
+        for (const ChunkEntry& c : d.chunks) {
+          std::printf("%-5zu %-6u %-3s %-10llu %-8llu %-12llu %-10llu %016llx\n", i++, c.layer,
+                      std::string(ChunkTypeLabel(c)).c_str(),
+                      static_cast<unsigned long long>(c.token_begin),
+                      static_cast<unsigned long long>(c.token_count),
+                      static_cast<unsigned long long>(c.offset),
+                      static_cast<unsigned long long>(c.size),
+                      static_cast<unsigned long long>(c.checksum));
         }
       }
       return Status::Ok();

@@ -1,0 +1,66 @@
+// DescribeContainer: the figures `tqkv inspect` shows, derived from a parsed header and index.
+#include "tqkv/describe.h"
+
+#include <nlohmann/json.hpp>
+
+namespace tqkv {
+
+ContainerDescription DescribeContainer(const ContainerReader& reader) {
+  ContainerDescription d;
+  d.header = reader.header();
+  d.chunks = reader.chunks();
+  d.file_bytes = reader.file_bytes();
+  const ContainerHeader& h = d.header;
+  d.fp16_bytes = h.geometry.SessionBytes(h.tokens, DType::kF16);
+  d.ratio = d.file_bytes ? static_cast<double>(d.fp16_bytes) / d.file_bytes : 0.0;
+  d.bits_per_value =
+      h.tokens ? 8.0 * d.file_bytes / (2.0 * h.geometry.layers * h.tokens * h.geometry.token_elems())
+               : 0.0;
+  d.codec = CodecLabel(h.codecs[h.layer_codec.empty() ? 0 : h.layer_codec[0]]);
+  for (const auto& c : h.codecs) d.codecs.push_back(CodecLabel(c));
+  return d;
+}
+
+std::string_view ChunkTypeLabel(const ChunkEntry& e) {
+  return e.type == ChunkType::kGroupMeta   ? "meta"
+         : e.type == ChunkType::kExactRows ? "exact"
+         : e.kv                            ? "V"
+                                           : "K";
+}
+
+std::string ContainerDescriptionJson(const ContainerDescription& d, bool with_chunks) {
+  using json = nlohmann::json;
+  const ContainerHeader& h = d.header;
+  json j;
+  j["model"] = h.model;
+  j["tokens"] = h.tokens;
+  j["layers"] = h.geometry.layers;
+  j["kv_heads"] = h.geometry.kv_heads;
+  j["head_dim"] = h.geometry.head_dim;
+  j["source_dtype"] = std::string(DTypeName(h.source_dtype));
+  j["token_block"] = h.token_block;
+  j["exact_tokens"] = {{"first", h.exact_head}, {"last", h.exact_tail}};
+  j["file_bytes"] = d.file_bytes;
+  j["fp16_bytes"] = d.fp16_bytes;
+  j["ratio"] = d.ratio;
+  j["bits_per_value"] = d.bits_per_value;
+  j["codec"] = d.codec;
+  j["codecs"] = d.codecs;
+  j["layer_codec"] = h.layer_codec;
+  if (with_chunks) {
+    json chunks = json::array();
+    for (const auto& e : d.chunks) {
+      chunks.push_back({{"type", std::string(ChunkTypeLabel(e))},
+                        {"layer", e.layer},
+                        {"token_begin", e.token_begin},
+                        {"token_count", e.token_count},
+                        {"offset", e.offset},
+                        {"size", e.size},
+                        {"checksum", e.checksum}});
+    }
+    j["chunks"] = chunks;
+  }
+  return j.dump(2);
+}
+
+}  // namespace tqkv
