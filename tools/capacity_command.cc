@@ -1,58 +1,16 @@
 // `tqkv capacity`: session sizes at FP16 and with a codec (a real checkpoint, container overhead
 // included), warm sessions per capacity, storage per GPU and per cluster.
-#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "tools/commands.h"
-#include "tqkv/checkpoint.h"
-#include "tqkv/synthetic_source.h"
+#include "tqkv/capacity.h"
 #include "tqkv/thread_pool.h"
 
 namespace tqkv::tools {
 namespace {
-
-// A store that keeps nothing and counts the bytes of each committed object.
-class CountingStore final : public Store {
- public:
-  class Writer final : public WritableObject {
-   public:
-    explicit Writer(uint64_t* committed) : committed_(committed) {}
-    Status Append(std::span<const uint8_t> src) override {
-      bytes_ += src.size();
-      return Status::Ok();
-    }
-    Status Commit() override {
-      *committed_ = bytes_;
-      return Status::Ok();
-    }
-    Status Abort() override { return Status::Ok(); }
-    uint64_t BytesWritten() const override { return bytes_; }
-
-   private:
-    uint64_t* committed_;
-    uint64_t bytes_ = 0;
-  };
-  std::string_view Name() const override { return "counting"; }
-  std::string Uri() const override { return "counting://"; }
-  StoreCaps Caps() const override { return {}; }
-  Result<std::unique_ptr<WritableObject>> Create(std::string_view) override {
-    return std::unique_ptr<WritableObject>(new Writer(&committed_));
-  }
-  Result<std::unique_ptr<ReadableObject>> Open(std::string_view key) override {
-    return Status::NotFound(std::string(key));
-  }
-  Status Remove(std::string_view key) override { return Status::NotFound(std::string(key)); }
-  Result<std::vector<ObjectInfo>> List(std::string_view) override {
-    return std::vector<ObjectInfo>{};
-  }
-  uint64_t committed() const { return committed_; }
-
- private:
-  uint64_t committed_ = 0;
-};
 
 // "10TB", "16 TB", "3.5PB", "500GB", "1e12": decimal units (capacity is sold in powers of 10).
 Result<double> ParseBytes(std::string text) {
@@ -115,32 +73,35 @@ void RegisterCapacityCommand(CLI::App& app) {
   cmd->callback([o] {
     Status s = [&]() -> Status {
       TQKV_ASSIGN_OR_RETURN(ModelPreset preset, FindModelPreset(o->model));
-      TQKV_ASSIGN_OR_RETURN(double capacity, ParseBytes(o->capacity));
-      CheckpointOptions opts;
-      TQKV_ASSIGN_OR_RETURN(opts.codec, ParseCodecSpec(o->codec));
-      TQKV_RETURN_IF_ERROR(ApplyExactTokens(o->exact_tokens, opts));
-      ThreadPool pool;
-      opts.pool = &pool;
-      CountingStore counter;
-      auto source = MakeSyntheticSource(o->model, preset.geometry, DType::kF16, o->tokens, 1);
-      TQKV_ASSIGN_OR_RETURN(CheckpointStats st, Checkpoint(*source, opts, counter, "capacity"));
-      const double fp16 = static_cast<double>(st.fp16_bytes);
-      const double codec = static_cast<double>(counter.committed());
-      const double ratio = fp16 / codec;
-      nlohmann::json j = {{"model", o->model}, {"tokens", o->tokens}, {"codec", o->codec},
-                          {"exact_first", opts.exact_head}, {"exact_last", opts.exact_tail},
-                          {"capacity_bytes", capacity}, {"fp16_session_bytes", st.fp16_bytes},
-                          {"codec_session_bytes", counter.committed()}, {"ratio", ratio},
-                          {"sessions_fp16", std::floor(capacity / fp16)},
-                          {"sessions_codec", std::floor(capacity / codec)}};
+      CapacityOptions co;
+      co.model = o->model;
+      co.geometry = preset.geometry;
+      co.tokens = o->tokens;
+      TQKV_ASSIGN_OR_RETURN(co.capacity_bytes, ParseBytes(o->capacity));
+      TQKV_ASSIGN_OR_RETURN(co.checkpoint.codec, ParseCodecSpec(o->codec));
+      TQKV_RETURN_IF_ERROR(ApplyExactTokens(o->exact_tokens, co.checkpoint));
       if (!o->per_gpu.empty()) {
-        TQKV_ASSIGN_OR_RETURN(double per_gpu, ParseBytes(o->per_gpu));
+        TQKV_ASSIGN_OR_RETURN(co.per_gpu_bytes, ParseBytes(o->per_gpu));
+        co.gpus = o->gpus;
+      }
+      ThreadPool pool;
+      co.checkpoint.pool = &pool;
+      TQKV_ASSIGN_OR_RETURN(const CapacityPlan p, PlanCapacity(co));
+      const double capacity = co.capacity_bytes, per_gpu = co.per_gpu_bytes;
+      nlohmann::json j = {{"model", o->model}, {"tokens", o->tokens}, {"codec", o->codec},
+                          {"exact_first", co.checkpoint.exact_head},
+                          {"exact_last", co.checkpoint.exact_tail},
+                          {"capacity_bytes", capacity}, {"fp16_session_bytes", p.fp16_session_bytes},
+                          {"codec_session_bytes", p.codec_session_bytes}, {"ratio", p.ratio},
+                          {"sessions_fp16", p.sessions_fp16},
+                          {"sessions_codec", p.sessions_codec}};
+      if (!o->per_gpu.empty()) {
         j["per_gpu_bytes_fp16"] = per_gpu;
-        j["per_gpu_bytes_codec"] = per_gpu / ratio;
+        j["per_gpu_bytes_codec"] = p.per_gpu_bytes_codec;
         if (o->gpus) {
           j["gpus"] = o->gpus;
-          j["cluster_bytes_fp16"] = per_gpu * o->gpus;
-          j["cluster_bytes_codec"] = per_gpu * o->gpus / ratio;
+          j["cluster_bytes_fp16"] = p.cluster_bytes_fp16;
+          j["cluster_bytes_codec"] = p.cluster_bytes_codec;
         }
       }
       if (o->json) {
@@ -150,21 +111,20 @@ void RegisterCapacityCommand(CLI::App& app) {
       std::printf("%s, %llu tokens per session, codec %s (a real checkpoint, container included)\n",
                   o->model.c_str(), static_cast<unsigned long long>(o->tokens), o->codec.c_str());
       std::printf("  session size:  fp16 %s (%llu B)   %s %s (%llu B)   %.3fx smaller\n",
-                  Human(fp16).c_str(), static_cast<unsigned long long>(st.fp16_bytes),
-                  o->codec.c_str(), Human(codec).c_str(),
-                  static_cast<unsigned long long>(counter.committed()), ratio);
+                  Human(static_cast<double>(p.fp16_session_bytes)).c_str(),
+                  static_cast<unsigned long long>(p.fp16_session_bytes), o->codec.c_str(),
+                  Human(static_cast<double>(p.codec_session_bytes)).c_str(),
+                  static_cast<unsigned long long>(p.codec_session_bytes), p.ratio);
       std::printf("  warm sessions in %s:  fp16 %.0f   %s %.0f\n", Human(capacity).c_str(),
-                  j["sessions_fp16"].get<double>(), o->codec.c_str(), j["sessions_codec"].get<double>());
-      if (j.contains("per_gpu_bytes_codec")) {
-        std::printf("  storage per GPU:  %s at fp16 -> %s with %s\n",
-                    Human(j["per_gpu_bytes_fp16"].get<double>()).c_str(),
-                    Human(j["per_gpu_bytes_codec"].get<double>()).c_str(), o->codec.c_str());
-      }
-      if (j.contains("cluster_bytes_codec")) {
-        std::printf("  cluster of %llu GPUs:  %s at fp16 -> %s with %s\n",
-                    static_cast<unsigned long long>(o->gpus),
-                    Human(j["cluster_bytes_fp16"].get<double>()).c_str(),
-                    Human(j["cluster_bytes_codec"].get<double>()).c_str(), o->codec.c_str());
+                  p.sessions_fp16, o->codec.c_str(), p.sessions_codec);
+      if (!o->per_gpu.empty()) {
+        std::printf("  storage per GPU:  %s at fp16 -> %s with %s\n", Human(per_gpu).c_str(),
+                    Human(p.per_gpu_bytes_codec).c_str(), o->codec.c_str());
+        if (o->gpus) {
+          std::printf("  cluster of %llu GPUs:  %s at fp16 -> %s with %s\n",
+                      static_cast<unsigned long long>(o->gpus), Human(p.cluster_bytes_fp16).c_str(),
+                      Human(p.cluster_bytes_codec).c_str(), o->codec.c_str());
+        }
       }
       return Status::Ok();
     }();
