@@ -1,7 +1,7 @@
 // Restore a checkpointed session straight into GPU memory (built only with TQKV_ENABLE_CUDA; the
 // library then defines TQKV_HAVE_CUDA). docs/gpu.md has the design.
 //
-// I/O ladder, probed at start and reported in every result (peers.md §12.6):
+// I/O ladder, probed at start and reported in every result (docs/gpu.md):
 //   gds       cuFile reads into registered device buffers (libcufile dlopen'ed at run time)
 //   direct    O_DIRECT / io_uring reads into pinned host slots + cudaMemcpyAsync
 //   buffered  page-cache reads into pinned host slots + cudaMemcpyAsync

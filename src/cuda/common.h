@@ -1,5 +1,5 @@
-// CUDA error handling for the host side of src/cuda/ (house style §9): CUDA errors become
-// Status::DeviceError naming the call, the error name and its message.
+// CUDA error handling for the host side of src/cuda/: CUDA errors become Status::DeviceError
+// naming the call, the error name and its message (nothing throws across the API).
 #ifndef TQKV_SRC_CUDA_COMMON_H_
 #define TQKV_SRC_CUDA_COMMON_H_
 

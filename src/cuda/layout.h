@@ -1,7 +1,7 @@
 // Packed layouts and index math shared by the CUDA kernels (.cu) and the host (.cc, tests).
 //
 // Compiled as C++ by g++ and as CUDA by nvcc: plain structs of fixed-width fields (static_assert'd
-// sizes, like ggml-common.h), and __host__ __device__ inline functions. Nothing here includes a
+// sizes, as ggml shares its block structs with its kernels), and __host__ __device__ inline functions. Nothing here includes a
 // tqkv or CUDA header, so the host side builds and is tested without a GPU.
 //
 // Codes (include/tqkv/codec.h): per vector, the norm of each subset (f32 or f16, subset order),

@@ -27,7 +27,7 @@ uint64_t Fnv1a(const std::vector<float>& v) {
 }
 
 TEST(Prng, SplitMix64KnownValues) {
-  // Reference outputs of SplitMix64 from state 0 (Vigna's splitmix64.c).
+  // Reference outputs of SplitMix64 from state 0 (S. Vigna's public-domain reference code).
   uint64_t s = 0;
   EXPECT_EQ(SplitMix64(&s), 0xe220a8397b1dcdafull);
   EXPECT_EQ(SplitMix64(&s), 0x6e789e6aa1b965f4ull);
