@@ -31,7 +31,7 @@ Status RestoreToGpuCommand(const std::string& store_uri, const std::string& sess
                                                               : "direct";
     uri += (uri.find('?') == std::string::npos ? "?" : "&") + std::string("io=") + host_io;
   }
-  TQKV_ASSIGN_OR_RETURN(auto store, OpenStore(uri));
+  TQKV_ASSIGN_OR_RETURN(auto store, OpenExistingStore(uri));
   TQKV_ASSIGN_OR_RETURN(auto gs, RestoreToGpu(*store, session, opts));
   const GpuRestoreStats& st = gs->stats();
   if (json) {

@@ -143,7 +143,7 @@ void RegisterRestore(CLI::App& app) {
       if (o->target != "host") return Status::InvalidArgument("--target must be host or gpu");
       auto dtype = ParseDType(o->dtype);
       if (!dtype) return Status::InvalidArgument("unknown dtype " + o->dtype);
-      TQKV_ASSIGN_OR_RETURN(auto store, OpenStore(WithIo(o->store, o->io)));
+      TQKV_ASSIGN_OR_RETURN(auto store, OpenExistingStore(WithIo(o->store, o->io)));
       ThreadPool pool(o->threads);
       RestoreOptions opts;
       opts.dtype = *dtype;

@@ -100,7 +100,7 @@ void RegisterLs(CLI::App& app) {
   cmd->add_flag("--json", o->json, "Print JSON");
   cmd->callback([o] {
     Status s = [&]() -> Status {
-      TQKV_ASSIGN_OR_RETURN(auto store, OpenStore(o->store));
+      TQKV_ASSIGN_OR_RETURN(auto store, OpenExistingStore(o->store));
       TQKV_ASSIGN_OR_RETURN(auto admin, OpenSessionAdmin(store.get()));
       TQKV_ASSIGN_OR_RETURN(auto sessions, admin->ListSessions());
       uint64_t total = 0;
@@ -135,7 +135,7 @@ void RegisterRm(CLI::App& app) {
   cmd->add_option("--session", o->session, "Session id")->required();
   cmd->callback([o] {
     Status s = [&]() -> Status {
-      TQKV_ASSIGN_OR_RETURN(auto store, OpenStore(o->store));
+      TQKV_ASSIGN_OR_RETURN(auto store, OpenExistingStore(o->store));
       TQKV_RETURN_IF_ERROR(store->Remove(o->session));
       if (auto admin = OpenSessionAdmin(store.get()); admin.ok()) {
         (void)(*admin)->SetPin(o->session, 0);
@@ -161,7 +161,7 @@ void RegisterPin(CLI::App& app) {
   cmd->callback([o] {
     Status s = [&]() -> Status {
       if (o->unpin && !o->ttl.empty()) return Status::InvalidArgument("--ttl and --unpin exclude each other");
-      TQKV_ASSIGN_OR_RETURN(auto store, OpenStore(o->store));
+      TQKV_ASSIGN_OR_RETURN(auto store, OpenExistingStore(o->store));
       TQKV_ASSIGN_OR_RETURN(auto admin, OpenSessionAdmin(store.get()));
       int64_t until = kPinForever;
       if (o->unpin) {
@@ -205,7 +205,7 @@ void RegisterGc(CLI::App& app) {
       }
       TQKV_ASSIGN_OR_RETURN(g.temp_min_age, ParseDuration(o->temp_age));
       g.dry_run = o->dry_run;
-      TQKV_ASSIGN_OR_RETURN(auto store, OpenStore(o->store));
+      TQKV_ASSIGN_OR_RETURN(auto store, OpenExistingStore(o->store));
       TQKV_ASSIGN_OR_RETURN(GcReport r, CollectGarbage(store.get(), g));
       if (o->json) {
         nlohmann::json ex = nlohmann::json::array(), ev = nlohmann::json::array();

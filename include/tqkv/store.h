@@ -1,9 +1,11 @@
 // Stores move bytes of named objects; they never parse or decode them.
 //
 // Keys: 1..200 bytes of [A-Za-z0-9._-] in '/'-separated segments; no empty, "." or ".." segment,
-// no leading '/', and no segment but the last ending in ".tqkv" (directory-backed stores keep the
-// object "a" in the file "a.tqkv", which must not collide with the directory of "a.tqkv/b").
-// ValidateKey() says why a key is refused. docs/store.md has the key -> file mapping.
+// no leading '/', and ".tqkv" nowhere but at the very end. Names with ".tqkv" inside are the
+// stores' own (temps ".<name>.tqkv.tmp.*", pins ".<name>.tqkv.pin", probes ".tqkv-probe.*"), and
+// directory-backed stores keep the object "a" in the file "a.tqkv", which must not collide with
+// the directory of "a.tqkv/b". Every backend refuses the same keys, so a session can move between
+// them. ValidateKey() says why a key is refused. docs/store.md has the key -> file mapping.
 // Publish is atomic: an object created by Create() becomes visible to Open() only when Commit()
 // returns OK, with all its bytes durable; a writer destroyed or aborted before that leaves nothing
 // readable and nothing that breaks the next Create() of the same key. The last committed writer wins.
@@ -15,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -67,6 +70,12 @@ class Store {
   // was last modified at least `min_age` ago; returns how many were deleted. On a shared
   // directory, pick `min_age` well above the longest checkpoint write.
   virtual Result<uint64_t> RemoveStaleTemps(std::chrono::seconds min_age) { return uint64_t{0}; }
+  // Stores that keep each object as a local file (posix, on a local disk or a mounted NFS): the
+  // directory, and the file a committed object of `key` lives in (whether or not it exists now),
+  // for callers that need a path (cuFile, an O_DIRECT probe). nullopt for stores without local
+  // files, for decorators (reading the file directly would bypass them) and for invalid keys.
+  virtual std::optional<std::string> LocalRoot() const { return std::nullopt; }
+  virtual std::optional<std::string> LocalPath(std::string_view key) const { return std::nullopt; }
 };
 
 // Refuses path traversal, absolute paths, empty or over-long keys and odd characters.
@@ -77,6 +86,9 @@ Status ValidateKey(std::string_view key);
 // chunk=BYTES (I/O request size), create=0|1 (create the directory; default 1).
 // Unknown options, bad values and unknown schemes: InvalidArgument. docs/store.md has the grammar.
 Result<std::unique_ptr<Store>> OpenStore(std::string_view uri);
+// OpenStore for commands that only use what is there (restore, ls, rm, pin, gc): it never
+// creates the store's directory (create=0 whatever the URI says), so a mistyped path is NotFound.
+Result<std::unique_ptr<Store>> OpenExistingStore(std::string_view uri);
 
 // A store URI taken apart: scheme://authority/path?key=value&... A plain path has scheme "file".
 // Percent-escapes (%2F) are decoded in path and options.

@@ -1,7 +1,8 @@
-// Stores for tests and benchmarks: an in-process MemoryStore, and decorators that wrap any Store
-// (as RocksDB's FileSystemWrapper does) to inject faults or limit bandwidth.
+// Decorators for tests and benchmarks that wrap any Store (as RocksDB's FileSystemWrapper does)
+// to inject faults or limit bandwidth. The in-process MemoryStore is a production store of its
+// own (tqkv/memory_store.h, included here for the tests that pair it with a decorator).
 //
-// All three keep the Store contract of tqkv/store.h (atomic publish, last committed writer wins,
+// Both keep the Store contract of tqkv/store.h (atomic publish, last committed writer wins,
 // thread-safe Store methods). Objects they hand out stay valid after the store is destroyed.
 #ifndef TQKV_INCLUDE_TQKV_STORE_TESTING_H_
 #define TQKV_INCLUDE_TQKV_STORE_TESTING_H_
@@ -15,30 +16,11 @@
 #include <utility>
 #include <vector>
 
+#include "tqkv/memory_store.h"
 #include "tqkv/status.h"
 #include "tqkv/store.h"
 
 namespace tqkv {
-
-// Objects live in process memory; "memory://" in OpenStore. Caps: io_alignment 1, no drop_cache.
-class MemoryStore : public Store {
- public:
-  MemoryStore();
-  ~MemoryStore() override;
-
-  std::string_view Name() const override { return "memory"; }
-  std::string Uri() const override { return "memory://"; }
-  StoreCaps Caps() const override;
-  Result<std::unique_ptr<WritableObject>> Create(std::string_view key) override;
-  Result<std::unique_ptr<ReadableObject>> Open(std::string_view key) override;
-  Status Remove(std::string_view key) override;
-  Result<std::vector<ObjectInfo>> List(std::string_view prefix = {}) override;
-
-  struct State;
-
- private:
-  std::shared_ptr<State> state_;
-};
 
 inline constexpr uint64_t kNoFault = std::numeric_limits<uint64_t>::max();
 

@@ -10,6 +10,7 @@
 #include <string>
 #include <utility>
 
+#include "store/file_layout.h"
 #include "store/posix/posix_store.h"
 #ifdef TQKV_HAVE_REDIS
 #include "store/redis/redis_store.h"
@@ -18,14 +19,13 @@
 #include "store/nfs/nfs_store.h"
 #endif
 #include "store/store_internal.h"
-#include "tqkv/store_testing.h"
+#include "tqkv/memory_store.h"
 
 namespace tqkv {
 
 namespace {
 
 constexpr size_t kMaxKeyBytes = 200;
-constexpr std::string_view kSuffix = ".tqkv";
 
 bool IsKeyChar(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
@@ -75,6 +75,22 @@ Result<std::string> PercentDecode(std::string_view s, std::string_view what) {
     }
     out.push_back(c);
     i += 2;
+  }
+  return out;
+}
+
+// Escapes what ParseQuery would split on or decode.
+std::string PercentEncode(std::string_view s) {
+  static const char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (char c : s) {
+    if (c == '%' || c == '&' || c == '=' || c == '#' || c == '?' || c == ' ') {
+      out += '%';
+      out += kHex[(static_cast<unsigned char>(c) >> 4) & 0xf];
+      out += kHex[static_cast<unsigned char>(c) & 0xf];
+    } else {
+      out += c;
+    }
   }
   return out;
 }
@@ -207,13 +223,18 @@ Status ValidateKey(std::string_view key) {
       return Status::InvalidArgument("object key " + Printable(key) + " has a \"" +
                                      std::string(seg) + "\" segment");
     }
-    if (!last && seg.size() >= kSuffix.size() &&
-        seg.substr(seg.size() - kSuffix.size()) == kSuffix) {
-      return Status::InvalidArgument("object key " + Printable(key) +
-                                     ": a directory segment may not end in \".tqkv\"");
-    }
     if (last) break;
     begin = end + 1;
+  }
+  // The stores' own names (store/file_layout.h) all have ".tqkv" inside; an object's file name
+  // has it only at the end, so the two can never be taken for each other.
+  const std::string_view suffix = store_internal::kObjectSuffix;
+  const size_t at = key.find(suffix);
+  if (at != std::string_view::npos && at + suffix.size() != key.size()) {
+    return Status::InvalidArgument(
+        "object key " + Printable(key) + " has \".tqkv\" at position " + std::to_string(at) +
+        ": it may only end a key (names with \".tqkv\" inside, such as \".tqkv.tmp.\", "
+        "\".tqkv.pin\" and \".tqkv-probe.\", are reserved for the store's own files)");
   }
   return Status::Ok();
 }
@@ -293,6 +314,20 @@ Result<std::unique_ptr<Store>> OpenStore(std::string_view uri_text) {
   auto store = factory(uri);
   if (!store.ok()) return store.status().WithContext("opening store " + std::string(uri_text));
   return store;
+}
+
+Result<std::unique_ptr<Store>> OpenExistingStore(std::string_view uri_text) {
+  TQKV_ASSIGN_OR_RETURN(StoreUri uri, ParseStoreUri(uri_text));
+  // Only the directory-backed schemes create anything at open.
+  if (uri.scheme != "file" && uri.scheme != "nfs") return OpenStore(uri_text);
+  std::string text(uri_text.substr(0, uri_text.find('?')));
+  std::string query;
+  for (const auto& [k, v] : uri.options) {
+    if (k == "create") continue;
+    query += (query.empty() ? "?" : "&") + PercentEncode(k) + "=" + PercentEncode(v);
+  }
+  query += (query.empty() ? "?" : "&") + std::string("create=0");
+  return OpenStore(text + query);
 }
 
 namespace store_internal {

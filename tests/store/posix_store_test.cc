@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <future>
 #include <cerrno>
 #include <filesystem>
 #include <cstring>
@@ -425,6 +427,84 @@ TEST(KeyTest, IoModeNames) {
     EXPECT_EQ(*parsed, m);
   }
   EXPECT_FALSE(ParseIoMode("Direct").ok());
+}
+
+// A FIFO under an object's name used to block Open in open(2) forever (issue 13, defect 6).
+TEST(PosixStoreTest, OpenRefusesAFifoWithoutBlocking) {
+  ScratchDir dir;
+  for (const char* io : {"buffered", "direct"}) {
+    SCOPED_TRACE(io);
+    auto store = MustOpen("file://" + dir.path() + "?io=" + io);
+    ASSERT_NE(store, nullptr);
+    const std::string fifo = dir.path() + "/f.tqkv";
+    (void)::unlink(fifo.c_str());
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+    auto opened = std::async(std::launch::async, [&] { return store->Open("f").status(); });
+    if (opened.wait_for(std::chrono::seconds(5)) != std::future_status::ready) {
+      // Unblock the open so the test ends, then fail.
+      const int w = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+      ADD_FAILURE() << "Open of a FIFO blocked";
+      opened.wait();
+      if (w >= 0) ::close(w);
+      continue;
+    }
+    const Status st = opened.get();
+    EXPECT_TRUE(st.IsNotFound()) << st.ToString();
+    EXPECT_NE(st.ToString().find("not a regular file"), std::string::npos) << st.ToString();
+    // Not an object either: List skips it.
+    auto l = store->List();
+    ASSERT_TRUE(l.ok());
+    EXPECT_TRUE(l->empty());
+  }
+}
+
+// A regular object opens as before (O_NONBLOCK is cleared after the check).
+TEST(PosixStoreTest, OpenClearsNonBlockForRegularFiles) {
+  ScratchDir dir;
+  auto store = MustOpen(dir.path());
+  ASSERT_NE(store, nullptr);
+  const auto data = Pattern(9, 70000);
+  ASSERT_TRUE(WriteObject(store.get(), "r", data).ok());
+  auto back = ReadObject(store.get(), "r");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(*back == data);
+}
+
+TEST(PosixStoreTest, LocalPathNamesTheObjectFileWithoutReparsingTheUri) {
+  ScratchDir dir;
+  // A directory name that the URI must percent-encode.
+  const std::string root = dir.path() + "/a b";
+  ASSERT_EQ(::mkdir(root.c_str(), 0755), 0);
+  auto store = MustOpen(root);
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(store->LocalRoot(), root);
+  EXPECT_EQ(store->LocalPath("s/k"), root + "/s/k.tqkv");
+  EXPECT_EQ(store->LocalPath(".tqkv-probe.1"), std::nullopt) << "a reserved key has no file";
+  ASSERT_TRUE(WriteObject(store.get(), "s/k", Pattern(1, 10)).ok());
+  EXPECT_TRUE(FileBytes(*store->LocalPath("s/k")) == Pattern(1, 10));
+  // Decorators have none: reading the file directly would bypass them.
+  FaultInjectionStore fault(std::move(store));
+  EXPECT_EQ(fault.LocalPath("s/k"), std::nullopt);
+}
+
+TEST(PosixStoreTest, OpenExistingStoreNeverCreatesTheDirectory) {
+  ScratchDir dir;
+  const std::string missing = dir.path() + "/no/such";
+  for (const std::string& uri : {missing, "file://" + missing, "file://" + missing + "?create=1",
+                                 "file://" + missing + "?io=direct&create=1&chunk=64k"}) {
+    SCOPED_TRACE(uri);
+    auto s = OpenExistingStore(uri);
+    ASSERT_FALSE(s.ok());
+    EXPECT_TRUE(s.status().IsNotFound()) << s.status().ToString();
+    EXPECT_NE(::access((dir.path() + "/no").c_str(), F_OK), 0) << "it created a directory";
+  }
+  EXPECT_EQ(OpenExistingStore("file://" + missing + "?bogus=1").status().code(),
+            StatusCode::kInvalidArgument);
+  ASSERT_TRUE(OpenStore(missing).ok()) << "OpenStore still creates it";
+  auto s = OpenExistingStore("file://" + missing + "?io=direct");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ((*s)->Caps().io_alignment, 4096u);
+  EXPECT_TRUE(OpenExistingStore("memory://").ok());
 }
 
 }  // namespace

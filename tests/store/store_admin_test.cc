@@ -243,6 +243,37 @@ TEST_P(StoreAdminTest, RemoveIfUnchangedKeepsAVersionPublishedAfterTheListing) {
   EXPECT_TRUE(admin_->RemoveIfUnchanged((*second)[0]).IsNotFound());
 }
 
+// User keys and the store's own names never meet (issue 13, defects 3 and 4): gc used to delete
+// the session ".tqkv-probe.x" as a stale probe and the pin of "a.tqkv.tmp.x" as a stale temp.
+// Such keys are refused; keys that only look like internal names survive gc with their pins.
+TEST_P(StoreAdminTest, ReservedKeysRefusedAndLookAlikesSurviveGcPinned) {
+  for (const char* key : {".tqkv-probe.x", "a.tqkv.tmp.x", "a.tqkv.pin", "d/.tqkv-probe.1"}) {
+    SCOPED_TRACE(key);
+    const Status st = WriteObject(store_.get(), key, Pattern(1, 100));
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+    EXPECT_NE(st.ToString().find("reserved"), std::string::npos) << st.ToString();
+    EXPECT_EQ(admin_->SetPin(key, kPinForever).code(), StatusCode::kInvalidArgument);
+  }
+  const std::set<std::string> alike = {".tqkv", "x.tqkv", ".p", "tqkv.tmp.x", "tqkv-probe.x",
+                                       "d/.q.tqkv"};
+  for (const std::string& key : alike) {
+    ASSERT_TRUE(WriteObject(store_.get(), key, Pattern(2, 1000)).ok()) << key;
+    ASSERT_TRUE(admin_->SetPin(key, kPinForever).ok()) << key;
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  GcOptions o;
+  o.temp_min_age = std::chrono::seconds(0);
+  o.max_bytes = 1;
+  auto rep = CollectGarbage(store_.get(), o);
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  EXPECT_TRUE(rep->evicted.empty());
+  EXPECT_EQ(Keys(), alike);
+  auto sessions = admin_->ListSessions();
+  ASSERT_TRUE(sessions.ok());
+  ASSERT_EQ(sessions->size(), alike.size());
+  for (const auto& m : *sessions) EXPECT_EQ(m.pin_until_ns, kPinForever) << m.key;
+}
+
 const std::vector<Param> kParams = testing_util::ServerStoreParams("ad", false, "");
 
 INSTANTIATE_TEST_SUITE_P(Stores, StoreAdminTest, ::testing::ValuesIn(kParams),

@@ -1,5 +1,6 @@
 // The Store contract (tqkv/store.h), run against every store we have.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <atomic>
 #include <chrono>
@@ -363,7 +364,10 @@ TEST_P(StoreContractTest, ListAndRemove) {
 TEST_P(StoreContractTest, BadKeysRejected) {
   const std::string bad[] = {"../x", "/abs", "a//b", "a/./b", "", std::string("a\0b", 3),
                              std::string(300, 'k'), "a/", "..", ".", "a/../b", "sp ace",
-                             "dir.tqkv/x", "back\\slash"};
+                             "dir.tqkv/x", "back\\slash",
+                             // the stores' own names (issue 13, defects 3 and 4)
+                             ".tqkv-probe.x", "a.tqkv.tmp.x", "a.tqkv.pin", ".a.tqkv.tmp.1.tqkv",
+                             "d/.tqkv-probe.1"};
   for (const std::string& key : bad) {
     SCOPED_TRACE("key \"" + key + "\"");
     EXPECT_EQ(store_->Create(key).status().code(), StatusCode::kInvalidArgument);
@@ -376,9 +380,28 @@ TEST_P(StoreContractTest, BadKeysRejected) {
   const std::string longest(200, 'k');
   ASSERT_TRUE(WriteObject(store_.get(), longest, Pattern(1, 7)).ok());
   ASSERT_TRUE(WriteObject(store_.get(), ".hidden-ish_key.v1", Pattern(1, 7)).ok());
+  // ".tqkv" may end a key; names that only look like internal ones are ordinary keys.
+  ASSERT_TRUE(WriteObject(store_.get(), "x.tqkv", Pattern(1, 7)).ok());
+  ASSERT_TRUE(WriteObject(store_.get(), "tqkv.tmp.x", Pattern(1, 7)).ok());
   auto l = store_->List();
   ASSERT_TRUE(l.ok());
-  EXPECT_EQ(l->size(), 2u);
+  EXPECT_EQ(l->size(), 4u);
+}
+
+// Only a store of local files has a local path, and it is the file of the committed object.
+TEST_P(StoreContractTest, LocalPathIsTheCommittedObjectsFile) {
+  const auto data = Pattern(3, 5000);
+  ASSERT_TRUE(WriteObject(store_.get(), "lp/k", data).ok());
+  const std::optional<std::string> path = store_->LocalPath("lp/k");
+  const bool local = store_->Name() == "posix";
+  ASSERT_EQ(path.has_value(), local) << store_->Name();
+  EXPECT_EQ(store_->LocalRoot().has_value(), local);
+  EXPECT_FALSE(store_->LocalPath("../x").has_value());
+  if (!local) return;
+  EXPECT_EQ(*path, *store_->LocalRoot() + "/lp/k.tqkv");
+  struct stat st {};
+  ASSERT_EQ(::stat(path->c_str(), &st), 0) << *path;
+  EXPECT_EQ(static_cast<uint64_t>(st.st_size), data.size());
 }
 
 // Content derived from (writer, round): a reader can tell whose whole object it got.

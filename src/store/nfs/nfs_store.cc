@@ -16,44 +16,23 @@
 #include <cstring>
 #include <functional>
 #include <mutex>
-#include <random>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "store/file_layout.h"
+#include "store/publishing_writer.h"
 #include "store/store_admin.h"
 #include "store/store_internal.h"
 
 namespace tqkv {
 namespace {
 
-constexpr std::string_view kSuffix = ".tqkv";
-constexpr std::string_view kTempMarker = ".tqkv.tmp.";
 constexpr int kNf3Dir = 2;  // NF3DIR
 
 bool StartsWith(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
-bool EndsWith(std::string_view s, std::string_view p) {
-  return s.size() >= p.size() && s.substr(s.size() - p.size()) == p;
-}
-bool IsTempName(std::string_view name) {
-  return StartsWith(name, ".") && name.find(kTempMarker) != std::string_view::npos;
-}
-
-std::string RandomHex() {
-  static std::mutex mu;
-  static std::mt19937_64 rng;
-  static pid_t seeded_for = 0;
-  std::lock_guard<std::mutex> lock(mu);
-  if (seeded_for != ::getpid()) {  // reseed in forked children
-    seeded_for = ::getpid();
-    rng.seed(std::random_device{}() ^ static_cast<uint64_t>(seeded_for) << 32 ^
-             static_cast<uint64_t>(store_internal::NowUnixNs()));
-  }
-  char buf[17];
-  std::snprintf(buf, sizeof(buf), "%016" PRIx64, rng());
-  return buf;
-}
 
 struct NfsConfig {
   std::string server;
@@ -157,50 +136,44 @@ Status RunAsync(Conn* conn, size_t n, uint32_t depth,
   return first;
 }
 
-class NfsWritable final : public WritableObject, public store_internal::Crashable {
+class NfsWritable final : public store_internal::PublishingWriter {
  public:
   NfsWritable(std::shared_ptr<Conn> conn, std::string key, std::string final_path,
               std::string tmp_path, nfsfh* fh)
-      : conn_(std::move(conn)),
-        key_(std::move(key)),
+      : PublishingWriter("nfs", std::move(key)),
+        conn_(std::move(conn)),
         final_path_(std::move(final_path)),
         tmp_path_(std::move(tmp_path)),
         fh_(fh) {
     staging_.reserve(conn_->cfg.chunk * conn_->cfg.depth);
   }
-  ~NfsWritable() override {
-    if (state_ == State::kOpen || state_ == State::kFailed) (void)Cleanup();
-  }
+  ~NfsWritable() override { DiscardIfUnfinished(); }
 
-  Status Append(std::span<const uint8_t> src) override {
-    if (state_ != State::kOpen) return Closed("append");
+  uint64_t BytesWritten() const override { return written_; }
+
+ private:
+  Status AppendBytes(std::span<const uint8_t> src) override {
     const size_t cap = conn_->cfg.chunk * conn_->cfg.depth;
     while (!src.empty()) {
       const size_t n = std::min(cap - staging_.size(), src.size());
       staging_.insert(staging_.end(), src.begin(), src.begin() + n);
       src = src.subspan(n);
       written_ += n;
-      if (staging_.size() == cap) {
-        Status s = Flush();
-        if (!s.ok()) return Fail(s);
-      }
+      if (staging_.size() == cap) TQKV_RETURN_IF_ERROR(Flush());
     }
     return Status::Ok();
   }
 
-  Status Commit() override {
-    if (state_ == State::kFailed) return failure_;
-    if (state_ != State::kOpen) return Closed("commit");
-    Status s = Flush();
-    if (!s.ok()) return Fail(s);
+  Status Publish() override {
+    TQKV_RETURN_IF_ERROR(Flush());
     std::lock_guard<std::mutex> lock(conn_->mu);
     TQKV_RETURN_IF_ERROR(conn_->Usable());
     nfs_context* ctx = conn_->ctx;
     int rc = nfs_fsync(ctx, fh_);  // COMMIT: the server's stable storage
-    if (rc < 0) return Fail(conn_->Err("commit (fsync)", tmp_path_, rc));
+    if (rc < 0) return conn_->Err("commit (fsync)", tmp_path_, rc);
     rc = nfs_close(ctx, fh_);
     fh_ = nullptr;
-    if (rc < 0) return Fail(conn_->Err("close", tmp_path_, rc));
+    if (rc < 0) return conn_->Err("close", tmp_path_, rc);
     // mtime = publish time (List reports it; gc ages objects by it).
     timeval now[2];
     ::gettimeofday(&now[0], nullptr);
@@ -208,40 +181,15 @@ class NfsWritable final : public WritableObject, public store_internal::Crashabl
     (void)nfs_utimes(ctx, tmp_path_.c_str(), now);
     // NFSv3 RENAME replaces the target atomically on the server and is stable when it returns.
     rc = nfs_rename(ctx, tmp_path_.c_str(), final_path_.c_str());
-    if (rc < 0) return Fail(conn_->Err("rename " + tmp_path_ + " ->", final_path_, rc));
-    state_ = State::kCommitted;
+    if (rc < 0) return conn_->Err("rename " + tmp_path_ + " ->", final_path_, rc);
     return Status::Ok();
   }
 
-  Status Abort() override {
-    if (state_ == State::kCrashed) return Status::IoError("nfs writer of " + key_ + " crashed");
-    if (state_ != State::kOpen && state_ != State::kFailed) return Closed("abort");
-    state_ = State::kAborted;
-    return Cleanup();
-  }
-
-  uint64_t BytesWritten() const override { return written_; }
-
-  void SimulateCrash() override {
-    state_ = State::kCrashed;  // the temp file stays, as after a real crash
+  // The temp file stays, as after a real crash.
+  void Stop() override {
     std::lock_guard<std::mutex> lock(conn_->mu);
     if (fh_ != nullptr && !conn_->broken) nfs_close(conn_->ctx, fh_);
     fh_ = nullptr;
-  }
-
- private:
-  enum class State { kOpen, kFailed, kCommitted, kAborted, kCrashed };
-
-  Status Closed(std::string_view what) const {
-    if (state_ == State::kCrashed) return Status::IoError("nfs writer of " + key_ + " crashed");
-    return Status::InvalidArgument(std::string(what) + " on a finished writer of " + key_);
-  }
-  Status Fail(Status s) {
-    if (state_ == State::kOpen) {
-      state_ = State::kFailed;
-      failure_ = s;
-    }
-    return s;
   }
 
   Status Flush() {
@@ -280,7 +228,7 @@ class NfsWritable final : public WritableObject, public store_internal::Crashabl
     return Status::Ok();
   }
 
-  Status Cleanup() {
+  Status Discard() override {
     std::lock_guard<std::mutex> lock(conn_->mu);
     TQKV_RETURN_IF_ERROR(conn_->Usable());
     if (fh_ != nullptr) nfs_close(conn_->ctx, fh_);
@@ -291,12 +239,10 @@ class NfsWritable final : public WritableObject, public store_internal::Crashabl
   }
 
   std::shared_ptr<Conn> conn_;
-  std::string key_, final_path_, tmp_path_;
+  std::string final_path_, tmp_path_;
   nfsfh* fh_;
   std::vector<uint8_t> staging_;
   uint64_t written_ = 0, flushed_ = 0;
-  State state_ = State::kOpen;
-  Status failure_;
 };
 
 class NfsReadable final : public ReadableObject {
@@ -387,13 +333,10 @@ class NfsStore final : public Store, public SessionAdmin {
   StoreCaps Caps() const override { return StoreCaps{}; }
 
   std::string FinalPath(std::string_view key) const {
-    return conn_->cfg.root + "/" + std::string(key) + std::string(kSuffix);
+    return store_internal::ObjectPath(conn_->cfg.root, key);
   }
-  // ".<base>.tqkv.tmp.<tag><pid>.<hex>" beside the final file.
-  std::string TempPath(const std::string& final_path, std::string_view tag) const {
-    const size_t slash = final_path.rfind('/');
-    return final_path.substr(0, slash + 1) + "." + final_path.substr(slash + 1) + ".tmp." +
-           std::string(tag) + std::to_string(::getpid()) + "." + RandomHex();
+  static std::string TempPath(const std::string& final_path, std::string_view tag) {
+    return store_internal::TempPath(final_path, tag);
   }
 
   // mkdir -p of the directories above `path` (caller holds mu).
@@ -472,9 +415,7 @@ class NfsStore final : public Store, public SessionAdmin {
   }
 
   std::string PinPath(std::string_view key) const {
-    const std::string f = FinalPath(key);
-    const size_t slash = f.rfind('/');
-    return f.substr(0, slash + 1) + "." + f.substr(slash + 1) + ".pin";
+    return store_internal::PinPath(FinalPath(key));
   }
 
   Result<std::vector<SessionMeta>> ListSessions() override {
@@ -484,14 +425,14 @@ class NfsStore final : public Store, public SessionAdmin {
     TQKV_RETURN_IF_ERROR(conn_->Usable());
     TQKV_RETURN_IF_ERROR(Walk("", [&](const std::string& rel, const nfsdirent* e) {
       const std::string_view name(e->name);
-      if (IsTempName(name)) return;
-      if (StartsWith(name, ".") && EndsWith(name, ".tqkv.pin")) {
-        pins.push_back(rel + std::string(name.substr(1, name.size() - 1 - 9)));
+      if (auto pinned = store_internal::KeyOfPinFile(rel, name)) {
+        pins.push_back(std::move(*pinned));
         return;
       }
-      if (!EndsWith(name, kSuffix)) return;
+      std::optional<std::string> key = store_internal::KeyOfObjectFile(rel, name);
+      if (!key) return;
       SessionMeta m;
-      m.key = rel + std::string(name.substr(0, name.size() - kSuffix.size()));
+      m.key = std::move(*key);
       m.size = e->size;
       m.mtime_ns = static_cast<int64_t>(e->mtime.tv_sec) * 1'000'000'000 + e->mtime_nsec;
       m.version = std::to_string(e->inode);  // a republish is a new file (renamed temp)
@@ -529,7 +470,7 @@ class NfsStore final : public Store, public SessionAdmin {
     if (nfs_stat64(conn_->ctx, FinalPath(key).c_str(), &st) != 0) {
       return Status::NotFound("nfs: no object " + std::string(key) + " in " + Uri());
     }
-    const std::string tmp = TempPath(pin, "p");
+    const std::string tmp = TempPath(FinalPath(key), "p");
     nfsfh* fh = nullptr;
     int rc = nfs_create(conn_->ctx, tmp.c_str(), O_WRONLY | O_EXCL, 0644, &fh);
     if (rc < 0) return conn_->Err("create", tmp, rc);
@@ -582,11 +523,9 @@ class NfsStore final : public Store, public SessionAdmin {
     std::lock_guard<std::mutex> lock(conn_->mu);
     TQKV_RETURN_IF_ERROR(conn_->Usable());
     TQKV_RETURN_IF_ERROR(Walk("", [&](const std::string& rel, const nfsdirent* e) {
-      const std::string_view name(e->name);
-      if (IsTempName(name) || !EndsWith(name, kSuffix)) return;
-      std::string key = rel + std::string(name.substr(0, name.size() - kSuffix.size()));
-      if (!StartsWith(key, prefix)) return;
-      out.push_back({std::move(key), e->size,
+      std::optional<std::string> key = store_internal::KeyOfObjectFile(rel, e->name);
+      if (!key || !StartsWith(*key, prefix)) return;
+      out.push_back({std::move(*key), e->size,
                      static_cast<int64_t>(e->mtime.tv_sec) * 1'000'000'000 +
                          static_cast<int64_t>(e->mtime_nsec)});
     }));
@@ -601,7 +540,8 @@ class NfsStore final : public Store, public SessionAdmin {
     std::lock_guard<std::mutex> lock(conn_->mu);
     TQKV_RETURN_IF_ERROR(conn_->Usable());
     TQKV_RETURN_IF_ERROR(Walk("", [&](const std::string& rel, const nfsdirent* e) {
-      if (IsTempName(e->name) && static_cast<int64_t>(e->mtime.tv_sec) <= limit) {
+      if (store_internal::ClassifyFileName(e->name) == store_internal::FileKind::kTemp &&
+          static_cast<int64_t>(e->mtime.tv_sec) <= limit) {
         stale.push_back(conn_->cfg.root + "/" + rel + e->name);
       }
     }));

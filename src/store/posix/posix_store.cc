@@ -4,7 +4,6 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -15,11 +14,15 @@
 #include <chrono>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "store/file_layout.h"
 #include "store/posix/parallel_reads.h"
+#include "store/posix/posix_admin.h"
+#include "store/publishing_writer.h"
 #include "store/store_internal.h"
 #include "tqkv/aligned_buffer.h"
 #include "tqkv/thread_pool.h"
@@ -32,49 +35,18 @@ namespace tqkv {
 namespace {
 
 constexpr uint64_t kAlign = kPosixDirectAlignment;
-constexpr std::string_view kSuffix = kPosixObjectSuffix;
-constexpr std::string_view kTempMarker = ".tqkv.tmp.";
-constexpr std::string_view kProbePrefix = ".tqkv-probe.";
 constexpr uint64_t kMaxSyscallBytes = 1ull << 30;  // Linux moves at most ~2 GiB per call
 constexpr size_t kMaxPooledBounce = 4;
 constexpr size_t kMaxPooledStaging = 4;
 
 bool IsAligned(uint64_t x) { return x % kAlign == 0; }
 bool IsAlignedPtr(const void* p) { return reinterpret_cast<uintptr_t>(p) % kAlign == 0; }
-bool EndsWith(std::string_view s, std::string_view t) {
-  return s.size() >= t.size() && s.substr(s.size() - t.size()) == t;
-}
 bool StartsWith(std::string_view s, std::string_view t) {
   return s.size() >= t.size() && s.substr(0, t.size()) == t;
 }
 
 std::string AtOffset(std::string_view what, uint64_t off) {
   return std::string(what) + " at offset " + std::to_string(off);
-}
-
-uint64_t RandomU64() {
-  uint64_t v = 0;
-  if (getrandom(&v, sizeof(v), GRND_NONBLOCK) == static_cast<ssize_t>(sizeof(v))) return v;
-  static std::atomic<uint64_t> counter{0};
-  const uint64_t t = static_cast<uint64_t>(
-      std::chrono::steady_clock::now().time_since_epoch().count());
-  v = t ^ (static_cast<uint64_t>(getpid()) << 32) ^ (counter.fetch_add(1) * 0x9e3779b97f4a7c15ull);
-  v ^= v >> 31;
-  v *= 0xbf58476d1ce4e5b9ull;
-  return v ^ (v >> 29);
-}
-
-std::string Hex16(uint64_t v) {
-  static const char kHex[] = "0123456789abcdef";
-  std::string s(16, '0');
-  for (int i = 15; i >= 0; --i, v >>= 4) s[static_cast<size_t>(i)] = kHex[v & 0xf];
-  return s;
-}
-
-// A temp file name from Create(): ".<base>.tqkv.tmp.<pid>.<16 hex>". Never ends in ".tqkv".
-bool IsTempName(std::string_view name) {
-  return StartsWith(name, ".") && name.find(kTempMarker) != std::string_view::npos &&
-         !EndsWith(name, kSuffix);
 }
 
 Status SyncDir(const std::string& dir) {
@@ -131,7 +103,7 @@ struct Shared {
   }
 
   std::string ObjectPath(std::string_view key) const {
-    return opts.dir + "/" + std::string(key) + std::string(kSuffix);
+    return store_internal::ObjectPath(opts.dir, key);
   }
   bool WantDirect() const { return opts.io != IoMode::kBuffered && !direct_refused.load(); }
   bool WantUring() const { return opts.io == IoMode::kUring && WantDirect() && !uring_refused; }
@@ -175,32 +147,31 @@ int OpenMaybeDirect(Shared* sh, const std::string& path, int flags, mode_t mode,
 // ---------------------------------------------------------------------------------------------
 // Writer
 
-class PosixWritable final : public WritableObject, public store_internal::Crashable {
+class PosixWritable final : public store_internal::PublishingWriter {
  public:
   PosixWritable(std::shared_ptr<Shared> sh, std::string key, std::string final_path,
                 std::string tmp_path, std::vector<std::string> dirs_to_sync, int fd, bool direct)
-      : sh_(std::move(sh)),
-        key_(std::move(key)),
+      : PublishingWriter("posix", std::move(key)),
+        sh_(std::move(sh)),
         final_path_(std::move(final_path)),
         tmp_path_(std::move(tmp_path)),
         dirs_to_sync_(std::move(dirs_to_sync)),
         fd_(fd),
         direct_(direct) {}
 
-  ~PosixWritable() override {
-    if (state_ == State::kOpen || state_ == State::kFailed) (void)Cleanup();
-  }
+  ~PosixWritable() override { DiscardIfUnfinished(); }
 
-  Status Append(std::span<const uint8_t> src) override {
-    if (state_ == State::kFailed) return error_;
-    if (state_ != State::kOpen) return Closed("append to");
+  uint64_t BytesWritten() const override { return size_; }
+
+ private:
+  Status AppendBytes(std::span<const uint8_t> src) override {
     const uint64_t cap = sh_->opts.write_buffer_bytes;
     while (!src.empty()) {
       // Large appends with an empty staging buffer go straight from the caller's memory.
       if (used_ == 0 && src.size() >= cap && (!direct_ || IsAlignedPtr(src.data()))) {
         const uint64_t n = direct_ ? AlignDown(src.size(), kAlign) : src.size();
         Status s = WriteAt(src.data(), n, flushed_);
-        if (!s.ok()) return Fail(std::move(s));
+        if (!s.ok()) return s;
         flushed_ += n;
         size_ += n;
         src = src.subspan(n);
@@ -214,7 +185,7 @@ class PosixWritable final : public WritableObject, public store_internal::Crasha
       src = src.subspan(k);
       if (used_ == cap) {
         Status s = WriteAt(staging_.data(), cap, flushed_);
-        if (!s.ok()) return Fail(std::move(s));
+        if (!s.ok()) return s;
         flushed_ += cap;
         used_ = 0;
       }
@@ -222,54 +193,10 @@ class PosixWritable final : public WritableObject, public store_internal::Crasha
     return Status::Ok();
   }
 
-  Status Commit() override {
-    if (state_ == State::kFailed) {
-      Status e = error_;
-      (void)Cleanup();  // the first error is the one to report
-      state_ = State::kAborted;
-      return e;
-    }
-    if (state_ != State::kOpen) return Closed("commit");
-    Status s = Publish();
-    if (!s.ok()) {
-      (void)Cleanup();  // the first error is the one to report
-      state_ = State::kAborted;
-      return s;
-    }
-    state_ = State::kCommitted;
-    ReleaseStaging();
-    return Status::Ok();
-  }
-
-  Status Abort() override {
-    if (state_ == State::kCommitted || state_ == State::kAborted || state_ == State::kCrashed) {
-      return Closed("abort");
-    }
-    Status s = Cleanup();
-    state_ = State::kAborted;
-    return s;
-  }
-
-  uint64_t BytesWritten() const override { return size_; }
-
-  void SimulateCrash() override {
+  // A crash: the temp file stays on disk, as after a real one.
+  void Stop() override {
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;
-    state_ = State::kCrashed;
-  }
-
- private:
-  enum class State { kOpen, kFailed, kCommitted, kAborted, kCrashed };
-
-  Status Closed(std::string_view what) const {
-    return Status::InvalidArgument(std::string(what) + " object " + key_ +
-                                   " after it was committed or aborted");
-  }
-
-  Status Fail(Status s) {
-    error_ = s;
-    state_ = State::kFailed;
-    return s;
   }
 
   Status WriteAt(const uint8_t* p, uint64_t n, uint64_t off) {
@@ -296,10 +223,10 @@ class PosixWritable final : public WritableObject, public store_internal::Crasha
           direct_ = false;
           if (sh_->DisableDirect(fd_)) continue;
         }
-        return Status::FromErrno("write", AtOffset(key_ + " (" + tmp_path_ + ")", off), errno);
+        return Status::FromErrno("write", AtOffset(key() + " (" + tmp_path_ + ")", off), errno);
       }
       if (w == 0) {
-        return Status::IoError("write " + AtOffset(key_ + " (" + tmp_path_ + ")", off) +
+        return Status::IoError("write " + AtOffset(key() + " (" + tmp_path_ + ")", off) +
                                ": wrote nothing");
       }
       p += w;
@@ -314,8 +241,8 @@ class PosixWritable final : public WritableObject, public store_internal::Crasha
     return Status::Ok();
   }
 
-  Status Publish() {
-    const std::string name = key_ + " (" + tmp_path_ + ")";
+  Status Publish() override {
+    const std::string name = key() + " (" + tmp_path_ + ")";
     if (used_ > 0) {
       if (direct_) {
         const uint64_t padded = AlignUp(used_, kAlign);
@@ -341,8 +268,9 @@ class PosixWritable final : public WritableObject, public store_internal::Crasha
       return Status::FromErrno("rename", tmp_path_ + " -> " + final_path_, errno);
     }
     for (const std::string& dir : dirs_to_sync_) {
-      TQKV_RETURN_IF_ERROR(SyncDir(dir).WithContext("publishing " + key_));
+      TQKV_RETURN_IF_ERROR(SyncDir(dir).WithContext("publishing " + key()));
     }
+    ReleaseStaging();
     return Status::Ok();
   }
 
@@ -352,7 +280,7 @@ class PosixWritable final : public WritableObject, public store_internal::Crasha
     used_ = 0;
   }
 
-  Status Cleanup() {
+  Status Discard() override {
     ReleaseStaging();
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;
@@ -363,14 +291,11 @@ class PosixWritable final : public WritableObject, public store_internal::Crasha
   }
 
   std::shared_ptr<Shared> sh_;
-  std::string key_;
   std::string final_path_;
   std::string tmp_path_;
   std::vector<std::string> dirs_to_sync_;  // fsync'ed after the rename, innermost first
   int fd_ = -1;
   bool direct_ = false;
-  State state_ = State::kOpen;
-  Status error_;
   AlignedBuffer staging_;
   uint64_t used_ = 0;     // bytes in staging_
   uint64_t flushed_ = 0;  // bytes written to the file (aligned while direct_)
@@ -633,9 +558,25 @@ class PosixReadable final : public ReadableObject {
 // ---------------------------------------------------------------------------------------------
 // Store
 
-class PosixStore final : public Store {
+// The store is its own SessionAdmin (store/store_admin.h), as the nfs and redis stores are.
+class PosixStore final : public Store, public SessionAdmin {
  public:
-  explicit PosixStore(std::shared_ptr<Shared> sh) : sh_(std::move(sh)) {}
+  explicit PosixStore(std::shared_ptr<Shared> sh)
+      : sh_(std::move(sh)), admin_(MakePosixSessionAdmin(sh_->opts.dir)) {}
+
+  std::optional<std::string> LocalRoot() const override { return sh_->opts.dir; }
+  std::optional<std::string> LocalPath(std::string_view key) const override {
+    if (!ValidateKey(key).ok()) return std::nullopt;
+    return sh_->ObjectPath(key);
+  }
+
+  Result<std::vector<SessionMeta>> ListSessions() override { return admin_->ListSessions(); }
+  Status SetPin(std::string_view key, int64_t until_ns) override {
+    return admin_->SetPin(key, until_ns);
+  }
+  Status RemoveIfUnchanged(const SessionMeta& listed) override {
+    return admin_->RemoveIfUnchanged(listed);
+  }
 
   std::string_view Name() const override { return "posix"; }
 
@@ -683,10 +624,7 @@ class PosixStore final : public Store {
       }
     }
     std::reverse(dirs_to_sync.begin() + 1, dirs_to_sync.end());  // innermost first after parent
-    const size_t slash = final_path.rfind('/');
-    const std::string tmp_path = final_path.substr(0, slash + 1) + "." +
-                                 final_path.substr(slash + 1) + ".tmp." +
-                                 std::to_string(::getpid()) + "." + Hex16(RandomU64());
+    const std::string tmp_path = store_internal::TempPath(final_path, "");
     bool direct = false;
     const int fd =
         OpenMaybeDirect(sh_.get(), tmp_path, O_WRONLY | O_CREAT | O_EXCL, 0644, &direct);
@@ -702,7 +640,9 @@ class PosixStore final : public Store {
     TQKV_RETURN_IF_ERROR(ValidateKey(key));
     const std::string path = sh_->ObjectPath(key);
     bool direct = false;
-    const int fd = OpenMaybeDirect(sh_.get(), path, O_RDONLY, 0, &direct);
+    // O_NONBLOCK: a FIFO (or device) under the object's name must not block the open; it is
+    // refused below, and the flag is cleared for a regular file.
+    const int fd = OpenMaybeDirect(sh_.get(), path, O_RDONLY | O_NONBLOCK, 0, &direct);
     if (fd < 0) {
       if (errno == ENOENT || errno == ENOTDIR) {
         return Status::NotFound("no object " + std::string(key) + " (" + path + ")");
@@ -719,6 +659,12 @@ class PosixStore final : public Store {
       ::close(fd);
       return Status::NotFound("no object " + std::string(key) + " (" + path +
                               " is not a regular file)");
+    }
+    const int fl = ::fcntl(fd, F_GETFL);
+    if (fl < 0 || ::fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+      const int err = errno;
+      ::close(fd);
+      return Status::FromErrno("fcntl", path, err);
     }
     // Last use for gc's LRU, set explicitly: with relatime or noatime the kernel's atime is
     // coarse or frozen. Best effort (a read-only store keeps the kernel's atime).
@@ -794,8 +740,10 @@ class PosixStore final : public Store {
       if (name == "." || name == "..") continue;
       struct stat st {};
       unsigned char type = e->d_type;
-      const bool is_object = EndsWith(name, kSuffix);
-      const bool is_temp = IsTempName(name) || StartsWith(name, kProbePrefix);
+      const store_internal::FileKind kind = store_internal::ClassifyFileName(name);
+      const bool is_object = kind == store_internal::FileKind::kObject;
+      const bool is_temp =
+          kind == store_internal::FileKind::kTemp || kind == store_internal::FileKind::kProbe;
       if (type == DT_UNKNOWN || (objects && is_object) || (sweep && is_temp)) {
         if (::fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;  // raced away
         type = S_ISDIR(st.st_mode) ? DT_DIR : S_ISREG(st.st_mode) ? DT_REG : DT_UNKNOWN;
@@ -807,10 +755,10 @@ class PosixStore final : public Store {
       }
       if (type != DT_REG) continue;
       if (objects != nullptr && is_object) {
-        std::string key = rel + std::string(name.substr(0, name.size() - kSuffix.size()));
-        if (!StartsWith(key, prefix) || !ValidateKey(key).ok()) continue;
+        std::optional<std::string> key = store_internal::KeyOfObjectFile(rel, name);
+        if (!key || !StartsWith(*key, prefix)) continue;
         ObjectInfo info;
-        info.key = std::move(key);
+        info.key = std::move(*key);
         info.size = static_cast<uint64_t>(st.st_size);
         info.mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
         objects->push_back(std::move(info));
@@ -835,6 +783,7 @@ class PosixStore final : public Store {
   }
 
   std::shared_ptr<Shared> sh_;
+  std::unique_ptr<SessionAdmin> admin_;
 };
 
 Status MakeDirs(const std::string& dir) {
@@ -857,8 +806,7 @@ Status MakeDirs(const std::string& dir) {
 // Only a definite EINVAL counts as "no"; anything else (read-only mount, permissions) leaves the
 // decision to the first real open, which falls back the same way.
 bool ProbeDirect(const std::string& dir) {
-  const std::string probe = dir + "/" + std::string(kProbePrefix) + std::to_string(::getpid()) +
-                            "." + Hex16(RandomU64());
+  const std::string probe = store_internal::ProbePath(dir);
   const int fd = ::open(probe.c_str(), O_RDWR | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC, 0600);
   if (fd < 0) return errno != EINVAL;
   bool ok = true;

@@ -1,7 +1,8 @@
 // The POSIX directory store (local disk, mounted NFS): "file:///dir?io=direct" or a plain path.
 //
 // Object key "a/b" lives in <dir>/a/b.tqkv. A writer writes <dir>/a/.b.tqkv.tmp.<pid>.<random>,
-// and Commit = fdatasync, close, rename over b.tqkv, fsync the directory. docs/store.md.
+// and Commit = fdatasync, close, rename over b.tqkv, fsync the directory. File names:
+// store/file_layout.h; session admin (pins, gc): store/posix/posix_admin.h. docs/store.md.
 #ifndef TQKV_SRC_STORE_POSIX_POSIX_STORE_H_
 #define TQKV_SRC_STORE_POSIX_POSIX_STORE_H_
 
@@ -34,7 +35,6 @@ struct PosixStoreOptions {
 };
 
 inline constexpr size_t kPosixDirectAlignment = 4096;
-inline constexpr const char* kPosixObjectSuffix = ".tqkv";
 
 Result<std::unique_ptr<Store>> OpenPosixStore(const PosixStoreOptions& options);
 // The "file" scheme of OpenStore: reads io, qd, chunk, create from the URI.

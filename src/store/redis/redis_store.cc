@@ -22,6 +22,7 @@
 #include "store/redis/redis_cluster.h"
 #include "store/redis/redis_conn.h"
 #include "store/redis/redis_router.h"
+#include "store/publishing_writer.h"
 #include "store/store_admin.h"
 #include "store/store_internal.h"
 
@@ -236,11 +237,12 @@ Keys KeysFor(const RedisConfig& cfg, std::string_view key) {
   return k;
 }
 
-class RedisWritable final : public WritableObject, public store_internal::Crashable {
+class RedisWritable final : public store_internal::PublishingWriter {
  public:
   RedisWritable(std::shared_ptr<Router> router, std::shared_ptr<Pool> pool, redisContext* c,
                 std::string key)
-      : router_(std::move(router)),
+      : PublishingWriter("redis", key),
+        router_(std::move(router)),
         pool_(std::move(pool)),
         lease_(pool_, c),
         key_(std::move(key)),
@@ -248,17 +250,16 @@ class RedisWritable final : public WritableObject, public store_internal::Crasha
         writer_(RandomWriterId()) {
     staging_.reserve(pool_->cfg().chunk_bytes);
   }
-  ~RedisWritable() override {
-    if (state_ == State::kOpen || state_ == State::kFailed) (void)Cleanup();
-  }
+  ~RedisWritable() override { DiscardIfUnfinished(); }
 
-  Status Append(std::span<const uint8_t> src) override {
-    if (state_ != State::kOpen) return Closed("append");
+  uint64_t BytesWritten() const override { return written_; }
+
+ private:
+  Status AppendBytes(std::span<const uint8_t> src) override {
     const uint64_t chunk = pool_->cfg().chunk_bytes;
     while (!src.empty()) {
       if (staging_.empty() && src.size() >= chunk) {
-        Status s = SendChunk(src.first(chunk));
-        if (!s.ok()) return Fail(s);
+        TQKV_RETURN_IF_ERROR(SendChunk(src.first(chunk)));
         src = src.subspan(chunk);
         written_ += chunk;
         continue;
@@ -270,22 +271,19 @@ class RedisWritable final : public WritableObject, public store_internal::Crasha
       if (staging_.size() == chunk) {
         Status s = SendChunk(staging_);
         staging_.clear();
-        if (!s.ok()) return Fail(s);
+        TQKV_RETURN_IF_ERROR(s);
       }
     }
     return Status::Ok();
   }
 
-  Status Commit() override {
-    if (state_ == State::kFailed) return failure_;
-    if (state_ != State::kOpen) return Closed("commit");
+  Status Publish() override {
     if (!staging_.empty()) {
       Status s = SendChunk(staging_);
       staging_.clear();
-      if (!s.ok()) return Fail(s);
+      TQKV_RETURN_IF_ERROR(s);
     }
-    Status s = Drain();
-    if (!s.ok()) return Fail(s);
+    TQKV_RETURN_IF_ERROR(Drain());
     Manifest m;
     m.size = written_;
     m.chunk = pool_->cfg().chunk_bytes;
@@ -300,27 +298,11 @@ class RedisWritable final : public WritableObject, public store_internal::Crasha
                         {"EVAL", kPublishLua, "1", keys_.manifest, text, grace, keys_.chunks,
                          writer_, n},
                         "publish " + key_);
-    if (!r.ok()) return Fail(r.status());
-    state_ = State::kCommitted;
-    return Status::Ok();
+    return r.ok() ? Status::Ok() : r.status();
   }
 
-  Status Abort() override {
-    if (state_ == State::kCrashed) return Status::IoError("redis writer of " + key_ + " crashed");
-    if (state_ != State::kOpen && state_ != State::kFailed) return Closed("abort");
-    state_ = State::kAborted;
-    return Cleanup();
-  }
-
-  uint64_t BytesWritten() const override { return written_; }
-
-  void SimulateCrash() override {
-    state_ = State::kCrashed;
-    lease_.MarkDirty();  // drop the connection with whatever is in flight, run no cleanup
-  }
-
- private:
-  enum class State { kOpen, kFailed, kCommitted, kAborted, kCrashed };
+  // Drop the connection with whatever is in flight and run no cleanup: the chunks expire.
+  void Stop() override { lease_.MarkDirty(); }
 
   struct HashFree {
     void operator()(XXH3_state_t* s) const { XXH3_freeState(s); }
@@ -329,18 +311,6 @@ class RedisWritable final : public WritableObject, public store_internal::Crasha
     std::unique_ptr<XXH3_state_t, HashFree> h(XXH3_createState());
     XXH3_64bits_reset(h.get());
     return h;
-  }
-
-  Status Closed(std::string_view what) const {
-    if (state_ == State::kCrashed) return Status::IoError("redis writer of " + key_ + " crashed");
-    return Status::InvalidArgument(std::string(what) + " on a finished writer of " + key_);
-  }
-  Status Fail(Status s) {
-    if (state_ == State::kOpen) {
-      state_ = State::kFailed;
-      failure_ = s;
-    }
-    return s;
   }
 
   Status SendChunk(std::span<const uint8_t> data) {
@@ -387,7 +357,7 @@ class RedisWritable final : public WritableObject, public store_internal::Crasha
   }
 
   // Deletes the chunks sent so far (they would expire anyway).
-  Status Cleanup() {
+  Status Discard() override {
     if (lease_.get()->err != 0) return Status::IoError("redis connection broken; temps expire");
     Status s = Drain();
     if (sent_ == 0) return s;
@@ -411,8 +381,6 @@ class RedisWritable final : public WritableObject, public store_internal::Crasha
   uint64_t written_ = 0;
   uint64_t sent_ = 0;
   uint64_t pending_ = 0;
-  State state_ = State::kOpen;
-  Status failure_;
 };
 
 class RedisReadable final : public ReadableObject {

@@ -1,3 +1,4 @@
+// The in-process store (tqkv/memory_store.h).
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -8,8 +9,9 @@
 #include <utility>
 #include <vector>
 
+#include "store/publishing_writer.h"
 #include "store/store_internal.h"
-#include "tqkv/store_testing.h"
+#include "tqkv/memory_store.h"
 
 namespace tqkv {
 
@@ -55,53 +57,42 @@ class MemoryReadable final : public ReadableObject {
   std::atomic<uint64_t> bytes_read_{0};
 };
 
-class MemoryWritable final : public WritableObject, public store_internal::Crashable {
+class MemoryWritable final : public store_internal::PublishingWriter {
  public:
   MemoryWritable(std::shared_ptr<MemoryStore::State> state, std::string key)
-      : state_(std::move(state)), key_(std::move(key)), blob_(std::make_shared<Blob>()) {}
+      : PublishingWriter("memory", std::move(key)),
+        state_(std::move(state)),
+        blob_(std::make_shared<Blob>()) {}
+  ~MemoryWritable() override { DiscardIfUnfinished(); }
 
-  Status Append(std::span<const uint8_t> src) override {
-    if (done_) return Closed("append to");
+  uint64_t BytesWritten() const override { return blob_ ? blob_->bytes.size() : written_; }
+
+ private:
+  Status AppendBytes(std::span<const uint8_t> src) override {
     blob_->bytes.insert(blob_->bytes.end(), src.begin(), src.end());
     return Status::Ok();
   }
 
-  Status Commit() override {
-    if (done_) return Closed("commit");
-    done_ = true;
+  Status Publish() override {
     blob_->mtime_ns = store_internal::NowUnixNs();
+    written_ = blob_->bytes.size();
     std::lock_guard<std::mutex> lock(state_->mu);
-    state_->objects[key_] = std::move(blob_);
+    state_->objects[key()] = std::move(blob_);
     return Status::Ok();
   }
 
-  Status Abort() override {
-    if (done_) return Closed("abort");
-    done_ = true;
-    blob_.reset();
-    return Status::Ok();
-  }
-
-  uint64_t BytesWritten() const override { return blob_ ? blob_->bytes.size() : written_; }
-
-  // Nothing of an unfinished memory writer is visible anywhere, so a crash is an abort.
-  void SimulateCrash() override {
+  Status Discard() override {
     if (blob_) written_ = blob_->bytes.size();
-    done_ = true;
     blob_.reset();
+    return Status::Ok();
   }
 
- private:
-  Status Closed(std::string_view what) const {
-    return Status::InvalidArgument(std::string(what) + " memory object " + key_ +
-                                   " after it was committed or aborted");
-  }
+  // Nothing of an unfinished memory writer is visible anywhere, so a crash is a discard.
+  void Stop() override { (void)Discard(); }
 
   std::shared_ptr<MemoryStore::State> state_;
-  std::string key_;
   std::shared_ptr<Blob> blob_;
   uint64_t written_ = 0;
-  bool done_ = false;
 };
 
 }  // namespace

@@ -1,0 +1,92 @@
+// The store side of the command line: read-only commands never create a store, reserved keys are
+// refused, and a non-regular file under an object's name neither hangs nor is read.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include "store/store_test_util.h"
+#include "tools/cli_util.h"
+
+namespace {
+
+using tqkv::testing_util::CmdResult;
+using tqkv::testing_util::ScratchDir;
+using tqkv::testing_util::Tqkv;
+
+// Tqkv under `timeout`: a hang becomes exit status 124 instead of a stuck test.
+CmdResult TqkvWithTimeout(const std::string& args) {
+  const std::string cmd = "timeout 20 " + std::string(TQKV_BINARY_DIR) + "/tqkv " + args + " 2>&1";
+  CmdResult r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
+  const int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+// A mistyped store path must be NotFound, not a fresh empty store (issue 13, minor).
+TEST(StoreCli, ReadOnlyCommandsNeverCreateTheStoreDirectory) {
+  ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  const std::string missing = dir.path() + "/typo/store";
+  for (const std::string& args :
+       {"ls --store " + missing, "rm --store " + missing + " --session s",
+        "pin --store " + missing + " --session s", "gc --store " + missing + " --dry-run",
+        "restore --store " + missing + " --session s",
+        "restore --store file://" + missing + "?create=1 --session s"}) {
+    SCOPED_TRACE(args);
+    CmdResult r = Tqkv(args);
+    EXPECT_NE(r.status, 0) << r.out;
+    EXPECT_NE(r.out.find("Not found"), std::string::npos) << r.out;
+    EXPECT_FALSE(std::filesystem::exists(dir.path() + "/typo")) << "a read-only command created it";
+  }
+  // Writing commands still create the directory they are given.
+  CmdResult c = Tqkv("checkpoint --model smollm2-135m --tokens 20 --store " + missing +
+                     " --session s");
+  EXPECT_EQ(c.status, 0) << c.out;
+  EXPECT_EQ(Tqkv("ls --store " + missing).status, 0);
+}
+
+// Keys with ".tqkv" inside are the store's own names: `gc` used to delete the session
+// ".tqkv-probe.x" as a stale probe and the pin of "a.tqkv.tmp.x" as a stale temp (issue 13,
+// defects 3 and 4). They are refused before anything is written.
+TEST(StoreCli, ReservedSessionKeysAreRefusedAndLeaveNothing) {
+  ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  for (const char* key : {".tqkv-probe.x", "a.tqkv.tmp.x", "a.tqkv.pin", "d.tqkv/x"}) {
+    SCOPED_TRACE(key);
+    CmdResult r = Tqkv("checkpoint --model smollm2-135m --tokens 20 --store " + dir.path() +
+                       " --session " + key);
+    EXPECT_NE(r.status, 0) << r.out;
+    EXPECT_NE(r.out.find("reserved"), std::string::npos) << r.out;
+  }
+  EXPECT_TRUE(dir.Files().empty());
+}
+
+// `verify` and `restore` of an object whose file is a FIFO used to block in open() forever
+// (issue 13, defect 6).
+TEST(StoreCli, FifoUnderAnObjectNameNeitherHangsNorIsRead) {
+  ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  const std::string fifo = dir.path() + "/f.tqkv";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  for (const std::string& args :
+       {"verify " + fifo, "inspect " + fifo, "restore --store " + dir.path() + " --session f"}) {
+    SCOPED_TRACE(args);
+    const auto t0 = std::chrono::steady_clock::now();
+    CmdResult r = TqkvWithTimeout(args);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_LT(s, 5.0) << r.out;
+    EXPECT_NE(r.status, 0) << r.out;
+    EXPECT_NE(r.out.find("not a regular file"), std::string::npos) << r.out;
+  }
+}
+
+}  // namespace
