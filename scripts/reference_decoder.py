@@ -26,7 +26,7 @@ MAGIC = b"\x89TQKV\r\n\x1a"
 F32, F16, BF16 = 0, 1, 2
 DTYPE_SIZE = {F32: 4, F16: 2, BF16: 2}
 DTYPE_NAMES = {"f32": F32, "fp32": F32, "f16": F16, "fp16": F16, "bf16": BF16}
-HADAMARD, HADAMARD2, HAAR = 1, 2, 3
+HADAMARD, HADAMARD2, HAAR, KRONECKER = 1, 2, 3, 4
 
 
 class Corrupt(Exception):
@@ -263,11 +263,18 @@ def haar_matrix(seed, m):
     return [[f32(cols[j][i]) for j in range(m)] for i in range(m)]
 
 
+def kron_block(m):
+    """B of the Kronecker kind: the largest power of two dividing m."""
+    return m & -m
+
+
 def dec_scale(kind, m):
     if kind == HADAMARD:
         return f32(1.0 / m)
     if kind == HADAMARD2:
         return f32(1.0 / (m * math.sqrt(m)))
+    if kind == KRONECKER:
+        return f32(1.0 / math.sqrt(m * kron_block(m)))
     return f32(1.0 / math.sqrt(m))
 
 
@@ -299,6 +306,10 @@ class SubsetDecoder:
             self.signs1 = hadamard_signs(sub["seed"], self.m, 0)
             if self.kind == HADAMARD2:
                 self.signs2 = hadamard_signs(sub["seed"], self.m, 1)
+        elif self.kind == KRONECKER:
+            self.block = kron_block(self.m)
+            self.signs1 = hadamard_signs(sub["seed"], self.m, 0)
+            self.q = haar_matrix(sub["seed"], self.m // self.block)
         else:
             self.q = haar_matrix(sub["seed"], self.m)
 
@@ -326,6 +337,20 @@ class SubsetDecoder:
                 for j in range(m):
                     y[j] = fma32(row[j], vi, y[j])
             return y
+        if self.kind == KRONECKER:
+            b, q = self.block, m // self.block
+            u = [0.0] * m
+            for a in range(q):
+                for j in range(b):
+                    acc = 0.0
+                    for a2 in range(q):
+                        acc = fma32(self.q[a2][a], v[a2 * b + j], acc)
+                    u[a * b + j] = acc
+            for a in range(q):
+                blk = u[a * b:(a + 1) * b]
+                fwht(blk)
+                u[a * b:(a + 1) * b] = blk
+            return [x * s for x, s in zip(u, self.signs1)]
         fwht(v)
         if self.kind == HADAMARD2:
             v = [x * s for x, s in zip(v, self.signs2)]
@@ -483,7 +508,7 @@ def validate_codec(c, head_dim):
         if s["rotation"] in (HADAMARD, HADAMARD2):
             if m & (m - 1):
                 bad("hadamard size")
-        elif s["rotation"] != HAAR:
+        elif s["rotation"] not in (HAAR, KRONECKER):
             bad("rotation")
         cs = s["centroids"]
         if len(cs) != 1 << s["bits"] or any(not math.isfinite(x) for x in cs):

@@ -29,10 +29,11 @@ class ThreadPool;
 // Serialized in the container: never renumber.
 enum class CodecKind : uint8_t { kRaw = 0, kTurboQuant = 1 };
 enum class RotationKind : uint8_t {
-  kAuto = 0,       // parse-time only: Hadamard for powers of two, Haar otherwise
+  kAuto = 0,       // parse-time only: Hadamard for powers of two, Kronecker otherwise
   kHadamard = 1,   // H·D/sqrt(d): random signs, one round
   kHadamard2 = 2,  // two rounds with independent signs
   kHaar = 3,       // dense orthogonal: QR of a Gaussian matrix from the project's PRNG
+  kKronecker = 4,  // (Q_q (x) H_B)·D: m = q·B, B the largest power of two dividing m, Q_q Haar
 };
 std::string_view RotationKindName(RotationKind k);
 
@@ -56,7 +57,7 @@ struct CodecSpec {
 
 // Parses "fp16", "bf16", "fp32", "tq2", "tq3", "tq4", "tq2.5", "tq3.5", optionally followed by
 // ",key=value" modifiers, or the general "tq:key=value,...". Keys: b (bits), split (K@B or
-// N/D@B, e.g. 32@4 or 1/4@4), rot (auto|hd|hd2|haar), seed, norm (f32|f16), nc (0|1), qjl (0|1).
+// N/D@B, e.g. 32@4 or 1/4@4), rot (auto|hd|hd2|haar|kron), seed, norm (f32|f16), nc (0|1), qjl (0|1).
 Result<CodecSpec> ParseCodecSpec(std::string_view spec);
 // The shortest string that parses back to `spec` (a preset name where one matches).
 std::string FormatCodecSpec(const CodecSpec& spec);

@@ -77,7 +77,7 @@ Result<CodecParams> ResolveParams(const CodecSpec& spec, uint32_t head_dim) {
     s.bits = parts[i].bits;
     s.rotation = spec.rotation;
     if (s.rotation == RotationKind::kAuto) {
-      s.rotation = IsPow2(s.channels) ? RotationKind::kHadamard : RotationKind::kHaar;
+      s.rotation = IsPow2(s.channels) ? RotationKind::kHadamard : RotationKind::kKronecker;
     } else if ((s.rotation == RotationKind::kHadamard || s.rotation == RotationKind::kHadamard2) &&
                !IsPow2(s.channels)) {
       return Status::InvalidArgument("codec: rot=" + std::string(RotationKindName(s.rotation)) +

@@ -27,7 +27,7 @@ std::string CodecLabel(const CodecParams& p) {
   }
   const bool pow2 = (last.channels & (last.channels - 1)) == 0;
   spec.rotation = (last.rotation == RotationKind::kHadamard && pow2) ||
-                          (last.rotation == RotationKind::kHaar && !pow2)
+                          (last.rotation == RotationKind::kKronecker && !pow2)
                       ? RotationKind::kAuto
                       : last.rotation;
   spec.norm_dtype = p.norm_dtype;

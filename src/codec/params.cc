@@ -12,6 +12,7 @@ std::string_view RotationKindName(RotationKind k) {
     case RotationKind::kHadamard: return "hd";
     case RotationKind::kHadamard2: return "hd2";
     case RotationKind::kHaar: return "haar";
+    case RotationKind::kKronecker: return "kron";
   }
   return "unknown";
 }
@@ -55,7 +56,8 @@ Status ValidateCodecParams(const CodecParams& p) {
       case RotationKind::kHadamard2:
         if (!pow2) return bad("Hadamard rotation on " + std::to_string(s.channels) + " channels");
         break;
-      case RotationKind::kHaar: break;
+      case RotationKind::kHaar:
+      case RotationKind::kKronecker: break;
       default: return bad("rotation kind");
     }
     if (s.centroids.size() != (size_t{1} << s.bits)) return bad("centroid count");

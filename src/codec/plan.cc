@@ -41,6 +41,7 @@ kernels::SubsetPlan CodecPlan::KernelPlan(size_t i) const {
   p.dim = s.channels;
   p.bits = s.bits;
   p.rotation = r.kind;
+  p.block = r.block;
   p.signs1 = r.signs1.empty() ? nullptr : r.signs1.data();
   p.signs2 = r.signs2.empty() ? nullptr : r.signs2.data();
   p.haar = r.q.empty() ? nullptr : r.q.data();
@@ -54,8 +55,7 @@ kernels::SubsetPlan CodecPlan::KernelPlan(size_t i) const {
   return p;
 }
 
-Status CodecPlan::SplitChannels(const char* what, std::span<const uint8_t> meta,
-                                std::vector<uint32_t> channels[2]) const {
+Status CodecPlan::CheckMask(const char* what, std::span<const uint8_t> meta) const {
   if (!split()) return Status::Ok();
   const size_t d = head_dim_;
   if (meta.size() != meta_bytes_) {
@@ -63,17 +63,18 @@ Status CodecPlan::SplitChannels(const char* what, std::span<const uint8_t> meta,
                                    std::to_string(meta.size()) + " bytes, need " +
                                    std::to_string(meta_bytes_));
   }
+  size_t marked = 0;
   for (size_t c = 0; c < meta_bytes_ * 8; ++c) {
     const bool set = (meta[c / 8] >> (c % 8)) & 1u;
     if (set && c >= d) {
       return Status::InvalidArgument(std::string(what) + ": group meta marks channel " +
                                      std::to_string(c) + " >= head_dim");
     }
-    if (c < d) channels[set ? 0 : 1].push_back(static_cast<uint32_t>(c));
+    marked += set ? 1 : 0;
   }
-  if (channels[0].size() != subsets_[0].channels) {
+  if (marked != subsets_[0].channels) {
     return Status::InvalidArgument(std::string(what) + ": group meta marks " +
-                                   std::to_string(channels[0].size()) + " outlier channels, need " +
+                                   std::to_string(marked) + " outlier channels, need " +
                                    std::to_string(subsets_[0].channels));
   }
   return Status::Ok();

@@ -56,11 +56,11 @@ class CodecPlan {
   // The kernel layer's view of subset i (pointers into this plan).
   kernels::SubsetPlan KernelPlan(size_t i) const;
 
-  // Channel lists of the split from a group mask: [0] the outliers ascending, [1] the rest
-  // ascending. InvalidArgument (prefixed by `what`) for a mask of the wrong size, a marked channel
-  // >= head_dim, or a count other than subset 0's. No-op when unsplit.
-  Status SplitChannels(const char* what, std::span<const uint8_t> meta,
-                       std::vector<uint32_t> channels[2]) const;
+  // Checks a group mask of a split codec: subset 0 is the channels it marks, ascending, subset 1
+  // the others, ascending (the kernels' split_gather/split_scatter move them). InvalidArgument
+  // (prefixed by `what`) for a mask of the wrong size, a marked channel >= head_dim, or a count
+  // other than subset 0's. Ok when unsplit.
+  Status CheckMask(const char* what, std::span<const uint8_t> meta) const;
 
  private:
   CodecPlan() = default;

@@ -62,11 +62,18 @@ Rotation MakeRotation(RotationKind kind, uint64_t seed, uint32_t dim) {
     case RotationKind::kHadamard:
       r.signs1 = HadamardSigns(seed, dim, 0);
       break;
-    case RotationKind::kHaar: {
-      r.q = HaarMatrix(seed, dim);
+    case RotationKind::kHaar:
+    case RotationKind::kKronecker: {
+      uint32_t n = dim;
+      if (kind == RotationKind::kKronecker) {
+        r.block = KroneckerBlock(dim);
+        r.signs1 = HadamardSigns(seed, dim, 0);
+        n = dim / r.block;
+      }
+      r.q = HaarMatrix(seed, n);
       r.qt.resize(r.q.size());
-      for (size_t i = 0; i < dim; ++i) {
-        for (size_t j = 0; j < dim; ++j) r.qt[j * dim + i] = r.q[i * dim + j];
+      for (size_t i = 0; i < n; ++i) {
+        for (size_t j = 0; j < n; ++j) r.qt[j * n + i] = r.q[i * n + j];
       }
       break;
     }
@@ -87,6 +94,13 @@ void RotationScales(RotationKind kind, uint32_t m, float* enc, float* dec) {
       *enc = static_cast<float>(1.0 / std::sqrt(md));
       *dec = static_cast<float>(1.0 / (md * std::sqrt(md)));
       break;
+    case RotationKind::kKronecker: {
+      // The block FWHTs are unnormalised: |y| = sqrt(B) |x|.
+      const double b = KroneckerBlock(m);
+      *enc = static_cast<float>(std::sqrt(md / b));
+      *dec = static_cast<float>(1.0 / std::sqrt(md * b));
+      break;
+    }
     default:
       *enc = static_cast<float>(std::sqrt(md));
       *dec = static_cast<float>(1.0 / std::sqrt(md));

@@ -108,8 +108,10 @@ Status ApplyModifier(std::string_view spec, std::string_view kv, CodecSpec* out,
       out->rotation = RotationKind::kHadamard2;
     } else if (v == "haar") {
       out->rotation = RotationKind::kHaar;
+    } else if (v == "kron") {
+      out->rotation = RotationKind::kKronecker;
     } else {
-      return Bad(spec, "rot must be auto, hd, hd2 or haar, got '" + std::string(v) + "'");
+      return Bad(spec, "rot must be auto, hd, hd2, haar or kron, got '" + std::string(v) + "'");
     }
   } else if (key == "seed") {
     if (!ParseUint(v, UINT64_MAX, &n)) return Bad(spec, "seed must be an unsigned 64-bit number");

@@ -86,10 +86,10 @@ class TurboQuantCodec final : public Codec {
                 std::span<uint8_t> out, ThreadPool* pool) const override {
     TQKV_RETURN_IF_ERROR(CheckVectors("Encode", x, dtype, n, stride, params_.head_dim));
     TQKV_RETURN_IF_ERROR(CheckSpan("Encode output", out.size(), n, code_bytes_));
-    std::vector<uint32_t> channels[2];
-    TQKV_RETURN_IF_ERROR(plan_.SplitChannels("Encode", meta, channels));
+    TQKV_RETURN_IF_ERROR(plan_.CheckMask("Encode", meta));
     const auto& k = kernels::ActiveKernels();
     const size_t d = params_.head_dim;
+    const size_t m0 = params_.split() ? params_.subsets[0].channels : 0;
     const size_t in_pitch = stride * DTypeSize(dtype);
     const auto* src = static_cast<const uint8_t*>(x);
     uint8_t* codes = out.data();
@@ -97,7 +97,8 @@ class TurboQuantCodec final : public Codec {
     const bool direct = dtype == DType::kF32 && !params_.split();
     ParallelFor(pool, n, kGrain, [&](size_t b, size_t e) {
       std::vector<float> xf(direct ? 0 : kBatch * d);
-      std::vector<float> gathered(params_.split() ? kBatch * d : 0);
+      // Both subsets' gathered floats, each followed by the split kernels' slack.
+      std::vector<float> gathered(params_.split() ? kBatch * d + 2 * kernels::kSplitSlack : 0);
       std::vector<float> qjl_scratch(params_.qjl ? 2 * d : 0);
       for (size_t start = b; start < e; start += kBatch) {
         const size_t cnt = std::min(kBatch, e - start);
@@ -119,19 +120,12 @@ class TurboQuantCodec final : public Codec {
         }
         uint8_t* code = codes + start * code_bytes_;
         if (params_.split()) {
-          float* g = gathered.data();
+          float* g[2] = {gathered.data(), gathered.data() + kBatch * m0 + kernels::kSplitSlack};
+          k.split_gather(xs, xs_stride, cnt, meta.data(), d, g[0], m0, g[1], d - m0);
           for (size_t s = 0; s < 2; ++s) {
-            const size_t m = channels[s].size();
-            for (size_t i = 0; i < cnt; ++i) {
-              const float* xv = xs + i * xs_stride;
-              const uint32_t* ch = channels[s].data();
-              float* gv = g + i * m;
-              for (size_t j = 0; j < m; ++j) gv[j] = xv[ch[j]];
-            }
             const PlannedSubset& sub = plan_.subsets()[s];
-            k.encode(kplans_[s], g, m, cnt, code + sub.norm_offset, code + sub.planes_offset,
-                     code_bytes_);
-            g += cnt * m;
+            k.encode(kplans_[s], g[s], sub.channels, cnt, code + sub.norm_offset,
+                     code + sub.planes_offset, code_bytes_);
           }
           // A non-finite input makes the whole vector invalid, not just the subset holding it.
           for (size_t i = 0; i < cnt; ++i) PoisonIfAnyNaN(code + i * code_bytes_);
@@ -154,17 +148,18 @@ class TurboQuantCodec final : public Codec {
                 DType dtype, size_t stride, ThreadPool* pool) const override {
     TQKV_RETURN_IF_ERROR(CheckVectors("Decode", out, dtype, n, stride, params_.head_dim));
     TQKV_RETURN_IF_ERROR(CheckSpan("Decode input", codes.size(), n, code_bytes_));
-    std::vector<uint32_t> channels[2];
-    TQKV_RETURN_IF_ERROR(plan_.SplitChannels("Decode", meta, channels));
+    TQKV_RETURN_IF_ERROR(plan_.CheckMask("Decode", meta));
     const auto& k = kernels::ActiveKernels();
     const size_t d = params_.head_dim;
+    const size_t m0 = params_.split() ? params_.subsets[0].channels : 0;
     const size_t out_pitch = stride * DTypeSize(dtype);
     auto* dst = static_cast<uint8_t*>(out);
     const uint8_t* in = codes.data();
     const bool direct = dtype == DType::kF32 && !params_.split();
     ParallelFor(pool, n, kGrain, [&](size_t b, size_t e) {
       std::vector<float> xf(direct ? 0 : kBatch * d);
-      std::vector<float> gathered(params_.split() ? kBatch * d : 0);
+      // Both subsets' gathered floats, each followed by the split kernels' slack.
+      std::vector<float> gathered(params_.split() ? kBatch * d + 2 * kernels::kSplitSlack : 0);
       for (size_t start = b; start < e; start += kBatch) {
         const size_t cnt = std::min(kBatch, e - start);
         const uint8_t* code = in + start * code_bytes_;
@@ -178,20 +173,13 @@ class TurboQuantCodec final : public Codec {
           xs_stride = d;
         }
         if (params_.split()) {
-          float* g = gathered.data();
+          float* g[2] = {gathered.data(), gathered.data() + kBatch * m0 + kernels::kSplitSlack};
           for (size_t s = 0; s < 2; ++s) {
-            const size_t m = channels[s].size();
             const PlannedSubset& sub = plan_.subsets()[s];
             k.decode(kplans_[s], code + sub.norm_offset, code + sub.planes_offset, code_bytes_,
-                     cnt, g, m);
-            for (size_t i = 0; i < cnt; ++i) {
-              float* xv = xs + i * xs_stride;
-              const float* gv = g + i * m;
-              const uint32_t* ch = channels[s].data();
-              for (size_t j = 0; j < m; ++j) xv[ch[j]] = gv[j];
-            }
-            g += cnt * m;
+                     cnt, g[s], sub.channels);
           }
+          k.split_scatter(g[0], m0, g[1], d - m0, cnt, meta.data(), d, xs, xs_stride);
         } else {
           const PlannedSubset& sub = plan_.subsets()[0];
           k.decode(kplans_[0], code + sub.norm_offset, code + sub.planes_offset, code_bytes_, cnt,

@@ -56,6 +56,10 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
       float o[E];
       if (g.rotation == kGpuHaar) {
         WarpMatVecT<E>(p.table + g.haar, x, m, lane, o);
+      } else if (g.rotation == kGpuKronecker) {
+        WarpKronMix<E>(p.table + g.haar, x, m, g.block, lane, buf + base, o);
+        WarpFwht<E>(o, g.block, lane);
+        WarpMulTable<E>(o, p.table + g.signs1, m, lane);
       } else {
         WarpFwht<E>(x, m, lane);
         if (g.rotation == kGpuHadamard2) {

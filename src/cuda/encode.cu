@@ -1,6 +1,6 @@
 // Encode kernel: f32/f16/bf16 vectors ([token][head][head_dim]) -> TurboQuant codes, head-major.
 // One warp per vector; the arithmetic order is kernels.h's Encode (Sum8 tree, FWHT stage order,
-// fma MatVec, strict thresholds, ballot-built bit planes), so codes are bit-identical to the CPU.
+// fma MatVec and KronMix, strict thresholds, ballot-built bit planes), so codes are bit-identical to the CPU.
 #include "cuda/kernels.h"
 #include "cuda/warp.cuh"
 
@@ -41,6 +41,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
         const uint32_t j = static_cast<uint32_t>(e) * 32 + lane;
         xv[e] = j < m ? buf[base + j] : 0.0f;
       }
+      float* slots = buf + base;  // free once read: the Kronecker mix parks its input there
       base += m;
       const float norm = __fsqrt_rn(WarpSum8Squares<E>(xv, m, lane));
       uint32_t idx[E];
@@ -53,6 +54,13 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
         float y[E];
         if (g.rotation == kGpuHaar) {
           WarpMatVecT<E>(p.table + g.haar_t, xv, m, lane, y);
+        } else if (g.rotation == kGpuKronecker) {
+          float t[E];
+#pragma unroll
+          for (int e = 0; e < E; ++e) t[e] = xv[e];
+          WarpMulTable<E>(t, p.table + g.signs1, m, lane);
+          WarpFwht<E>(t, g.block, lane);  // aligned B-blocks: the same stages on every block
+          WarpKronMix<E>(p.table + g.haar_t, t, m, g.block, lane, slots, y);
         } else {
 #pragma unroll
           for (int e = 0; e < E; ++e) y[e] = xv[e];

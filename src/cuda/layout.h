@@ -27,7 +27,12 @@ namespace tqkv::cuda {
 
 // Element types as the kernels see them (not the serialized tqkv::DType values).
 enum GpuDType : uint32_t { kGpuF32 = 0, kGpuF16 = 1, kGpuBF16 = 2 };
-enum GpuRotation : uint32_t { kGpuHadamard = 1, kGpuHadamard2 = 2, kGpuHaar = 3 };  // RotationKind
+enum GpuRotation : uint32_t {  // RotationKind
+  kGpuHadamard = 1,
+  kGpuHadamard2 = 2,
+  kGpuHaar = 3,
+  kGpuKronecker = 4,
+};
 enum GpuCodecKind : uint32_t { kGpuRaw = 0, kGpuTurboQuant = 1 };
 
 inline constexpr uint32_t kGpuNoTable = 0xFFFFFFFFu;  // table offset of an absent array
@@ -39,12 +44,13 @@ struct GpuSubset {
   uint32_t dim;            // m
   uint32_t bits;           // 1..8
   uint32_t rotation;       // GpuRotation
-  uint32_t reserved;
+  uint32_t block;          // kGpuKronecker: B (m = q * B); else 0
   float enc_scale;
   float dec_scale;
   uint32_t norm_offset;    // bytes within one code
   uint32_t planes_offset;  // bytes within one code
-  uint32_t signs1, signs2, haar, haar_t, centroids, thresholds;  // table offsets or kGpuNoTable
+  // Table offsets or kGpuNoTable. haar/haar_t: Q and Q^T, m*m (Haar) or q*q (Kronecker).
+  uint32_t signs1, signs2, haar, haar_t, centroids, thresholds;
 };
 static_assert(sizeof(GpuSubset) == 56, "GpuSubset is passed by value to kernels: keep it packed");
 

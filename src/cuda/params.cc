@@ -78,6 +78,21 @@ void WarpMatVecT(const float* mt, const Warp& x, uint32_t m, Warp& y) {
   }
 }
 
+// The Kronecker mix y = (M (x) I_B) x, mt = M^T (q*q): the kernels' fma order (warp.cuh).
+void WarpKronMix(const float* mt, const Warp& x, uint32_t m, uint32_t block, Warp& y) {
+  std::memset(&y, 0, sizeof(y));
+  const uint32_t q = m / block;
+  for (uint32_t j = 0; j < m; ++j) {
+    const uint32_t a = j / block, b = j % block;
+    float acc = 0.0f;
+    for (uint32_t a2 = 0; a2 < q; ++a2) {
+      const uint32_t i = a2 * block + b;
+      acc = std::fma(mt[a2 * q + a], x.v[i / 32][i % 32], acc);
+    }
+    y.v[j / 32][j % 32] = acc;
+  }
+}
+
 float Table(const GpuCodecParams& p, uint32_t off, uint32_t i) { return p.table[off + i]; }
 
 }  // namespace
@@ -120,6 +135,7 @@ Result<PackedCodec> PackCodecParams(const CodecParams& params) {
     g.dim = ps.channels;
     g.bits = ps.bits;
     g.rotation = static_cast<uint32_t>(ps.rotation.kind);
+    g.block = ps.rotation.block;
     g.enc_scale = ps.enc_scale;
     g.dec_scale = ps.dec_scale;
     g.norm_offset = static_cast<uint32_t>(ps.norm_offset);
@@ -161,6 +177,10 @@ void EmulateDecodeVector(const GpuCodecParams& p, const uint8_t* code, const uin
     Warp o;
     if (g.rotation == kGpuHaar) {
       WarpMatVecT(p.table + g.haar, w, m, o);
+    } else if (g.rotation == kGpuKronecker) {
+      WarpKronMix(p.table + g.haar, w, m, g.block, o);
+      WarpFwht(o, g.block);
+      for (uint32_t j = 0; j < m; ++j) o.v[j / 32][j % 32] *= Table(p, g.signs1, j);
     } else {
       WarpFwht(w, m);
       if (g.rotation == kGpuHadamard2) {
@@ -209,6 +229,11 @@ void EmulateEncodeVector(const GpuCodecParams& p, const void* x, uint32_t in_dty
       Warp y;
       if (g.rotation == kGpuHaar) {
         WarpMatVecT(p.table + g.haar_t, xw, m, y);
+      } else if (g.rotation == kGpuKronecker) {
+        Warp t = xw;
+        for (uint32_t j = 0; j < m; ++j) t.v[j / 32][j % 32] *= Table(p, g.signs1, j);
+        WarpFwht(t, g.block);
+        WarpKronMix(p.table + g.haar_t, t, m, g.block, y);
       } else {
         y = xw;
         for (uint32_t j = 0; j < m; ++j) y.v[j / 32][j % 32] *= Table(p, g.signs1, j);

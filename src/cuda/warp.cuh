@@ -83,6 +83,35 @@ __device__ __forceinline__ void WarpMatVecT(const float* __restrict__ mt, const 
   }
 }
 
+// Kronecker mix y = (M (x) I_B) x, mt = M^T (q*q, q = m / B), through the warp's shared buffer
+// `buf` (m floats, the subset's slots): x is parked there, then lane j computes
+// y[j] = fma(mt[a'][a], x[a' * B + b], acc) for a' = 0..q-1 in order (j = a * B + b).
+template <int E>
+__device__ __forceinline__ void WarpKronMix(const float* __restrict__ mt, const float (&x)[E],
+                                            uint32_t m, uint32_t block, uint32_t lane, float* buf,
+                                            float (&y)[E]) {
+#pragma unroll
+  for (int e = 0; e < E; ++e) {
+    const uint32_t j = static_cast<uint32_t>(e) * 32 + lane;
+    if (j < m) buf[j] = x[e];
+  }
+  __syncwarp();
+  const uint32_t q = m / block;
+#pragma unroll
+  for (int e = 0; e < E; ++e) {
+    const uint32_t j = static_cast<uint32_t>(e) * 32 + lane;
+    float acc = 0.0f;
+    if (j < m) {
+      const uint32_t a = j / block, b = j % block;
+      for (uint32_t a2 = 0; a2 < q; ++a2) {
+        acc = __fmaf_rn(__ldg(mt + a2 * q + a), buf[a2 * block + b], acc);
+      }
+    }
+    y[e] = acc;
+  }
+  __syncwarp();  // the caller may overwrite buf next
+}
+
 // Elementwise v[j] *= t[j] (sign vectors: exact).
 template <int E>
 __device__ __forceinline__ void WarpMulTable(float (&v)[E], const float* __restrict__ t,

@@ -23,12 +23,13 @@ TEST(CodecLabel, RawDtypes) {
 }
 
 // A preset or a canonical spec comes back as written, whatever the head dimension: the automatic
-// rotation stays "auto" for both a power of two (Hadamard) and not (Haar).
+// rotation stays "auto" for both a power of two (Hadamard) and not (Kronecker); a split preset
+// written with rot=haar (what auto gave before the Kronecker kind) says so.
 TEST(CodecLabel, InvertsSpecResolution) {
   for (const char* spec : {"tq2", "tq3", "tq4", "tq2.5", "tq3.5"}) {
     for (uint32_t d : {64u, 96u, 128u}) EXPECT_EQ(LabelOf(spec, d), spec) << "d=" << d;
   }
-  for (const char* spec : {"tq:b=3,rot=haar", "tq:b=3,rot=hd2", "tq3,norm=f16"}) {
+  for (const char* spec : {"tq:b=3,rot=haar", "tq:b=3,rot=hd2", "tq3,norm=f16", "tq2.5,rot=haar"}) {
     const std::string formatted = FormatCodecSpec(*ParseCodecSpec(spec));
     EXPECT_EQ(LabelOf(spec, 128), formatted) << spec;
   }

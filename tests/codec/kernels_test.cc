@@ -74,14 +74,17 @@ TestPlan MakePlan(uint32_t dim, uint32_t bits, RotationKind rot, DType norm_dtyp
     t.signs1.push_back(coin(rng) ? 1.0f : -1.0f);
     t.signs2.push_back(coin(rng) ? 1.0f : -1.0f);
   }
-  if (rot == RotationKind::kHaar) {
-    const std::vector<double> q = orthogonal ? OrthogonalMatrix(dim) : GaussianMatrix(dim, rng);
+  // Kronecker: the q*q factor, q = dim / B, B the largest power of two dividing dim.
+  const uint32_t block = rot == RotationKind::kKronecker ? (dim & (~dim + 1u)) : 0;
+  if (rot == RotationKind::kHaar || rot == RotationKind::kKronecker) {
+    const uint32_t n = rot == RotationKind::kHaar ? dim : dim / block;
+    const std::vector<double> q = orthogonal ? OrthogonalMatrix(n) : GaussianMatrix(n, rng);
     t.haar.resize(q.size());
     t.haar_t.resize(q.size());
-    for (uint32_t r = 0; r < dim; ++r) {
-      for (uint32_t c = 0; c < dim; ++c) {
-        t.haar[size_t{r} * dim + c] = static_cast<float>(q[size_t{r} * dim + c]);
-        t.haar_t[size_t{c} * dim + r] = static_cast<float>(q[size_t{r} * dim + c]);
+    for (uint32_t r = 0; r < n; ++r) {
+      for (uint32_t c = 0; c < n; ++c) {
+        t.haar[size_t{r} * n + c] = static_cast<float>(q[size_t{r} * n + c]);
+        t.haar_t[size_t{c} * n + r] = static_cast<float>(q[size_t{r} * n + c]);
       }
     }
   }
@@ -109,11 +112,15 @@ TestPlan MakePlan(uint32_t dim, uint32_t bits, RotationKind rot, DType norm_dtyp
   } else if (rot == RotationKind::kHaar) {
     enc = std::sqrt(m);
     dec = 1 / std::sqrt(m);
+  } else if (rot == RotationKind::kKronecker) {
+    enc = std::sqrt(m / block);
+    dec = 1 / std::sqrt(m * block);
   }
   SubsetPlan& p = t.plan;
   p.dim = dim;
   p.bits = bits;
   p.rotation = rot;
+  p.block = block;
   p.signs1 = t.signs1.data();
   p.signs2 = t.signs2.data();
   p.haar = t.haar.empty() ? nullptr : t.haar.data();
@@ -176,6 +183,8 @@ std::vector<float> MakeInputs(uint32_t dim, size_t stride, size_t* n, std::mt199
 
 std::vector<uint32_t> DimsFor(RotationKind rot) {
   if (rot == RotationKind::kHaar) return {3, 8, 16, 20, 32, 64, 96, 128, 256};
+  // q = 1 (a power of two), odd q with B = 8..64 (SIMD), B < 8 and odd sizes (reference fallback).
+  if (rot == RotationKind::kKronecker) return {5, 12, 20, 24, 40, 48, 64, 72, 96, 120, 192, 320};
   return {8, 16, 32, 64, 128, 256, 512};
 }
 
@@ -257,6 +266,23 @@ TEST(KernelsRef, MatVecTIsColumnAccumulationWithFma) {
   }
   ref::MatVecT(mt.data(), x.data(), m, y.data());
   for (size_t j = 0; j < m; ++j) EXPECT_EQ(y[j], want[j]);
+}
+
+TEST(KernelsRef, KronMixIsBlockwiseFmaInOrder) {
+  std::mt19937 rng(41);
+  std::normal_distribution<float> gauss;
+  const size_t q = 3, block = 8, m = q * block;
+  std::vector<float> mt(q * q), x(m), y(m);
+  for (auto& v : mt) v = gauss(rng);
+  for (auto& v : x) v = gauss(rng);
+  ref::KronMix(mt.data(), x.data(), q, block, y.data());
+  for (size_t a = 0; a < q; ++a) {
+    for (size_t b = 0; b < block; ++b) {
+      float want = 0.0f;
+      for (size_t a2 = 0; a2 < q; ++a2) want = std::fma(mt[a2 * q + a], x[a2 * block + b], want);
+      EXPECT_EQ(std::bit_cast<uint32_t>(y[a * block + b]), std::bit_cast<uint32_t>(want));
+    }
+  }
 }
 
 TEST(KernelsRef, QuantizeCountsThresholdsStrictlyBelow) {
@@ -344,22 +370,25 @@ TEST(KernelsRef, EncodeZeroAndNonFiniteNorms) {
 TEST(KernelsRef, RoundTripIsAccurate) {
   std::mt19937 rng(8);
   std::normal_distribution<float> gauss;
-  for (RotationKind rot :
-       {RotationKind::kHadamard, RotationKind::kHadamard2, RotationKind::kHaar}) {
-    TestPlan t = MakePlan(64, 8, rot, DType::kF32, false, rng);
+  for (RotationKind rot : {RotationKind::kHadamard, RotationKind::kHadamard2, RotationKind::kHaar,
+                           RotationKind::kKronecker}) {
+    // 96 = 3 * 32 for the Kronecker kind, so its q*q mix is exercised.
+    TestPlan t = MakePlan(rot == RotationKind::kKronecker ? 96 : 64, 8, rot, DType::kF32, false,
+                          rng);
     for (size_t k = 0; k < t.centroids.size(); ++k) {  // uniform grid over [-4, 4]
       t.centroids[k] = -4.0f + 8.0f * static_cast<float>(k) / 255.0f;
     }
     for (size_t k = 0; k + 1 < t.centroids.size(); ++k) {
       t.thresholds[k] = 0.5f * (t.centroids[k] + t.centroids[k + 1]);
     }
-    std::vector<float> x(64), y(64);
+    const size_t m = t.plan.dim;
+    std::vector<float> x(m), y(m);
     for (auto& v : x) v = gauss(rng) * 3.0f;
     std::vector<uint8_t> code(4 + t.plan.planes_bytes());
-    ScalarKernels().encode(t.plan, x.data(), 64, 1, code.data(), code.data() + 4, code.size());
-    ScalarKernels().decode(t.plan, code.data(), code.data() + 4, code.size(), 1, y.data(), 64);
+    ScalarKernels().encode(t.plan, x.data(), m, 1, code.data(), code.data() + 4, code.size());
+    ScalarKernels().decode(t.plan, code.data(), code.data() + 4, code.size(), 1, y.data(), m);
     double err = 0, ref = 0;
-    for (size_t j = 0; j < 64; ++j) {
+    for (size_t j = 0; j < m; ++j) {
       err += (x[j] - y[j]) * (x[j] - y[j]);
       ref += x[j] * x[j];
     }
@@ -438,6 +467,7 @@ void ExpectMatchesReference(RotationKind rot) {
 TEST(KernelsSimd, HadamardMatchesReference) { ExpectMatchesReference(RotationKind::kHadamard); }
 TEST(KernelsSimd, Hadamard2MatchesReference) { ExpectMatchesReference(RotationKind::kHadamard2); }
 TEST(KernelsSimd, HaarMatchesReference) { ExpectMatchesReference(RotationKind::kHaar); }
+TEST(KernelsSimd, KroneckerMatchesReference) { ExpectMatchesReference(RotationKind::kKronecker); }
 
 // Shapes the SIMD tables hand to the reference (odd dims, dims beyond their stack buffers) and
 // empty batches.
@@ -448,7 +478,8 @@ TEST(KernelsSimd, FallbackShapesAndEmptyBatches) {
     RotationKind rot;
   };
   for (Shape shape : {Shape{2048, RotationKind::kHadamard}, Shape{1, RotationKind::kHaar},
-                      Shape{12, RotationKind::kHaar}, Shape{1040, RotationKind::kHaar}}) {
+                      Shape{12, RotationKind::kHaar}, Shape{1040, RotationKind::kHaar},
+                      Shape{1040, RotationKind::kKronecker}, Shape{36, RotationKind::kKronecker}}) {
     TestPlan t = MakePlan(shape.dim, 3, shape.rot, DType::kF16, true, rng, false);
     size_t n = 0;
     const std::vector<float> x = MakeInputs(shape.dim, shape.dim, &n, rng);
@@ -470,6 +501,51 @@ TEST(KernelsSimd, FallbackShapesAndEmptyBatches) {
       table->decode(t.plan, nullptr, nullptr, stride, 0, nullptr, shape.dim);
       table->to_f32(nullptr, DType::kF16, 0, nullptr);
       table->from_f32(nullptr, 0, DType::kBF16, nullptr);
+    }
+  }
+}
+
+// The split gather/scatter of every table against the reference, and scatter(gather(x)) == x:
+// random masks, masks packed into single bytes, d with a tail (d % 8 != 0), strided vectors.
+TEST(KernelsSimd, SplitGatherScatterMatchReference) {
+  std::mt19937 rng(44);
+  std::normal_distribution<float> gauss;
+  for (size_t d : {16u, 20u, 64u, 96u, 128u, 130u, 256u}) {
+    for (int trial = 0; trial < 6; ++trial) {
+      std::vector<uint8_t> mask((d + 7) / 8, 0);
+      size_t m0 = 0;
+      for (size_t c = 0; c < d; ++c) {
+        const bool set = trial == 0 ? c < 8 : trial == 1 ? c >= d - 5 : (rng() % 4 == 0);
+        if (set) {
+          mask[c / 8] |= uint8_t(1u << (c % 8));
+          ++m0;
+        }
+      }
+      const size_t m1 = d - m0, n = 5, stride = d + 3;
+      std::vector<float> x(n * stride);
+      for (auto& v : x) v = gauss(rng);
+      std::vector<float> want0(n * m0 + kSplitSlack), want1(n * m1 + kSplitSlack);
+      ScalarKernels().split_gather(x.data(), stride, n, mask.data(), d, want0.data(), m0,
+                                   want1.data(), m1);
+      std::vector<float> back(n * stride, -7.0f);
+      ScalarKernels().split_scatter(want0.data(), m0, want1.data(), m1, n, mask.data(), d,
+                                    back.data(), stride);
+      for (size_t i = 0; i < n; ++i) {
+        for (size_t c = 0; c < d; ++c) ASSERT_EQ(back[i * stride + c], x[i * stride + c]);
+        for (size_t c = d; c < stride; ++c) ASSERT_EQ(back[i * stride + c], -7.0f);
+      }
+      for (const KernelTable* table : SimdTables()) {
+        SCOPED_TRACE(std::string(table->name) + " d=" + std::to_string(d) +
+                     " m0=" + std::to_string(m0));
+        std::vector<float> got0(want0.size(), 9.0f), got1(want1.size(), 9.0f);
+        table->split_gather(x.data(), stride, n, mask.data(), d, got0.data(), m0, got1.data(), m1);
+        for (size_t j = 0; j < n * m0; ++j) ASSERT_EQ(got0[j], want0[j]) << j;
+        for (size_t j = 0; j < n * m1; ++j) ASSERT_EQ(got1[j], want1[j]) << j;
+        std::vector<float> got(n * stride, -7.0f);
+        table->split_scatter(want0.data(), m0, want1.data(), m1, n, mask.data(), d, got.data(),
+                             stride);
+        ASSERT_EQ(got, back);
+      }
     }
   }
 }

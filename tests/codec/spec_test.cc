@@ -74,6 +74,8 @@ TEST(CodecSpec, RoundTrip) {
                         "tq2.5",
                         "tq3.5",
                         "tq3,rot=haar",
+                        "tq2.5,rot=haar",
+                        "tq3.5,rot=kron",
                         "tq4,rot=hd2,seed=12345",
                         "tq2.5,norm=f16",
                         "tq3.5,nc=1",

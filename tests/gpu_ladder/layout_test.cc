@@ -32,9 +32,13 @@ std::vector<Case> AllCases() {
   }
   for (uint32_t d : gpu_test::KernelHeadDims()) out.push_back({"fp16", d});
   for (uint32_t d : gpu_test::KernelHeadDims()) out.push_back({"bf16", d});
-  out.push_back({"tq3", 96});   // Haar via kAuto (not a power of two), 3 registers per lane
-  out.push_back({"tq3", 80});   // m % 32 != 0
-  out.push_back({"tq2.5", 48}); // 12 outliers: a subset smaller than a warp
+  out.push_back({"tq3", 96});   // Kronecker via kAuto: 3 x 32, 3 registers per lane
+  out.push_back({"tq3,rot=haar", 96});  // the dense kind on the same shape
+  out.push_back({"tq3", 80});   // Kronecker 5 x 16: m % 32 != 0, blocks inside a register
+  out.push_back({"tq3", 120});  // Kronecker 15 x 8
+  out.push_back({"tq2.5", 48}); // 12 outliers: a subset smaller than a warp; 4-blocks (3 x 4)
+  out.push_back({"tq2.5,rot=haar", 128});
+  out.push_back({"tq3.5", 192});  // 48 outliers (3 x 16) + 144 (9 x 16), 6 registers
   return out;
 }
 
@@ -120,11 +124,19 @@ TEST(PackCodecParams, TableHoldsWhatTheCodecUses) {
       EXPECT_LT(packed->table[g.thresholds + k], cp.subsets[s].centroids[k + 1]);
       EXPECT_GT(packed->table[g.thresholds + k], cp.subsets[s].centroids[k]);
     }
-    if (g.rotation == cuda::kGpuHaar) {
+    if (g.rotation == cuda::kGpuHaar || g.rotation == cuda::kGpuKronecker) {
       EXPECT_NE(g.haar, cuda::kGpuNoTable);
       EXPECT_NE(g.haar_t, cuda::kGpuNoTable);
+    }
+    if (g.rotation != cuda::kGpuHaar) EXPECT_NE(g.signs1, cuda::kGpuNoTable);
+    if (g.rotation == cuda::kGpuKronecker) {
+      EXPECT_EQ(g.block, g.dim & (~g.dim + 1u));  // 96 = 3 x 32
+      const uint32_t q = g.dim / g.block;
+      for (uint32_t i = 0; i < q * q; ++i) {
+        EXPECT_EQ(packed->table[g.haar + i], packed->table[g.haar_t + (i % q) * q + i / q]);
+      }
     } else {
-      EXPECT_NE(g.signs1, cuda::kGpuNoTable);
+      EXPECT_EQ(g.block, 0u);
     }
   }
   EXPECT_EQ(p.table_floats, packed->table.size());

@@ -80,6 +80,10 @@ constexpr size_t kMaxDim = 1024;
 bool Vectorised(const SubsetPlan& p) {
   if (p.dim == 0 || p.dim % 8 != 0 || p.dim > kMaxDim || p.bits < 1 || p.bits > 8) return false;
   if (p.rotation == RotationKind::kHaar) return p.haar != nullptr && p.haar_t != nullptr;
+  if (p.rotation == RotationKind::kKronecker) {  // dim % 8 == 0, so B >= 8: whole registers
+    return p.haar != nullptr && p.haar_t != nullptr && p.signs1 != nullptr && p.block != 0 &&
+           p.dim % p.block == 0;
+  }
   if (p.rotation != RotationKind::kHadamard && p.rotation != RotationKind::kHadamard2) return false;
   return (p.dim & (p.dim - 1)) == 0;
 }
@@ -519,6 +523,91 @@ InverseFn PickInverse(uint32_t dim) {
   return nullptr;
 }
 
+// ---- Kronecker kind: signs, FWHT of each B-block, then the q*q mix across blocks ----
+
+// t = Fwht(signs * x) for one block of 8 * R floats (t aligned).
+template <int R>
+void SignedFwhtBlock(const float* x, const float* signs, float* t) {
+  __m256 v[R];
+#pragma GCC unroll 128
+  for (int r = 0; r < R; ++r) {
+    v[r] = _mm256_mul_ps(_mm256_loadu_ps(x + 8 * r), _mm256_loadu_ps(signs + 8 * r));
+  }
+  FwhtRegs<R>(v);
+#pragma GCC unroll 128
+  for (int r = 0; r < R; ++r) _mm256_store_ps(t + 8 * r, v[r]);
+}
+
+// out = signs * Fwht(u) for one block (u aligned).
+template <int R>
+void FwhtSignedBlock(const float* u, const float* signs, float* out) {
+  __m256 v[R];
+#pragma GCC unroll 128
+  for (int r = 0; r < R; ++r) v[r] = _mm256_load_ps(u + 8 * r);
+  FwhtRegs<R>(v);
+#pragma GCC unroll 128
+  for (int r = 0; r < R; ++r) {
+    _mm256_storeu_ps(out + 8 * r, _mm256_mul_ps(v[r], _mm256_loadu_ps(signs + 8 * r)));
+  }
+}
+
+using BlockFn = void (*)(const float*, const float*, float*);
+
+template <template <int> class F>
+BlockFn PickBlock(uint32_t block) {
+  switch (block / 8) {
+    case 1: return F<1>::Run;
+    case 2: return F<2>::Run;
+    case 4: return F<4>::Run;
+    case 8: return F<8>::Run;
+    case 16: return F<16>::Run;
+    case 32: return F<32>::Run;
+    case 64: return F<64>::Run;
+    case 128: return F<128>::Run;
+  }
+  return nullptr;
+}
+template <int R>
+struct SignedFwhtOp {
+  static void Run(const float* x, const float* s, float* t) { SignedFwhtBlock<R>(x, s, t); }
+};
+template <int R>
+struct FwhtSignedOp {
+  static void Run(const float* u, const float* s, float* out) { FwhtSignedBlock<R>(u, s, out); }
+};
+
+// y = (M (x) I_B) x with mt = M^T (q*q): per output register, q fmas in the reference's order.
+// x aligned; y[j] = acc * scale when scale is given (encode), else acc.
+inline void KronMix(const float* mt, const float* x, size_t m, size_t block, const float* scale,
+                    float* y) {
+  const size_t q = m / block;
+  for (size_t a = 0; a < q; ++a) {
+    for (size_t off = 0; off < block; off += 8) {
+      __m256 acc = _mm256_setzero_ps();
+      for (size_t a2 = 0; a2 < q; ++a2) {
+        acc = _mm256_fmadd_ps(_mm256_broadcast_ss(mt + a2 * q + a),
+                              _mm256_load_ps(x + a2 * block + off), acc);
+      }
+      if (scale != nullptr) acc = _mm256_mul_ps(acc, _mm256_set1_ps(*scale));
+      _mm256_storeu_ps(y + a * block + off, acc);
+    }
+  }
+}
+
+void KronForward(const SubsetPlan& p, const float* x, float scale, float* z) {
+  alignas(32) float t[kMaxDim];
+  const BlockFn fwht = PickBlock<SignedFwhtOp>(p.block);
+  for (size_t j = 0; j < p.dim; j += p.block) fwht(x + j, p.signs1 + j, t + j);
+  KronMix(p.haar_t, t, p.dim, p.block, &scale, z);
+}
+
+void KronInverse(const SubsetPlan& p, const float* v, float* out) {
+  alignas(32) float u[kMaxDim];
+  KronMix(p.haar, v, p.dim, p.block, nullptr, u);
+  const BlockFn fwht = PickBlock<FwhtSignedOp>(p.block);
+  for (size_t j = 0; j < p.dim; j += p.block) fwht(u + j, p.signs1 + j, out + j);
+}
+
 // kRegs (1..4) registers of z -> 32 index bytes (zero padded); with norm correction also adds the
 // squared centroids to csum, lane k taking elements 8r + k in order of r as Sum8 does.
 template <int kBits, int kRegs>
@@ -546,7 +635,9 @@ void EncodeBits(const SubsetPlan& plan, const float* x, size_t x_stride, size_t 
                 uint8_t* norm_out, uint8_t* planes_out, size_t code_stride) {
   const size_t m = plan.dim;
   const bool haar = plan.rotation == RotationKind::kHaar;
-  const ForwardFn forward = haar ? nullptr : PickForward(plan.dim);
+  const ForwardFn forward = haar                                        ? nullptr
+                            : plan.rotation == RotationKind::kKronecker ? KronForward
+                                                                        : PickForward(plan.dim);
   Tables t;
   InitTables(plan, &t);
   alignas(32) float zbuf[kHaarBatch][kMaxDim];
@@ -627,7 +718,9 @@ void DecodeBits(const SubsetPlan& plan, const uint8_t* norm_in, const uint8_t* p
                 size_t code_stride, size_t n, float* out, size_t out_stride) {
   const size_t m = plan.dim;
   const bool haar = plan.rotation == RotationKind::kHaar;
-  const InverseFn inverse = haar ? nullptr : PickInverse(plan.dim);
+  const InverseFn inverse = haar                                        ? nullptr
+                            : plan.rotation == RotationKind::kKronecker ? KronInverse
+                                                                        : PickInverse(plan.dim);
   Tables t;
   InitTables(plan, &t);
   alignas(32) float vbufs[kHaarBatch][kMaxDim];
@@ -684,11 +777,97 @@ void Decode(const SubsetPlan& plan, const uint8_t* norm_in, const uint8_t* plane
   kByBits[plan.bits - 1](plan, norm_in, planes_in, code_stride, n, out, out_stride);
 }
 
+// ---- split gather / scatter: one permute per 8 channels, by the mask byte ----
+
+struct SplitLut {
+  uint8_t set[256][8];    // lanes whose bit is set, ascending (then padding)
+  uint8_t unset[256][8];  // lanes whose bit is clear, ascending (then padding)
+  uint8_t rank[256][8];   // lane l: its rank among the set (bit set) or the clear lanes
+};
+
+const SplitLut& Lut() {
+  static const SplitLut lut = [] {
+    SplitLut t{};
+    for (int mb = 0; mb < 256; ++mb) {
+      int a = 0, b = 0;
+      for (int l = 0; l < 8; ++l) {
+        if ((mb >> l) & 1) {
+          t.rank[mb][l] = static_cast<uint8_t>(a);
+          t.set[mb][a++] = static_cast<uint8_t>(l);
+        } else {
+          t.rank[mb][l] = static_cast<uint8_t>(b);
+          t.unset[mb][b++] = static_cast<uint8_t>(l);
+        }
+      }
+    }
+    return t;
+  }();
+  return lut;
+}
+
+inline __m256i LoadLut(const uint8_t* row) {
+  return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row)));
+}
+
+// Whole registers are stored at the running positions: the lanes past the valid ones are
+// overwritten by the next step, or land in the next vector's region (written later) or the slack.
+void SplitGather(const float* x, size_t x_stride, size_t n, const uint8_t* mask, size_t d,
+                 float* out0, size_t m0, float* out1, size_t m1) {
+  const SplitLut& t = Lut();
+  const size_t full = d / 8;
+  for (size_t i = 0; i < n; ++i) {
+    const float* xv = x + i * x_stride;
+    float* o0 = out0 + i * m0;
+    float* o1 = out1 + i * m1;
+    for (size_t k = 0; k < full; ++k) {
+      const uint8_t mb = mask[k];
+      const __m256 v = _mm256_loadu_ps(xv + 8 * k);
+      _mm256_storeu_ps(o0, _mm256_permutevar8x32_ps(v, LoadLut(t.set[mb])));
+      _mm256_storeu_ps(o1, _mm256_permutevar8x32_ps(v, LoadLut(t.unset[mb])));
+      const int cnt = __builtin_popcount(mb);
+      o0 += cnt;
+      o1 += 8 - cnt;
+    }
+    for (size_t c = 8 * full; c < d; ++c) {
+      if ((mask[c / 8] >> (c % 8)) & 1u) {
+        *o0++ = xv[c];
+      } else {
+        *o1++ = xv[c];
+      }
+    }
+  }
+}
+
+void SplitScatter(const float* in0, size_t m0, const float* in1, size_t m1, size_t n,
+                  const uint8_t* mask, size_t d, float* x, size_t x_stride) {
+  const SplitLut& t = Lut();
+  const size_t full = d / 8;
+  const __m256i bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+  for (size_t i = 0; i < n; ++i) {
+    float* xv = x + i * x_stride;
+    const float* i0 = in0 + i * m0;
+    const float* i1 = in1 + i * m1;
+    for (size_t k = 0; k < full; ++k) {
+      const uint8_t mb = mask[k];
+      const __m256i rank = LoadLut(t.rank[mb]);
+      const __m256 a = _mm256_permutevar8x32_ps(_mm256_loadu_ps(i0), rank);
+      const __m256 b = _mm256_permutevar8x32_ps(_mm256_loadu_ps(i1), rank);
+      const __m256i sel = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(mb), bit), bit);
+      _mm256_storeu_ps(xv + 8 * k, _mm256_blendv_ps(b, a, _mm256_castsi256_ps(sel)));
+      const int cnt = __builtin_popcount(mb);
+      i0 += cnt;
+      i1 += 8 - cnt;
+    }
+    for (size_t c = 8 * full; c < d; ++c) xv[c] = ((mask[c / 8] >> (c % 8)) & 1u) ? *i0++ : *i1++;
+  }
+}
+
 }  // namespace
 
 namespace internal {
 const KernelTable& Avx2Table() {
-  static const KernelTable table{"avx2", ToF32, FromF32, Encode, Decode};
+  static const KernelTable table{"avx2", ToF32, FromF32, Encode, Decode, SplitGather,
+                                 SplitScatter};
   return table;
 }
 }  // namespace internal

@@ -11,6 +11,9 @@
 //                   stage, for every pair (i, i + h) with (i & h) == 0: (a, b) -> (a + b, a - b).
 //   MatVec(M, x):   y = 0; for i in 0..m-1: for j: y[j] = fma(M[j][i], x[i], y[j])   (std::fma,
 //                   i.e. column-by-column accumulation; M given as its transpose, row-major).
+//   KronMix(M, x):  m = q * B, M q*q given as its transpose Mt, row-major; for a in 0..q-1, b in
+//                   0..B-1: acc = 0; for a' in 0..q-1: acc = fma(Mt[a'][a], x[a' * B + b], acc);
+//                   y[a * B + b] = acc   (std::fma; y = (M (x) I_B) x).
 //
 // Encoding one subset vector x[0..m) (already converted to float and gathered):
 //   ss = Sum8(x^2); norm = sqrtf(ss)
@@ -19,6 +22,7 @@
 //   Hadamard:  y = Fwht(signs1 * x)                       (sign multiply by +-1.0f is exact)
 //   Hadamard2: y = Fwht(signs2 * Fwht(signs1 * x))
 //   Haar:      y = MatVec(Q, x)
+//   Kronecker: t = signs1 * x; Fwht of each block t[a * B .. a * B + B); y = KronMix(Q_q, t)
 //   s = enc_scale / norm;  z[j] = y[j] * s                 (z ~ N(0,1) per coordinate)
 //   idx[j] = number of thresholds t_k with t_k < z[j]      (strict; NaN gives 0)
 //   stored norm = norm, or with norm correction norm * sqrtf(float(m) / Sum8(centroid[idx]^2))
@@ -29,8 +33,10 @@
 //   Hadamard:  out = signs1 * Fwht(v)
 //   Hadamard2: out = signs1 * Fwht(signs2 * Fwht(v))
 //   Haar:      out = MatVec(Q^T, v)
+//   Kronecker: u = KronMix(Q_q^T, v); Fwht of each block of u; out = signs1 * u
 // enc_scale/dec_scale are per rotation kind (computed in double, rounded to float once):
-//   Hadamard: 1 and 1/m;  Hadamard2: 1/sqrt(m) and 1/(m*sqrt(m));  Haar: sqrt(m) and 1/sqrt(m).
+//   Hadamard: 1 and 1/m;  Hadamard2: 1/sqrt(m) and 1/(m*sqrt(m));  Haar: sqrt(m) and 1/sqrt(m);
+//   Kronecker: sqrt(m/B) and 1/sqrt(m*B).
 #ifndef TQKV_SRC_CODEC_KERNELS_KERNELS_H_
 #define TQKV_SRC_CODEC_KERNELS_KERNELS_H_
 
@@ -48,10 +54,13 @@ struct SubsetPlan {
   uint32_t dim = 0;           // m: channels of the subset
   uint32_t bits = 0;          // 1..8
   RotationKind rotation = RotationKind::kHadamard;
-  const float* signs1 = nullptr;     // m entries of +-1.0f (Hadamard, Hadamard2)
+  uint32_t block = 0;         // Kronecker: B (a power of two dividing m)
+  const float* signs1 = nullptr;     // m entries of +-1.0f (Hadamard, Hadamard2, Kronecker)
   const float* signs2 = nullptr;     // m entries (Hadamard2)
-  const float* haar_t = nullptr;     // Q^T, m*m row-major: row i = column i of Q (encode)
-  const float* haar = nullptr;       // Q, m*m row-major: row j of Q (decode uses Q^T x = sum_j x_j Q[j])
+  // Q^T row-major: row i = column i of Q (encode). Haar: m*m; Kronecker: Q_q, q*q (q = m / B).
+  const float* haar_t = nullptr;
+  // Q row-major (decode uses Q^T x = sum_j x_j Q[j]). Haar: m*m; Kronecker: q*q.
+  const float* haar = nullptr;
   const float* centroids = nullptr;  // 2^bits ascending (unit-variance domain)
   const float* thresholds = nullptr; // 2^bits - 1 midpoints: t_k = 0.5f * (c_k + c_{k+1})
   float enc_scale = 1.0f;
@@ -76,7 +85,17 @@ struct KernelTable {
   // Inverse of encode: vector i goes to out + i * out_stride (plan.dim floats).
   void (*decode)(const SubsetPlan& plan, const uint8_t* norm_in, const uint8_t* planes_in,
                  size_t code_stride, size_t n, float* out, size_t out_stride);
+  // Split codecs, n vectors of d floats (vector i at x + i * x_stride): the channels the mask
+  // marks (ceil(d/8) bytes, bit c % 8 of byte c / 8; exactly m0 set, none >= d), ascending, go to
+  // out0 + i * m0, the others, ascending, to out1 + i * m1. Pure data movement. out0 and out1 need
+  // kSplitSlack floats of room after their last vector (SIMD tables store whole registers).
+  void (*split_gather)(const float* x, size_t x_stride, size_t n, const uint8_t* mask, size_t d,
+                       float* out0, size_t m0, float* out1, size_t m1);
+  // The inverse: channel c of vector i from in0/in1 as above (the same slack, for reads).
+  void (*split_scatter)(const float* in0, size_t m0, const float* in1, size_t m1, size_t n,
+                        const uint8_t* mask, size_t d, float* x, size_t x_stride);
 };
+inline constexpr size_t kSplitSlack = 8;
 
 // Scalar reference: always built.
 const KernelTable& ScalarKernels();
@@ -92,6 +111,8 @@ namespace ref {
 float Sum8Squares(const float* v, size_t m);
 void Fwht(float* y, size_t m);  // m a power of two
 void MatVecT(const float* mt, const float* x, size_t m, float* y);  // y = M x, mt = M^T row-major
+// y = (M (x) I_block) x for m = q * block, mt = M^T (q*q row-major); y and x must not overlap.
+void KronMix(const float* mt, const float* x, size_t q, size_t block, float* y);
 uint32_t Quantize(float z, const float* thresholds, uint32_t bits);
 void PackPlanes(const uint8_t* idx, size_t m, uint32_t bits, uint8_t* planes);
 void UnpackPlanes(const uint8_t* planes, size_t m, uint32_t bits, uint8_t* idx);

@@ -40,6 +40,16 @@ void MatVecT(const float* mt, const float* x, size_t m, float* y) {
   }
 }
 
+void KronMix(const float* mt, const float* x, size_t q, size_t block, float* y) {
+  for (size_t a = 0; a < q; ++a) {
+    for (size_t b = 0; b < block; ++b) {
+      float acc = 0.0f;
+      for (size_t a2 = 0; a2 < q; ++a2) acc = std::fma(mt[a2 * q + a], x[a2 * block + b], acc);
+      y[a * block + b] = acc;
+    }
+  }
+}
+
 uint32_t Quantize(float z, const float* thresholds, uint32_t bits) {
   const uint32_t count = (1u << bits) - 1;
   if (bits >= 5) {
@@ -135,6 +145,11 @@ void Encode(const SubsetPlan& plan, const float* x, size_t x_stride, size_t n, u
         case RotationKind::kHaar:
           ref::MatVecT(plan.haar_t, xv, m, y.data());
           break;
+        case RotationKind::kKronecker:
+          for (size_t j = 0; j < m; ++j) tmp[j] = xv[j] * plan.signs1[j];
+          for (size_t j = 0; j < m; j += plan.block) ref::Fwht(tmp.data() + j, plan.block);
+          ref::KronMix(plan.haar_t, tmp.data(), m / plan.block, plan.block, y.data());
+          break;
         case RotationKind::kHadamard2:
         case RotationKind::kHadamard:
         default:
@@ -163,7 +178,7 @@ void Encode(const SubsetPlan& plan, const float* x, size_t x_stride, size_t n, u
 void Decode(const SubsetPlan& plan, const uint8_t* norm_in, const uint8_t* planes_in,
             size_t code_stride, size_t n, float* out, size_t out_stride) {
   const size_t m = plan.dim;
-  std::vector<float> v(m);
+  std::vector<float> v(m), u(m);
   std::vector<uint8_t> idx(m);
   for (size_t k = 0; k < n; ++k) {
     float* o = out + k * out_stride;
@@ -173,6 +188,11 @@ void Decode(const SubsetPlan& plan, const uint8_t* norm_in, const uint8_t* plane
     switch (plan.rotation) {
       case RotationKind::kHaar:
         ref::MatVecT(plan.haar, v.data(), m, o);
+        break;
+      case RotationKind::kKronecker:
+        ref::KronMix(plan.haar, v.data(), m / plan.block, plan.block, u.data());
+        for (size_t j = 0; j < m; j += plan.block) ref::Fwht(u.data() + j, plan.block);
+        for (size_t j = 0; j < m; ++j) o[j] = u[j] * plan.signs1[j];
         break;
       case RotationKind::kHadamard2:
       case RotationKind::kHadamard:
@@ -188,10 +208,37 @@ void Decode(const SubsetPlan& plan, const uint8_t* norm_in, const uint8_t* plane
   }
 }
 
+void SplitGather(const float* x, size_t x_stride, size_t n, const uint8_t* mask, size_t d,
+                 float* out0, size_t m0, float* out1, size_t m1) {
+  for (size_t i = 0; i < n; ++i) {
+    const float* xv = x + i * x_stride;
+    float* o0 = out0 + i * m0;
+    float* o1 = out1 + i * m1;
+    for (size_t c = 0; c < d; ++c) {
+      if ((mask[c / 8] >> (c % 8)) & 1u) {
+        *o0++ = xv[c];
+      } else {
+        *o1++ = xv[c];
+      }
+    }
+  }
+}
+
+void SplitScatter(const float* in0, size_t m0, const float* in1, size_t m1, size_t n,
+                  const uint8_t* mask, size_t d, float* x, size_t x_stride) {
+  for (size_t i = 0; i < n; ++i) {
+    float* xv = x + i * x_stride;
+    const float* i0 = in0 + i * m0;
+    const float* i1 = in1 + i * m1;
+    for (size_t c = 0; c < d; ++c) xv[c] = ((mask[c / 8] >> (c % 8)) & 1u) ? *i0++ : *i1++;
+  }
+}
+
 }  // namespace
 
 const KernelTable& ScalarKernels() {
-  static const KernelTable table{"scalar", ToF32, FromF32, Encode, Decode};
+  static const KernelTable table{"scalar", ToF32, FromF32, Encode, Decode, SplitGather,
+                                 SplitScatter};
   return table;
 }
 
