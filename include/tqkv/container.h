@@ -101,9 +101,20 @@ class ContainerWriter {
   virtual uint64_t BytesWritten() const = 0;
 };
 
+// One chunk to read: chunks()[index] into `dst`, which holds exactly ChunkExtent(index) bytes.
+struct ChunkRead {
+  size_t index = 0;
+  std::span<uint8_t> dst;
+};
+
 // Parses and verifies header, index and footer; chunk payloads are verified as they are read.
 // Never trusts a size field: a hostile file gets Corruption naming the object and offset, never
 // a crash or an allocation larger than the file.
+//
+// The one read path of every restore (host buffer, per-layer callback, GPU): a chunk is read as
+// its extent (ChunkExtent) and accepted only after VerifyChunkExtent, which checks its size, its
+// checksum and its zero padding. ReadChunks does both for a batch; a path that moves the bytes by
+// other means (cuFile into device memory) calls VerifyChunkExtent on a host copy before using them.
 class ContainerReader {
  public:
   // `name` names the object in error messages.
@@ -112,20 +123,27 @@ class ContainerReader {
   virtual const ContainerHeader& header() const = 0;
   virtual const std::vector<ChunkEntry>& chunks() const = 0;
   virtual uint64_t file_bytes() const = 0;
-  // Verifies a payload already read (e.g. by a batched read) against its entry.
+
+  // Bytes from chunk i's payload start to the next chunk: the payload and its zero padding (so
+  // O_DIRECT reads of whole 4 KiB blocks land straight in a buffer). The last chunk has no
+  // padding: the index follows its payload directly. i < chunks().size().
+  virtual uint64_t ChunkExtent(size_t i) const = 0;
+  // The largest ChunkExtent; 0 without chunks.
+  virtual uint64_t MaxChunkExtent() const = 0;
+  // Corruption unless `extent` (chunk i's ChunkExtent bytes as read) has the payload's checksum
+  // followed by zero padding; InvalidArgument for i out of range or a span of another size.
+  virtual Status VerifyChunkExtent(size_t i, std::span<const uint8_t> extent) const = 0;
+  // Reads the extents of `reads` in one ReadBatch (io_uring keeps them in flight), then verifies
+  // each with VerifyChunkExtent; returns the first error (InvalidArgument as VerifyChunkExtent).
+  virtual Status ReadChunks(std::span<const ChunkRead> reads) = 0;
+
+  // Verifies a payload alone (entry.size bytes, no padding) against its entry.
   virtual Status VerifyChunk(const ChunkEntry& entry, std::span<const uint8_t> payload) const = 0;
   // Reads one chunk's payload into dst (entry.size bytes) and verifies it, and checks that the
   // zero padding after it is intact. `entry` must be one of chunks() (else InvalidArgument).
-  // VerifyChunk is const and thread-safe; ReadChunk is as thread-safe as the object's ReadAt.
+  // The const methods are thread-safe; the reading ones are as thread-safe as the object's reads.
   virtual Status ReadChunk(const ChunkEntry& entry, std::span<uint8_t> dst) = 0;
 };
-
-// Bytes from chunk i's payload start to the next chunk: the payload and its zero padding (so
-// O_DIRECT reads of whole 4 KiB blocks land straight in a buffer). The last chunk has no padding:
-// the index follows its payload directly.
-inline uint64_t ChunkExtent(const std::vector<ChunkEntry>& chunks, size_t i) {
-  return i + 1 < chunks.size() ? chunks[i + 1].offset - chunks[i].offset : chunks[i].size;
-}
 
 // Expected payload bytes of a chunk, derived from header and codecs (for validation by callers).
 Result<uint64_t> ExpectedChunkBytes(const ContainerHeader& header, const ChunkEntry& entry);

@@ -1,15 +1,13 @@
-// Restore: store -> container reader (verify) -> decode (pool) -> sink, with reads running ahead
-// of decoding on a reader thread so wall time approaches max(read, decode).
-#include <algorithm>
+// Host restore: store -> container reader (verified chunks) -> CPU decode (pool) -> host tensors,
+// over the chunk loop (chunk_loop.h), whose reads run ahead of decoding on a reader thread so wall
+// time approaches max(read, decode).
 #include <chrono>
-#include <condition_variable>
-#include <cstring>
-#include <deque>
-#include <mutex>
-#include <thread>
+#include <functional>
+#include <memory>
+#include <string>
 
+#include "checkpoint/chunk_loop.h"
 #include "checkpoint/layout.h"
-#include "checkpoint/slot_reader.h"
 #include "tqkv/aligned_buffer.h"
 #include "tqkv/checkpoint.h"
 #include "tqkv/container.h"
@@ -18,23 +16,18 @@
 namespace tqkv {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double Since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
-// Where decoded layers go.
-class Sink {
+// Where decoded layers go: host tensors of a layer (a KvCache, or one reused layer for streaming).
+class HostTensors {
  public:
-  virtual ~Sink() = default;
+  virtual ~HostTensors() = default;
   // Destination of layer `layer`'s tensor kv (0 = K, 1 = V), tokens * kv_heads * head_dim elements.
   virtual void* Tensor(uint32_t layer, int kv) = 0;
   virtual Status LayerDone(uint32_t layer) = 0;
 };
 
-class CacheSink final : public Sink {
+class CacheTensors final : public HostTensors {
  public:
-  explicit CacheSink(KvCache& cache) : cache_(cache) {}
+  explicit CacheTensors(KvCache& cache) : cache_(cache) {}
   void* Tensor(uint32_t layer, int kv) override { return cache_.tensor(layer, kv); }
   Status LayerDone(uint32_t) override { return Status::Ok(); }
 
@@ -42,9 +35,9 @@ class CacheSink final : public Sink {
   KvCache& cache_;
 };
 
-class CallbackSink final : public Sink {
+class CallbackTensors final : public HostTensors {
  public:
-  CallbackSink(size_t tensor_bytes, const LayerCallback& cb) : cb_(cb) {
+  CallbackTensors(size_t tensor_bytes, const LayerCallback& cb) : cb_(cb) {
     k_.Reserve(tensor_bytes);
     v_.Reserve(tensor_bytes);
   }
@@ -56,18 +49,77 @@ class CallbackSink final : public Sink {
   AlignedBuffer k_, v_;
 };
 
-struct Slot {
-  AlignedBuffer buf;
-  const ChunkEntry* entry = nullptr;
+// The host sink: decodes each verified chunk with the CPU codec into HostTensors.
+class HostDecodeSink final : public ChunkSink {
+ public:
+  HostDecodeSink(const ContainerReader& reader, SessionCodecs codecs,
+                 std::unique_ptr<Codec> exact_codec, HostTensors& tensors,
+                 const RestoreOptions& options, std::string name)
+      : reader_(reader), h_(reader.header()), codecs_(std::move(codecs)),
+        exact_codec_(std::move(exact_codec)), tensors_(tensors), options_(options),
+        name_(std::move(name)) {}
+
+  Status Consume(size_t slot, size_t index, std::span<const uint8_t> payload) override;
+  Status LayerDone(uint32_t layer) override {
+    metas_.clear();
+    return tensors_.LayerDone(layer);
+  }
+
+ private:
+  Status DecodeExactRows(const ChunkEntry& e, const uint8_t* src);
+
+  const ContainerReader& reader_;
+  const ContainerHeader& h_;
+  SessionCodecs codecs_;
+  std::unique_ptr<Codec> exact_codec_;
+  HostTensors& tensors_;
+  const RestoreOptions& options_;
+  std::string name_;
+  std::vector<uint8_t> metas_;  // the current layer's group metadata
 };
 
-// The zero padding after a chunk is part of the file too: a flipped byte there is damage.
-Status CheckPadding(const ChunkEntry& e, std::span<const uint8_t> extent) {
-  for (size_t i = e.size; i < extent.size(); ++i) {
-    if (extent[i] != 0) {
-      return Status::Corruption("chunk padding at offset " + std::to_string(e.offset + i) +
-                                ": expected 0, got " + std::to_string(extent[i]));
+// Overwrites the decoded rows: the container puts this chunk after the layer's codes.
+Status HostDecodeSink::DecodeExactRows(const ChunkEntry& e, const uint8_t* src) {
+  const size_t heads = h_.geometry.kv_heads, d = h_.geometry.head_dim, row = heads * d;
+  const size_t out_size = DTypeSize(options_.dtype);
+  const size_t vec = exact_codec_->code_bytes();
+  for (int kv = 0; kv < 2; ++kv) {
+    auto* tensor = static_cast<uint8_t*>(tensors_.Tensor(e.layer, kv));
+    for (const TokenRange& range : ExactRanges(h_)) {
+      for (size_t hd = 0; hd < heads && range.count > 0; ++hd, src += range.count * vec) {
+        TQKV_RETURN_IF_ERROR(exact_codec_->Decode(
+            {src, range.count * vec}, range.count, {},
+            tensor + (range.begin * row + hd * d) * out_size, options_.dtype, row, nullptr));
+      }
     }
+  }
+  return Status::Ok();
+}
+
+Status HostDecodeSink::Consume(size_t, size_t index, std::span<const uint8_t> payload) {
+  const ChunkEntry& e = reader_.chunks()[index];
+  if (e.type == ChunkType::kGroupMeta) {
+    metas_.assign(payload.begin(), payload.end());
+    return Status::Ok();
+  }
+  if (e.type == ChunkType::kExactRows) return DecodeExactRows(e, payload.data());
+  const Codec& codec = *codecs_.codecs[codecs_.layer_codec[e.layer]];
+  const size_t heads = h_.geometry.kv_heads, d = h_.geometry.head_dim, row = heads * d;
+  const size_t out_size = DTypeSize(options_.dtype);
+  const size_t meta_bytes = codec.group_meta_bytes();
+  if (meta_bytes > 0 && metas_.size() != 2 * heads * meta_bytes) {
+    return Status::Corruption(name_ + ": layer " + std::to_string(e.layer) +
+                              " codes without group metadata");
+  }
+  const size_t code_bytes = codec.code_bytes();
+  auto* dst = static_cast<uint8_t*>(tensors_.Tensor(e.layer, e.kv)) + e.token_begin * row * out_size;
+  for (size_t hd = 0; hd < heads; ++hd) {
+    const uint8_t* meta =
+        meta_bytes ? metas_.data() + (static_cast<size_t>(e.kv) * heads + hd) * meta_bytes : nullptr;
+    TQKV_RETURN_IF_ERROR(codec.Decode(
+        {payload.data() + hd * e.token_count * code_bytes, e.token_count * code_bytes},
+        e.token_count, {meta, meta_bytes}, dst + hd * d * out_size, options_.dtype, row,
+        options_.pool));
   }
   return Status::Ok();
 }
@@ -82,10 +134,12 @@ Status CheckGeometry(const ContainerHeader& h, const ModelGeometry& want, const 
                                  "'), expected " + str(want));
 }
 
-// The pipeline shared by every restore flavour. `make_sink` is called after the header is known.
+using MakeTensors = std::function<Result<std::unique_ptr<HostTensors>>(const ContainerHeader&)>;
+
+// The host restore: open, check, then the chunk loop into a HostDecodeSink. `make_tensors` is
+// called once the header is known.
 Status RunRestore(Store& store, std::string_view key, const RestoreOptions& options,
-                  const std::function<Result<std::unique_ptr<Sink>>(const ContainerHeader&)>& make_sink,
-                  RestoreStats* stats_out) {
+                  const MakeTensors& make_tensors, RestoreStats* stats_out) {
   RestoreStats stats;
   const std::string name(key);
   TQKV_ASSIGN_OR_RETURN(std::unique_ptr<ReadableObject> object, store.Open(key));
@@ -97,7 +151,7 @@ Status RunRestore(Store& store, std::string_view key, const RestoreOptions& opti
     }
   }
   const uint64_t read_before = object->BytesRead();
-  const auto t0 = Clock::now();
+  const auto t0 = RestoreClock::now();
   TQKV_ASSIGN_OR_RETURN(std::unique_ptr<ContainerReader> reader,
                         ContainerReader::Open(object.get(), name));
   const ContainerHeader& h = reader->header();
@@ -106,98 +160,19 @@ Status RunRestore(Store& store, std::string_view key, const RestoreOptions& opti
   }
   TQKV_ASSIGN_OR_RETURN(SessionCodecs codecs, SessionCodecsFromHeader(h));
   TQKV_ASSIGN_OR_RETURN(std::unique_ptr<Codec> exact_codec, ExactRowsCodec(h));
-  TQKV_ASSIGN_OR_RETURN(std::unique_ptr<Sink> sink, make_sink(h));
-
-  const auto& chunks = reader->chunks();
-  uint64_t max_chunk = kContainerAlignment;
-  for (size_t i = 0; i < chunks.size(); ++i) max_chunk = std::max(max_chunk, ChunkExtent(chunks, i));
-  std::vector<Slot> slots(std::clamp<size_t>(options.inflight_bytes / max_chunk, 2, 64));
-  for (auto& slot : slots) slot.buf.Reserve(max_chunk);
-  // Reads a batch of chunk extents (one ReadBatch: io_uring keeps them in flight) and verifies
-  // each chunk's checksum and padding.
-  auto read = [&](const std::vector<size_t>& batch, size_t first) -> Status {
-    std::vector<ReadRequest> reqs;
-    for (size_t i = 0; i < batch.size(); ++i) {
-      Slot& s = slots[batch[i]];
-      s.entry = &chunks[first + i];
-      reqs.push_back({s.entry->offset, {s.buf.data(), static_cast<size_t>(ChunkExtent(chunks, first + i))}});
-    }
-    TQKV_RETURN_IF_ERROR(object->ReadBatch(reqs));
-    for (size_t i = 0; i < batch.size(); ++i) {
-      const ChunkEntry& e = chunks[first + i];
-      TQKV_RETURN_IF_ERROR(reader->VerifyChunk(e, reqs[i].dst.first(e.size)));
-      TQKV_RETURN_IF_ERROR(CheckPadding(e, reqs[i].dst));
-    }
-    return Status::Ok();
-  };
-  SlotReader chunk_reader(slots.size(), chunks.size(), read);
-
-  const size_t heads = h.geometry.kv_heads, d = h.geometry.head_dim;
-  const size_t row = heads * d;
-  const size_t out_size = DTypeSize(options.dtype);
-  std::vector<uint8_t> metas;
-  double decode_busy = 0;
-  // Hands out layers in order up to `layer`; a layer without chunks (an empty session) too.
-  uint32_t next_done = 0;
-  auto done_through = [&](uint32_t layer) -> Status {
-    for (; next_done <= layer && next_done < h.geometry.layers; ++next_done) {
-      if (next_done == 0) stats.first_layer_seconds = Since(t0);
-      TQKV_RETURN_IF_ERROR(sink->LayerDone(next_done));
-    }
-    return Status::Ok();
-  };
-  for (size_t i = 0; i < chunks.size(); ++i) {
-    TQKV_ASSIGN_OR_RETURN(size_t si, chunk_reader.Next());
-    const Slot& slot = slots[si];
-    const ChunkEntry& e = *slot.entry;
-    const Codec& codec = *codecs.codecs[codecs.layer_codec[e.layer]];
-    const size_t meta_bytes = codec.group_meta_bytes();
-    const auto td = Clock::now();
-    if (e.type == ChunkType::kGroupMeta) {
-      metas.assign(slot.buf.data(), slot.buf.data() + e.size);
-    } else if (e.type == ChunkType::kExactRows) {
-      // Overwrites the decoded rows: the container puts this chunk after the layer's codes.
-      const size_t vec = exact_codec->code_bytes();
-      const uint8_t* src = slot.buf.data();
-      for (int kv = 0; kv < 2; ++kv) {
-        auto* tensor = static_cast<uint8_t*>(sink->Tensor(e.layer, kv));
-        for (const TokenRange& range : ExactRanges(h)) {
-          for (size_t hd = 0; hd < heads && range.count > 0; ++hd, src += range.count * vec) {
-            TQKV_RETURN_IF_ERROR(exact_codec->Decode(
-                {src, range.count * vec}, range.count, {},
-                tensor + (range.begin * row + hd * d) * out_size, options.dtype, row, nullptr));
-          }
-        }
-      }
-    } else {
-      if (meta_bytes > 0 && metas.size() != 2 * heads * meta_bytes) {
-        return Status::Corruption(name + ": layer " + std::to_string(e.layer) +
-                                  " codes without group metadata");
-      }
-      const size_t code_bytes = codec.code_bytes();
-      auto* dst = static_cast<uint8_t*>(sink->Tensor(e.layer, e.kv)) +
-                  e.token_begin * row * out_size;
-      for (size_t hd = 0; hd < heads; ++hd) {
-        const uint8_t* meta =
-            meta_bytes ? metas.data() + (static_cast<size_t>(e.kv) * heads + hd) * meta_bytes : nullptr;
-        TQKV_RETURN_IF_ERROR(codec.Decode(
-            {slot.buf.data() + hd * e.token_count * code_bytes, e.token_count * code_bytes},
-            e.token_count, {meta, meta_bytes}, dst + hd * d * out_size, options.dtype, row,
-            options.pool));
-      }
-    }
-    decode_busy += Since(td);
-    chunk_reader.Release(si);
-    const bool layer_end = i + 1 == chunks.size() || chunks[i + 1].layer != e.layer;
-    if (layer_end) {
-      TQKV_RETURN_IF_ERROR(done_through(e.layer));
-      if (e.layer + 1 < h.geometry.layers) metas.clear();
-    }
+  TQKV_ASSIGN_OR_RETURN(std::unique_ptr<HostTensors> tensors, make_tensors(h));
+  HostDecodeSink sink(*reader, std::move(codecs), std::move(exact_codec), *tensors, options, name);
+  ChunkLoopOptions loop;
+  loop.inflight_bytes = options.inflight_bytes;
+  loop.max_slots = 64;
+  ChunkLoopStats ls;
+  TQKV_RETURN_IF_ERROR(RunChunkLoop(*reader, sink, loop, &ls));
+  stats.seconds = SecondsSince(t0);
+  if (h.geometry.layers > 0) {
+    stats.first_layer_seconds = std::chrono::duration<double>(ls.first_layer_done - t0).count();
   }
-  if (h.geometry.layers > 0) TQKV_RETURN_IF_ERROR(done_through(h.geometry.layers - 1));
-  stats.seconds = Since(t0);
-  stats.read_busy_seconds = chunk_reader.busy_seconds();
-  stats.decode_busy_seconds = decode_busy;
+  stats.read_busy_seconds = ls.read_busy_seconds;
+  stats.decode_busy_seconds = ls.consume_seconds;
   stats.bytes_read = object->BytesRead() - read_before;
   if (stats.bytes_read == 0) stats.bytes_read = reader->file_bytes();
   stats.tokens = h.tokens;
@@ -218,14 +193,14 @@ Status RestoreInto(Store& store, std::string_view key, KvCache& dst, const Resto
   if (opts.expect_geometry == nullptr) opts.expect_geometry = &want;
   return RunRestore(
       store, key, opts,
-      [&](const ContainerHeader& h) -> Result<std::unique_ptr<Sink>> {
+      [&](const ContainerHeader& h) -> Result<std::unique_ptr<HostTensors>> {
         if (h.tokens != dst.tokens()) {
           return Status::InvalidArgument(std::string(key) + " holds " + std::to_string(h.tokens) +
                                          " tokens, the destination has room for " +
                                          std::to_string(dst.tokens()));
         }
         TQKV_RETURN_IF_ERROR(dst.Validate());
-        return std::unique_ptr<Sink>(new CacheSink(dst));
+        return std::unique_ptr<HostTensors>(new CacheTensors(dst));
       },
       stats);
 }
@@ -235,10 +210,10 @@ Result<std::unique_ptr<KvCacheBuffer>> Restore(Store& store, std::string_view ke
   std::unique_ptr<KvCacheBuffer> buffer;
   TQKV_RETURN_IF_ERROR(RunRestore(
       store, key, options,
-      [&](const ContainerHeader& h) -> Result<std::unique_ptr<Sink>> {
+      [&](const ContainerHeader& h) -> Result<std::unique_ptr<HostTensors>> {
         TQKV_ASSIGN_OR_RETURN(buffer, KvCacheBuffer::Allocate(h.model, h.geometry, options.dtype,
                                                               h.tokens));
-        return std::unique_ptr<Sink>(new CacheSink(buffer->cache()));
+        return std::unique_ptr<HostTensors>(new CacheTensors(buffer->cache()));
       },
       stats));
   return buffer;
@@ -248,9 +223,9 @@ Status RestoreStreaming(Store& store, std::string_view key, const RestoreOptions
                         const LayerCallback& on_layer, RestoreStats* stats) {
   return RunRestore(
       store, key, options,
-      [&](const ContainerHeader& h) -> Result<std::unique_ptr<Sink>> {
+      [&](const ContainerHeader& h) -> Result<std::unique_ptr<HostTensors>> {
         const size_t bytes = h.tokens * h.geometry.token_elems() * DTypeSize(options.dtype);
-        return std::unique_ptr<Sink>(new CallbackSink(bytes, on_layer));
+        return std::unique_ptr<HostTensors>(new CallbackTensors(bytes, on_layer));
       },
       stats);
 }
@@ -259,12 +234,9 @@ Status VerifyObject(Store& store, std::string_view key) {
   TQKV_ASSIGN_OR_RETURN(std::unique_ptr<ReadableObject> object, store.Open(key));
   TQKV_ASSIGN_OR_RETURN(std::unique_ptr<ContainerReader> reader,
                         ContainerReader::Open(object.get(), std::string(key)));
-  AlignedBuffer buf;
-  for (const auto& e : reader->chunks()) {
-    buf.Reserve(e.size);
-    TQKV_RETURN_IF_ERROR(reader->ReadChunk(e, {buf.data(), static_cast<size_t>(e.size)}));
-  }
-  return Status::Ok();
+  // The restore's read path with nothing decoded: every chunk read, checksum and padding checked.
+  DiscardSink sink;
+  return RunChunkLoop(*reader, sink, ChunkLoopOptions{});
 }
 
 }  // namespace tqkv

@@ -47,6 +47,13 @@ inline uint64_t PaddingBegin(const ParsedContainer& c, size_t i) {
 inline uint64_t PaddingEnd(const ParsedContainer& c, size_t i) {
   return i + 1 < c.chunks.size() ? c.chunks[i + 1].offset : c.index_offset;
 }
+// Chunk i's extent: payload and padding, [offset, PaddingEnd) (ContainerReader::ChunkExtent).
+inline uint64_t ChunkExtent(const ParsedContainer& c, size_t i) {
+  return PaddingEnd(c, i) - c.chunks[i].offset;
+}
+// VerifyChunkPayload and VerifyChunkPadding of an extent read whole (ChunkExtent(c, i) bytes).
+Status VerifyChunkExtent(const ParsedContainer& c, size_t i, std::span<const uint8_t> extent,
+                         std::string_view name);
 
 // The whole check of an in-memory file: structure, every chunk checksum and every padding byte.
 Result<ParsedContainer> ParseAndVerifyContainer(std::span<const uint8_t> file,

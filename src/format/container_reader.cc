@@ -251,6 +251,18 @@ Status VerifyChunkPadding(const ParsedContainer& c, size_t i, std::span<const ui
   return CheckZero(padding, PaddingBegin(c, i), name, "padding after chunk " + std::to_string(i));
 }
 
+Status VerifyChunkExtent(const ParsedContainer& c, size_t i, std::span<const uint8_t> extent,
+                         std::string_view name) {
+  const uint64_t want = ChunkExtent(c, i);
+  if (extent.size() != want) {
+    return Status::InvalidArgument(std::string(name) + ": chunk " + std::to_string(i) + " read as " +
+                                   Bytes(extent.size()) + ", its extent is " + Bytes(want));
+  }
+  const size_t payload = static_cast<size_t>(c.chunks[i].size);
+  TQKV_RETURN_IF_ERROR(VerifyChunkPayload(c, i, extent.first(payload), name));
+  return VerifyChunkPadding(c, i, extent.subspan(payload), name);
+}
+
 Result<ParsedContainer> ParseAndVerifyContainer(std::span<const uint8_t> file,
                                                 std::string_view name) {
   const ReadFn read = [file, name](uint64_t offset, std::span<uint8_t> dst) -> Status {
@@ -263,10 +275,8 @@ Result<ParsedContainer> ParseAndVerifyContainer(std::span<const uint8_t> file,
   };
   TQKV_ASSIGN_OR_RETURN(ParsedContainer c, ParseContainerStructure(read, file.size(), name));
   for (size_t i = 0; i < c.chunks.size(); ++i) {
-    const ChunkEntry& e = c.chunks[i];
-    TQKV_RETURN_IF_ERROR(VerifyChunkPayload(c, i, file.subspan(e.offset, e.size), name));
-    const uint64_t pad = PaddingBegin(c, i);
-    TQKV_RETURN_IF_ERROR(VerifyChunkPadding(c, i, file.subspan(pad, PaddingEnd(c, i) - pad), name));
+    TQKV_RETURN_IF_ERROR(
+        VerifyChunkExtent(c, i, file.subspan(c.chunks[i].offset, ChunkExtent(c, i)), name));
   }
   return c;
 }
@@ -278,11 +288,19 @@ namespace {
 class ContainerReaderImpl final : public ContainerReader {
  public:
   ContainerReaderImpl(ReadableObject* in, std::string name, format::ParsedContainer parsed)
-      : in_(in), name_(std::move(name)), c_(std::move(parsed)) {}
+      : in_(in), name_(std::move(name)), c_(std::move(parsed)) {
+    for (size_t i = 0; i < c_.chunks.size(); ++i) {
+      max_extent_ = std::max(max_extent_, format::ChunkExtent(c_, i));
+    }
+  }
 
   const ContainerHeader& header() const override { return c_.header; }
   const std::vector<ChunkEntry>& chunks() const override { return c_.chunks; }
   uint64_t file_bytes() const override { return c_.file_bytes; }
+  uint64_t ChunkExtent(size_t i) const override { return format::ChunkExtent(c_, i); }
+  uint64_t MaxChunkExtent() const override { return max_extent_; }
+  Status VerifyChunkExtent(size_t i, std::span<const uint8_t> extent) const override;
+  Status ReadChunks(std::span<const ChunkRead> reads) override;
   Status VerifyChunk(const ChunkEntry& entry, std::span<const uint8_t> payload) const override;
   Status ReadChunk(const ChunkEntry& entry, std::span<uint8_t> dst) override;
 
@@ -293,7 +311,30 @@ class ContainerReaderImpl final : public ContainerReader {
   ReadableObject* in_;
   std::string name_;
   format::ParsedContainer c_;
+  uint64_t max_extent_ = 0;
 };
+
+Status ContainerReaderImpl::VerifyChunkExtent(size_t i, std::span<const uint8_t> extent) const {
+  if (i >= c_.chunks.size()) {
+    return Status::InvalidArgument(name_ + ": no chunk " + std::to_string(i) + " of " +
+                                   std::to_string(c_.chunks.size()));
+  }
+  return format::VerifyChunkExtent(c_, i, extent, name_);
+}
+
+Status ContainerReaderImpl::ReadChunks(std::span<const ChunkRead> reads) {
+  std::vector<ReadRequest> reqs;
+  reqs.reserve(reads.size());
+  for (const ChunkRead& r : reads) {
+    if (r.index >= c_.chunks.size() || r.dst.size() != format::ChunkExtent(c_, r.index)) {
+      return VerifyChunkExtent(r.index, r.dst);  // says which bound was missed
+    }
+    reqs.push_back({c_.chunks[r.index].offset, r.dst});
+  }
+  TQKV_RETURN_IF_ERROR(in_->ReadBatch(reqs));
+  for (const ChunkRead& r : reads) TQKV_RETURN_IF_ERROR(VerifyChunkExtent(r.index, r.dst));
+  return Status::Ok();
+}
 
 Result<size_t> ContainerReaderImpl::Find(const ChunkEntry& entry) const {
   const auto& v = c_.chunks;

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "format/container_layout.h"
@@ -341,6 +342,56 @@ TEST(ContainerReaderTest, ApiMisuse) {
   EXPECT_NE(s.message().find("offset " + std::to_string(e.offset)), std::string::npos);
   EXPECT_TRUE((*r)->VerifyChunk(e, std::span<const uint8_t>(buf).first(e.size - 1)).IsCorruption());
   EXPECT_FALSE(ContainerReader::Open(nullptr, "x").ok());
+}
+
+// ReadChunks: one batch of extents, each verified for checksum and padding.
+TEST(ContainerReaderTest, ReadChunksVerifiesExtents) {
+  WrittenContainer w = WriteContainer(SmallHeader());
+  ASSERT_TRUE(w.status.ok());
+  MemoryReadable in(w.file);
+  auto r = ContainerReader::Open(&in, "batch.tqkv");
+  ASSERT_TRUE(r.ok());
+  const auto& chunks = (*r)->chunks();
+  ASSERT_GE(chunks.size(), 3u);
+  uint64_t max_extent = 0;
+  std::vector<std::vector<uint8_t>> bufs;
+  std::vector<ChunkRead> reads;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const uint64_t extent = (*r)->ChunkExtent(i);
+    EXPECT_EQ(extent, i + 1 < chunks.size() ? chunks[i + 1].offset - chunks[i].offset
+                                            : chunks[i].size);
+    max_extent = std::max(max_extent, extent);
+    bufs.emplace_back(extent);
+  }
+  for (size_t i = 0; i < chunks.size(); ++i) reads.push_back({i, bufs[i]});
+  EXPECT_EQ((*r)->MaxChunkExtent(), max_extent);
+  ASSERT_TRUE((*r)->ReadChunks(reads).ok());
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    EXPECT_EQ(std::memcmp(bufs[i].data(), w.file.data() + chunks[i].offset, bufs[i].size()), 0);
+    EXPECT_TRUE((*r)->VerifyChunkExtent(i, bufs[i]).ok());
+  }
+  // A flipped padding byte, a flipped payload byte, a wrong size, an index out of range.
+  ASSERT_GT(bufs[0].size(), chunks[0].size);
+  bufs[0].back() = 1;
+  EXPECT_NE((*r)->VerifyChunkExtent(0, bufs[0]).message().find("padding after chunk 0"),
+            std::string::npos);
+  bufs[0].back() = 0;
+  bufs[1][0] ^= 1;
+  EXPECT_NE((*r)->VerifyChunkExtent(1, bufs[1]).message().find("checksum"), std::string::npos);
+  EXPECT_EQ((*r)->VerifyChunkExtent(0, std::span<const uint8_t>(bufs[0]).first(1)).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ((*r)->VerifyChunkExtent(chunks.size(), bufs[0]).code(), StatusCode::kInvalidArgument);
+  std::vector<ChunkRead> wrong{{0, std::span<uint8_t>(bufs[0]).first(10)}};
+  EXPECT_EQ((*r)->ReadChunks(wrong).code(), StatusCode::kInvalidArgument);
+  // Damage in the file itself is caught by ReadChunks.
+  std::vector<uint8_t> damaged = w.file;
+  damaged[chunks[0].offset + chunks[0].size] = 7;
+  MemoryReadable din(damaged);
+  auto dr = ContainerReader::Open(&din, "batch.tqkv");
+  ASSERT_TRUE(dr.ok());
+  std::vector<uint8_t> one((*dr)->ChunkExtent(0));
+  std::vector<ChunkRead> first{{0, one}};
+  EXPECT_TRUE((*dr)->ReadChunks(first).IsCorruption());
 }
 
 TEST(ContainerTest, ExactRowsAreVersion2WithOneChunkPerLayerAfterItsCodes) {

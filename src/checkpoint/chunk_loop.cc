@@ -1,0 +1,101 @@
+#include "checkpoint/chunk_loop.h"
+
+#include <algorithm>
+#include <deque>
+#include <tuple>
+
+#include "checkpoint/slot_reader.h"
+
+namespace tqkv {
+
+Result<std::vector<std::span<uint8_t>>> ChunkSink::AllocateSlots(size_t count, size_t bytes) {
+  host_slots_.clear();
+  std::vector<std::span<uint8_t>> out;
+  for (size_t i = 0; i < count; ++i) {
+    host_slots_.emplace_back(bytes);
+    out.emplace_back(host_slots_.back().data(), bytes);
+  }
+  return out;
+}
+
+std::pair<size_t, size_t> ChunkLoopSlots(const ContainerReader& reader,
+                                         const ChunkLoopOptions& options) {
+  const size_t bytes = static_cast<size_t>(std::max(kContainerAlignment, reader.MaxChunkExtent()));
+  const size_t count =
+      std::clamp<size_t>(options.inflight_bytes / bytes, 2, std::max<size_t>(2, options.max_slots));
+  return {count, bytes};
+}
+
+Status RunChunkLoop(ContainerReader& reader, ChunkSink& sink, const ChunkLoopOptions& options,
+                    ChunkLoopStats* stats_out) {
+  ChunkLoopStats stats;
+  const auto& chunks = reader.chunks();
+  const uint32_t layers = reader.header().geometry.layers;
+  std::tie(stats.slots, stats.slot_bytes) = ChunkLoopSlots(reader, options);
+  TQKV_ASSIGN_OR_RETURN(std::vector<std::span<uint8_t>> slots,
+                        sink.AllocateSlots(stats.slots, stats.slot_bytes));
+  if (slots.size() != stats.slots) return Status::Internal("chunk loop: sink allocated no slots");
+  std::vector<size_t> chunk_of(slots.size(), 0);
+  const SlotReadFn read = options.read ? options.read : [&](std::span<const SlotRead> batch) {
+    std::vector<ChunkRead> reads;
+    for (const SlotRead& r : batch) reads.push_back({r.index, r.dst});
+    return reader.ReadChunks(reads);
+  };
+  SlotReader slot_reader(
+      slots.size(), chunks.size(),
+      [&](const std::vector<size_t>& batch, size_t first) -> Status {
+        std::vector<SlotRead> reads;
+        for (size_t i = 0; i < batch.size(); ++i) {
+          chunk_of[batch[i]] = first + i;
+          reads.push_back({batch[i], first + i,
+                           slots[batch[i]].first(static_cast<size_t>(reader.ChunkExtent(first + i)))});
+        }
+        return read(reads);
+      },
+      options.reader_thread_init);
+
+  std::deque<size_t> held;  // consumed slots not yet given back to the reader
+  auto retire_oldest = [&]() -> Status {
+    const size_t s = held.front();
+    held.pop_front();
+    TQKV_RETURN_IF_ERROR(sink.Retire(s));
+    slot_reader.Release(s);
+    return Status::Ok();
+  };
+  // Hands out layers in order up to `layer`; a layer without chunks too.
+  uint32_t next_done = 0;
+  auto done_through = [&](uint32_t layer) -> Status {
+    for (; next_done <= layer && next_done < layers; ++next_done) {
+      if (next_done == 0) stats.first_layer_done = RestoreClock::now();
+      TQKV_RETURN_IF_ERROR(sink.LayerDone(next_done));
+    }
+    return Status::Ok();
+  };
+  Status st;
+  for (size_t i = 0; i < chunks.size() && st.ok(); ++i) {
+    Result<size_t> si = slot_reader.Next();
+    if (!si.ok()) {
+      st = si.status();
+      break;
+    }
+    const ChunkEntry& e = chunks[chunk_of[*si]];
+    const auto tc = RestoreClock::now();
+    st = sink.Consume(*si, chunk_of[*si], slots[*si].first(static_cast<size_t>(e.size)));
+    stats.consume_seconds += SecondsSince(tc);
+    held.push_back(*si);
+    while (st.ok() && held.size() > sink.held_slots()) st = retire_oldest();
+    const bool layer_end = i + 1 == chunks.size() || chunks[i + 1].layer != e.layer;
+    if (st.ok() && layer_end) st = done_through(e.layer);
+  }
+  if (st.ok() && layers > 0) st = done_through(layers - 1);
+  // Slots still held are retired on failure too: a device copy may still read them.
+  while (!held.empty()) {
+    Status r = retire_oldest();
+    if (st.ok()) st = r;
+  }
+  stats.read_busy_seconds = slot_reader.busy_seconds();
+  if (stats_out != nullptr) *stats_out = stats;
+  return st;
+}
+
+}  // namespace tqkv
