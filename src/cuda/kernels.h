@@ -1,6 +1,6 @@
 // Host entry points of the CUDA kernels (one operation per .cu). All pointers are device pointers;
 // launches are asynchronous on `stream` and return the launch error (cudaGetLastError).
-// Inputs are checked once by the callers (PackCodecParams, gpu_restore.cc); kernels trust them.
+// Inputs are checked once by the callers (PackCodecParams, src/checkpoint/gpu/cuda_device.cc); kernels trust them.
 #ifndef TQKV_SRC_CUDA_KERNELS_H_
 #define TQKV_SRC_CUDA_KERNELS_H_
 

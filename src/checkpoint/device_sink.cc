@@ -1,0 +1,85 @@
+#include "checkpoint/device_sink.h"
+
+#include <memory>
+#include <utility>
+
+#include "checkpoint/layout.h"
+
+namespace tqkv {
+
+Result<DevicePlan> MakeDevicePlan(const ContainerHeader& h) {
+  DevicePlan plan;
+  plan.codecs = h.codecs;
+  TQKV_ASSIGN_OR_RETURN(std::unique_ptr<Codec> exact, ExactRowsCodec(h));
+  plan.codecs.push_back(exact->params());
+  plan.meta_at.assign(h.geometry.layers, 0);
+  for (uint32_t l = 0; l < h.geometry.layers; ++l) {
+    plan.meta_at[l] = plan.meta_total;
+    plan.meta_total += 2ull * h.geometry.kv_heads * GroupMetaBytesOf(h.codecs[h.layer_codec[l]]);
+  }
+  return plan;
+}
+
+Status PlanDeviceOps(const ContainerHeader& h, const DevicePlan& plan, const ChunkEntry& e,
+                     std::string_view name, std::vector<DeviceOp>* ops) {
+  ops->clear();
+  const uint16_t codec = h.layer_codec[e.layer];
+  const uint64_t heads = h.geometry.kv_heads;
+  const uint64_t meta_bytes = GroupMetaBytesOf(plan.codecs[codec]);
+  DeviceOp op;
+  op.codec = codec;
+  op.layer = e.layer;
+  op.kv = e.kv;
+  if (e.type == ChunkType::kGroupMeta) {
+    if (e.size != 2 * heads * meta_bytes) {
+      return Status::Corruption(std::string(name) + ": layer " + std::to_string(e.layer) +
+                                " group metadata has " + std::to_string(e.size) + " bytes");
+    }
+    op.kind = DeviceOp::kStoreMeta;
+    op.bytes = e.size;
+    op.meta_offset = plan.meta_at[e.layer];
+    ops->push_back(op);
+  } else if (e.type == ChunkType::kExactRows) {
+    // K then V, each range head-major (container.h).
+    op.kind = DeviceOp::kExactRows;
+    op.codec = plan.exact_codec();
+    const uint64_t vec = CodeBytesOf(plan.codecs[op.codec]);
+    for (uint8_t kv = 0; kv < 2; ++kv) {
+      for (const TokenRange& range : ExactRanges(h)) {
+        if (range.count == 0) continue;
+        op.kv = kv;
+        op.token_begin = range.begin;
+        op.token_count = static_cast<uint32_t>(range.count);
+        ops->push_back(op);
+        op.src_offset += heads * range.count * vec;
+      }
+    }
+  } else {
+    op.kind = DeviceOp::kCodes;
+    if (meta_bytes > 0) op.meta_offset = plan.meta_at[e.layer] + e.kv * heads * meta_bytes;
+    op.token_begin = e.token_begin;
+    op.token_count = static_cast<uint32_t>(e.token_count);
+    ops->push_back(op);
+  }
+  return Status::Ok();
+}
+
+DeviceSink::DeviceSink(const ContainerReader& reader, RestoreDevice& device, DevicePlan plan,
+                       std::string name)
+    : reader_(reader), device_(device), name_(std::move(name)), plan_(std::move(plan)) {}
+
+Status DeviceSink::Consume(size_t slot, size_t index, std::span<const uint8_t> payload) {
+  const ChunkEntry& e = reader_.chunks()[index];
+  TQKV_RETURN_IF_ERROR(PlanDeviceOps(reader_.header(), plan_, e, name_, &ops_));
+  TQKV_RETURN_IF_ERROR(device_.Upload(slot, payload.size()));
+  return device_.Run(slot, ops_);
+}
+
+Status RunDeviceRestore(ContainerReader& reader, const DevicePlan& plan, RestoreDevice& device,
+                        const ChunkLoopOptions& options, const std::string& name,
+                        ChunkLoopStats* stats) {
+  DeviceSink sink(reader, device, plan, name);
+  return RunChunkLoop(reader, sink, options, stats);
+}
+
+}  // namespace tqkv

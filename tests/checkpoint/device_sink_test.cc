@@ -1,0 +1,230 @@
+// The GPU restore's host half without a GPU: the chunk loop and the device sink
+// (src/checkpoint/device_sink.h) over a host fake of the device. The fake runs the planned
+// operations with the CPU codec on the bytes it was given by Upload, so a wrong plan shows up as
+// a tensor that differs from the host restore; and a chunk with a bad checksum or padding must be
+// refused before any byte of it reaches the device.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "checkpoint/chunk_loop.h"
+#include "checkpoint/device_sink.h"
+#include "checkpoint/session_util.h"
+#include "tqkv/checkpoint.h"
+#include "tqkv/codec.h"
+#include "tqkv/container.h"
+#include "tqkv/store_testing.h"
+
+namespace tqkv {
+namespace {
+
+// A device in host memory: slots, "device" copies of them made by Upload, the metadata array and
+// the output tensors (canonical layout, f16).
+class FakeDevice final : public RestoreDevice {
+ public:
+  FakeDevice(const ContainerHeader& h, const DevicePlan& plan) : h_(h), plan_(plan) {
+    meta_.assign(plan.meta_total, 0);
+    tensors_.assign(2 * h.geometry.layers,
+                    std::vector<uint8_t>(h.tokens * h.geometry.token_elems() * 2, 0));
+    for (const CodecParams& p : plan.codecs) codecs_.push_back(std::move(Codec::FromParams(p)).value());
+  }
+  Result<std::vector<std::span<uint8_t>>> AllocateSlots(size_t count, size_t bytes) override {
+    host_.assign(count, std::vector<uint8_t>(bytes, 0));
+    dev_.assign(count, std::vector<uint8_t>(bytes, 0xEE));
+    held_.assign(count, false);
+    std::vector<std::span<uint8_t>> out;
+    for (auto& s : host_) out.emplace_back(s);
+    return out;
+  }
+  Status Upload(size_t slot, size_t bytes) override {
+    EXPECT_FALSE(held_[slot]) << "a slot was refilled before it was retired";
+    std::memcpy(dev_[slot].data(), host_[slot].data(), bytes);
+    ++uploads;
+    return Status::Ok();
+  }
+  Status Run(size_t slot, std::span<const DeviceOp> ops) override {
+    for (const DeviceOp& op : ops) TQKV_RETURN_IF_ERROR(RunOp(dev_[slot].data(), op));
+    held_[slot] = true;
+    ++runs;
+    return Status::Ok();
+  }
+  Status LayerReady(uint32_t layer) override {
+    layers_ready.push_back(layer);
+    return Status::Ok();
+  }
+  size_t held_slots() const override { return 1; }
+  Status Retire(size_t slot) override {
+    EXPECT_TRUE(held_[slot]);
+    held_[slot] = false;
+    return Status::Ok();
+  }
+
+  const std::vector<uint8_t>& tensor(uint32_t layer, int kv) const { return tensors_[2 * layer + kv]; }
+  int uploads = 0, runs = 0;
+  std::vector<uint32_t> layers_ready;
+
+ private:
+  // What the kernels do, with the CPU codec: head-major sources, canonical rows.
+  Status RunOp(const uint8_t* dev, const DeviceOp& op) {
+    if (op.kind == DeviceOp::kStoreMeta) {
+      std::memcpy(meta_.data() + op.meta_offset, dev + op.src_offset, op.bytes);
+      return Status::Ok();
+    }
+    const Codec& codec = *codecs_[op.codec];
+    const size_t heads = h_.geometry.kv_heads, d = h_.geometry.head_dim, row = heads * d;
+    const size_t n = op.token_count, code = codec.code_bytes(), mb = codec.group_meta_bytes();
+    uint8_t* out = tensors_[2 * op.layer + op.kv].data() + op.token_begin * row * 2;
+    for (size_t hd = 0; hd < heads; ++hd) {
+      std::span<const uint8_t> meta;
+      if (op.meta_offset != DeviceOp::kNoMeta) meta = {meta_.data() + op.meta_offset + hd * mb, mb};
+      TQKV_RETURN_IF_ERROR(codec.Decode({dev + op.src_offset + hd * n * code, n * code}, n, meta,
+                                        out + hd * d * 2, DType::kF16, row, nullptr));
+    }
+    return Status::Ok();
+  }
+
+  const ContainerHeader& h_;
+  const DevicePlan& plan_;
+  std::vector<std::unique_ptr<Codec>> codecs_;
+  std::vector<std::vector<uint8_t>> host_, dev_;
+  std::vector<bool> held_;
+  std::vector<uint8_t> meta_;
+  std::vector<std::vector<uint8_t>> tensors_;
+};
+
+class DeviceSinkTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const ModelGeometry g{3, 2, 64};
+    session_ = testing_util::MakeSession(g, 70, DType::kF16, 11);
+    CheckpointOptions opts;
+    opts.codec = ParseCodecSpec("tq2.5").value();  // split: group metadata chunks
+    opts.layer_overrides.push_back({1, ParseCodecSpec("fp16").value()});  // raw codes
+    opts.token_block = 32;
+    opts.exact_head = 2;
+    opts.exact_tail = 3;
+    ASSERT_TRUE(Checkpoint(session_->cache(), opts, store_, "s").ok());
+    auto obj = store_.Open("s");
+    ASSERT_TRUE(obj.ok());
+    file_.resize((*obj)->Size());
+    ASSERT_TRUE((*obj)->ReadAt(0, file_).ok());
+  }
+
+  // Publishes `bytes` as `key`.
+  void Put(const std::string& key, const std::vector<uint8_t>& bytes) {
+    auto w = store_.Create(key);
+    ASSERT_TRUE(w.ok());
+    ASSERT_TRUE((*w)->Append(bytes).ok());
+    ASSERT_TRUE((*w)->Commit().ok());
+  }
+
+  // Runs the device restore of `key` over a fake device; the fake is kept for inspection.
+  Status RunOnFake(const std::string& key) {
+    TQKV_ASSIGN_OR_RETURN(object_, store_.Open(key));
+    TQKV_ASSIGN_OR_RETURN(reader_, ContainerReader::Open(object_.get(), key));
+    TQKV_ASSIGN_OR_RETURN(plan_, MakeDevicePlan(reader_->header()));
+    device_ = std::make_unique<FakeDevice>(reader_->header(), plan_);
+    ChunkLoopOptions loop;
+    loop.inflight_bytes = 1;  // two slots: each is refilled, so holding and retiring matter
+    return RunDeviceRestore(*reader_, plan_, *device_, loop, key);
+  }
+
+  // Offset of the first padding byte after chunk `i` (chunks are padded to 4 KiB).
+  uint64_t PaddingAfter(size_t i) {
+    auto obj = store_.Open("s");
+    auto r = ContainerReader::Open(obj->get(), "s");
+    const ChunkEntry& e = (*r)->chunks()[i];
+    EXPECT_GT((*r)->ChunkExtent(i), e.size);
+    return e.offset + e.size;
+  }
+
+  MemoryStore store_;
+  std::unique_ptr<KvCacheBuffer> session_;
+  std::vector<uint8_t> file_;
+  std::unique_ptr<ReadableObject> object_;
+  std::unique_ptr<ContainerReader> reader_;
+  DevicePlan plan_;
+  std::unique_ptr<FakeDevice> device_;
+};
+
+TEST_F(DeviceSinkTest, PlannedOperationsReproduceTheHostRestore) {
+  ASSERT_TRUE(RunOnFake("s").ok());
+  EXPECT_EQ(device_->uploads, static_cast<int>(reader_->chunks().size()));
+  EXPECT_EQ(device_->layers_ready, (std::vector<uint32_t>{0, 1, 2}));
+  auto host = Restore(store_, "s", RestoreOptions{});
+  ASSERT_TRUE(host.ok()) << host.status().ToString();
+  const KvCache& want = (*host)->cache();
+  for (uint32_t l = 0; l < 3; ++l) {
+    for (int kv = 0; kv < 2; ++kv) {
+      const auto& got = device_->tensor(l, kv);
+      ASSERT_EQ(std::memcmp(got.data(), want.tensor(l, kv), got.size()), 0)
+          << "layer " << l << " kv " << kv;
+    }
+  }
+}
+
+TEST_F(DeviceSinkTest, CorruptPaddingIsRefusedBeforeAnythingReachesTheDevice) {
+  auto bad = file_;
+  bad[PaddingAfter(0)] = 1;
+  Put("pad", bad);
+  Status s = RunOnFake("pad");
+  EXPECT_TRUE(s.IsCorruption()) << s.ToString();
+  EXPECT_NE(s.message().find("padding after chunk 0"), std::string::npos) << s.ToString();
+  EXPECT_EQ(device_->uploads, 0);
+  EXPECT_EQ(device_->runs, 0);
+}
+
+TEST_F(DeviceSinkTest, BadChecksumIsRefusedBeforeAnythingReachesTheDevice) {
+  auto obj = store_.Open("s");
+  auto r = ContainerReader::Open(obj->get(), "s");
+  auto bad = file_;
+  bad[(*r)->chunks()[0].offset] ^= 0x40;
+  Put("sum", bad);
+  Status s = RunOnFake("sum");
+  EXPECT_TRUE(s.IsCorruption()) << s.ToString();
+  EXPECT_NE(s.message().find("chunk 0"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("checksum"), std::string::npos) << s.ToString();
+  EXPECT_EQ(device_->uploads, 0);
+}
+
+TEST_F(DeviceSinkTest, ALaterBadChunkStopsTheDeviceBeforeIt) {
+  const size_t k = 4;
+  auto bad = file_;
+  bad[PaddingAfter(k)] = 0x80;
+  Put("late", bad);
+  Status s = RunOnFake("late");
+  EXPECT_TRUE(s.IsCorruption()) << s.ToString();
+  EXPECT_LE(device_->uploads, static_cast<int>(k));  // chunks 0..k-1 at most
+}
+
+TEST_F(DeviceSinkTest, PlanPlacesMetadataAndExactRows) {
+  ASSERT_TRUE(RunOnFake("s").ok());
+  const ContainerHeader& h = reader_->header();
+  ASSERT_EQ(plan_.codecs.size(), h.codecs.size() + 1);
+  EXPECT_EQ(plan_.codecs.back().kind, CodecKind::kRaw);
+  const uint64_t meta = GroupMetaBytesOf(h.codecs[h.layer_codec[0]]);
+  ASSERT_GT(meta, 0u);
+  EXPECT_EQ(plan_.meta_at[0], 0u);
+  EXPECT_EQ(plan_.meta_at[1], 2 * 2 * meta);
+  EXPECT_EQ(plan_.meta_at[2], plan_.meta_at[1]);  // layer 1 is fp16: no metadata
+  for (size_t i = 0; i < reader_->chunks().size(); ++i) {
+    const ChunkEntry& e = reader_->chunks()[i];
+    if (e.type != ChunkType::kExactRows) continue;
+    std::vector<DeviceOp> ops;
+    ASSERT_TRUE(PlanDeviceOps(h, plan_, e, "s", &ops).ok());
+    ASSERT_EQ(ops.size(), 4u);  // K head, K tail, V head, V tail
+    EXPECT_EQ(ops[1].token_begin, 70u - 3u);
+    EXPECT_EQ(ops[3].src_offset + 2 * 3 * 64 * 2, e.size);  // ranges tile the chunk
+  }
+  ChunkEntry wrong = reader_->chunks()[0];
+  ASSERT_EQ(wrong.type, ChunkType::kGroupMeta);
+  wrong.size += 1;
+  std::vector<DeviceOp> ops;
+  EXPECT_TRUE(PlanDeviceOps(h, plan_, wrong, "s", &ops).IsCorruption());
+}
+
+}  // namespace
+}  // namespace tqkv
