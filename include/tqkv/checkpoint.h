@@ -15,24 +15,13 @@
 
 #include "tqkv/codec.h"
 #include "tqkv/kv_cache.h"
+#include "tqkv/kv_source.h"
 #include "tqkv/status.h"
 #include "tqkv/store.h"
 
 namespace tqkv {
 
 class ThreadPool;
-
-// Produces a session one layer at a time (so a session larger than memory can be checkpointed).
-class KvSource {
- public:
-  virtual ~KvSource() = default;
-  virtual const std::string& model() const = 0;
-  virtual const ModelGeometry& geometry() const = 0;
-  virtual DType dtype() const = 0;
-  virtual uint64_t tokens() const = 0;
-  // Fills k and v (tokens * kv_heads * head_dim elements of dtype() each) with layer `layer`.
-  virtual Status ReadLayer(uint32_t layer, void* k, void* v) = 0;
-};
 
 struct LayerCodec {
   uint32_t layer = 0;

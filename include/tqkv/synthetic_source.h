@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "tqkv/checkpoint.h"
+#include "tqkv/kv_source.h"
 
 namespace tqkv {
 

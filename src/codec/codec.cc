@@ -4,7 +4,7 @@
 
 #include "codec/codec_internal.h"
 #include "codec/lloyd_max.h"
-#include "codec/prng.h"
+#include "common/prng.h"
 
 namespace tqkv {
 namespace codec {

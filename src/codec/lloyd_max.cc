@@ -6,7 +6,7 @@
 #include <mutex>
 #include <utility>
 
-#include "codec/prng.h"
+#include "common/prng.h"
 
 namespace tqkv::codec {
 namespace {

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "codec/prng.h"
+#include "common/prng.h"
 
 namespace tqkv::codec {
 

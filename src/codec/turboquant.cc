@@ -13,8 +13,8 @@
 
 #include "codec/codec_internal.h"
 #include "codec/kernels/kernels.h"
-#include "codec/prng.h"
 #include "codec/plan.h"
+#include "common/prng.h"
 #include "tqkv/thread_pool.h"
 
 namespace tqkv::codec {

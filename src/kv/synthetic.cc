@@ -1,5 +1,5 @@
-// Synthetic KV data (docs/codec.md, "Synthetic data"). Uses the codec's deterministic PRNG and
-// elementary functions, so a seed gives the same bits on every machine.
+// Synthetic KV data (docs/codec.md, "Synthetic data"). Uses the project's deterministic PRNG and
+// elementary functions (src/common/prng.h), so a seed gives the same bits on every machine.
 #include "tqkv/synthetic.h"
 
 #include <algorithm>
@@ -8,13 +8,10 @@
 #include <vector>
 
 #include "codec/kernels/kernels.h"
-#include "codec/prng.h"
+#include "common/prng.h"
 
 namespace tqkv {
 namespace {
-
-using codec::DeriveSeed;
-using codec::Prng;
 
 // Per-group constants of the kv distribution.
 struct GroupModel {
@@ -129,14 +126,14 @@ void SyntheticKv::RopeTable(uint64_t t0, uint64_t t1, std::vector<double>* table
   // values depend only on its absolute position, never on the requested range.
   const uint32_t pairs = geometry_.head_dim / 2;
   std::vector<double> freq(pairs);
-  const double log_base = codec::DetLog(rope_base_);
+  const double log_base = DetLog(rope_base_);
   for (uint32_t i = 0; i < pairs; ++i) {
-    freq[i] = codec::DetExp(-2.0 * i / geometry_.head_dim * log_base);
+    freq[i] = DetExp(-2.0 * i / geometry_.head_dim * log_base);
   }
   std::vector<double> lo(kChunk * pairs * 2);
   for (uint64_t l = 0; l < kChunk; ++l) {
     for (uint32_t i = 0; i < pairs; ++i) {
-      codec::DetSinCos(static_cast<double>(l) * freq[i], &lo[(l * pairs + i) * 2], &lo[(l * pairs + i) * 2 + 1]);
+      DetSinCos(static_cast<double>(l) * freq[i], &lo[(l * pairs + i) * 2], &lo[(l * pairs + i) * 2 + 1]);
     }
   }
   table->resize((t1 - t0) * pairs * 2);
@@ -147,7 +144,7 @@ void SyntheticKv::RopeTable(uint64_t t0, uint64_t t1, std::vector<double>* table
     if (t / kChunk != hi_block) {
       hi_block = t / kChunk;
       const double base = static_cast<double>(hi_block * kChunk);
-      for (uint32_t i = 0; i < pairs; ++i) codec::DetSinCos(base * freq[i], &hi[2 * i], &hi[2 * i + 1]);
+      for (uint32_t i = 0; i < pairs; ++i) DetSinCos(base * freq[i], &hi[2 * i], &hi[2 * i + 1]);
     }
     const double* l = &lo[(t % kChunk) * pairs * 2];
     for (uint32_t i = 0; i < pairs; ++i, p += 2) {

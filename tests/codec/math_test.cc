@@ -8,7 +8,7 @@
 
 #include "codec/kernels/kernels.h"
 #include "codec/lloyd_max.h"
-#include "codec/prng.h"
+#include "common/prng.h"
 #include "codec/rotation.h"
 
 namespace tqkv::codec {

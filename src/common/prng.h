@@ -1,15 +1,16 @@
-// Deterministic random numbers and elementary functions for the codec.
+// Deterministic random numbers and elementary functions (the codec's rotations and codebooks, the
+// synthetic KV data).
 //
 // Rotations, codebooks and synthetic data must regenerate bit-identically on any machine and
 // compiler, so nothing here uses <random> distributions or libm transcendentals: only IEEE basic
 // operations (+ - * / sqrt, exactly rounded), frexp/ldexp (exact) and fixed-length series, in a
 // fixed evaluation order (the project compiles with -ffp-contract=off).
-#ifndef TQKV_SRC_CODEC_PRNG_H_
-#define TQKV_SRC_CODEC_PRNG_H_
+#ifndef TQKV_SRC_COMMON_PRNG_H_
+#define TQKV_SRC_COMMON_PRNG_H_
 
 #include <cstdint>
 
-namespace tqkv::codec {
+namespace tqkv {
 
 // One SplitMix64 step: advances *state and returns the mixed output.
 uint64_t SplitMix64(uint64_t* state);
@@ -46,6 +47,6 @@ double DetExp(double x);
 // sin and cos of x (|x| < 1e9): reduction modulo 2*pi (two-part constant), Taylor series.
 void DetSinCos(double x, double* s, double* c);
 
-}  // namespace tqkv::codec
+}  // namespace tqkv
 
-#endif  // TQKV_SRC_CODEC_PRNG_H_
+#endif  // TQKV_SRC_COMMON_PRNG_H_

@@ -1,10 +1,10 @@
-#include "codec/prng.h"
+#include "common/prng.h"
 
 #include <array>
 #include <cmath>
 #include <limits>
 
-namespace tqkv::codec {
+namespace tqkv {
 namespace {
 
 inline uint64_t Rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
@@ -139,4 +139,4 @@ void DetSinCos(double x, double* s, double* c) {
   *c = csign * cs;
 }
 
-}  // namespace tqkv::codec
+}  // namespace tqkv

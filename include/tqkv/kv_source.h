@@ -1,0 +1,29 @@
+// A session produced one layer at a time, so a session larger than memory can be checkpointed
+// (checkpoint.h reads it; synthetic_source.h and the model produce it). Beside kv_cache.h, so the
+// producers need nothing from the checkpoint pipeline.
+#ifndef TQKV_INCLUDE_TQKV_KV_SOURCE_H_
+#define TQKV_INCLUDE_TQKV_KV_SOURCE_H_
+
+#include <cstdint>
+#include <string>
+
+#include "tqkv/kv_cache.h"
+#include "tqkv/status.h"
+#include "tqkv/types.h"
+
+namespace tqkv {
+
+class KvSource {
+ public:
+  virtual ~KvSource() = default;
+  virtual const std::string& model() const = 0;
+  virtual const ModelGeometry& geometry() const = 0;
+  virtual DType dtype() const = 0;
+  virtual uint64_t tokens() const = 0;
+  // Fills k and v (tokens * kv_heads * head_dim elements of dtype() each) with layer `layer`.
+  virtual Status ReadLayer(uint32_t layer, void* k, void* v) = 0;
+};
+
+}  // namespace tqkv
+
+#endif  // TQKV_INCLUDE_TQKV_KV_SOURCE_H_
