@@ -8,35 +8,16 @@
 #include "tools/commands.h"
 #include "tqkv/capacity.h"
 #include "tqkv/thread_pool.h"
+#include "tqkv/units.h"
 
 namespace tqkv::tools {
 namespace {
 
-// "10TB", "16 TB", "3.5PB", "500GB", "1e12": decimal units (capacity is sold in powers of 10).
-Result<double> ParseBytes(std::string text) {
-  std::string num, unit;
-  for (char c : text) {
-    if (c == ' ') continue;
-    if ((c >= '0' && c <= '9') || c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-') {
-      if (unit.empty()) {
-        num += c;
-        continue;
-      }
-    }
-    unit += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  }
-  char* end = nullptr;
-  const double v = std::strtod(num.c_str(), &end);
-  if (num.empty() || *end != '\0' || !(v > 0)) return Status::InvalidArgument("bad size '" + text + "'");
-  const std::pair<const char*, double> units[] = {{"", 1},     {"B", 1},     {"KB", 1e3},
-                                                  {"MB", 1e6}, {"GB", 1e9},  {"TB", 1e12},
-                                                  {"PB", 1e15}, {"KIB", 1024.0},
-                                                  {"MIB", 1048576.0}, {"GIB", 1073741824.0},
-                                                  {"TIB", 1099511627776.0}};
-  for (const auto& [u, m] : units) {
-    if (unit == u) return v * m;
-  }
-  return Status::InvalidArgument("bad size unit in '" + text + "'");
+// A capacity option: at least 1 B, in the one unit rule of tqkv/units.h (10TB = 10^13 bytes).
+Result<double> CapacityBytes(std::string_view option, const std::string& text) {
+  auto v = ParseByteSize(text, 1);
+  if (!v.ok()) return v.status().WithContext(std::string(option));
+  return static_cast<double>(*v);
 }
 
 std::string Human(double bytes) {
@@ -63,12 +44,16 @@ void RegisterCapacityCommand(CLI::App& app) {
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("--model", o->model, "Model preset")->capture_default_str();
-  cmd->add_option("--tokens", o->tokens, "Tokens per session")->capture_default_str();
+  cmd->add_option("--tokens", o->tokens, "Tokens per session")
+      ->check(CountIn(0, UINT64_MAX))
+      ->capture_default_str();
   cmd->add_option("--codec", o->codec, "Codec spec")->capture_default_str();
   cmd->add_option("--exact-tokens", o->exact_tokens, kExactTokensHelp);
-  cmd->add_option("--capacity", o->capacity, "Storage capacity (e.g. 10TB)")->capture_default_str();
+  cmd->add_option("--capacity", o->capacity,
+                  std::string("Storage capacity (e.g. 10TB). ") + kByteSizeHelp)
+      ->capture_default_str();
   cmd->add_option("--per-gpu", o->per_gpu, "FP16 KV storage a GPU needs today (e.g. 16TB)");
-  cmd->add_option("--gpus", o->gpus, "GPUs in the cluster");
+  cmd->add_option("--gpus", o->gpus, "GPUs in the cluster")->check(CountIn(0, UINT64_MAX));
   cmd->add_flag("--json", o->json, "Print JSON");
   cmd->callback([o] {
     Status s = [&]() -> Status {
@@ -77,11 +62,11 @@ void RegisterCapacityCommand(CLI::App& app) {
       co.model = o->model;
       co.geometry = preset.geometry;
       co.tokens = o->tokens;
-      TQKV_ASSIGN_OR_RETURN(co.capacity_bytes, ParseBytes(o->capacity));
+      TQKV_ASSIGN_OR_RETURN(co.capacity_bytes, CapacityBytes("--capacity", o->capacity));
       TQKV_ASSIGN_OR_RETURN(co.checkpoint.codec, ParseCodecSpec(o->codec));
       TQKV_RETURN_IF_ERROR(ApplyExactTokens(o->exact_tokens, co.checkpoint));
       if (!o->per_gpu.empty()) {
-        TQKV_ASSIGN_OR_RETURN(co.per_gpu_bytes, ParseBytes(o->per_gpu));
+        TQKV_ASSIGN_OR_RETURN(co.per_gpu_bytes, CapacityBytes("--per-gpu", o->per_gpu));
         co.gpus = o->gpus;
       }
       ThreadPool pool;

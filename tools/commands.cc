@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+#include "tqkv/units.h"
+
 namespace tqkv::tools {
 namespace {
 int g_exit_code = 0;
@@ -9,6 +11,15 @@ int g_exit_code = 0;
 
 void SetExitCode(int code) { g_exit_code = code; }
 int ExitCode() { return g_exit_code; }
+
+CLI::Validator CountIn(uint64_t min, uint64_t max) {
+  return CLI::Validator(
+      [min, max](std::string& text) -> std::string {
+        auto v = ParseCount(text, min, max);
+        return v.ok() ? std::string() : v.status().message();
+      },
+      "COUNT in [" + std::to_string(min) + ", " + std::to_string(max) + "]");
+}
 
 Status ApplyExactTokens(const std::string& text, CheckpointOptions& opts) {
   if (text.empty()) return Status::Ok();

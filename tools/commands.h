@@ -22,6 +22,15 @@ inline constexpr const char* kExactTokensHelp =
     "FIRST,LAST: also store the first FIRST and the last LAST tokens exactly (e.g. 4,128: "
     "attention sinks and the most recent tokens; docs/accuracy.md)";
 
+// The unit rules of tqkv/units.h, for option help texts.
+inline constexpr const char* kByteSizeHelp =
+    "Sizes: KB MB GB TB PB = powers of 1000; KiB MiB GiB TiB PiB (or K M G T P) = powers of 1024";
+inline constexpr const char* kDurationHelp = "Durations: ms, s, m, h, d (none: seconds)";
+
+// CLI11 check of a count option with ParseCount (tqkv/units.h): decimal digits in [min, max], so
+// "-1" (which CLI11 would wrap into an unsigned) and "1e9" are refused before the command runs.
+CLI::Validator CountIn(uint64_t min, uint64_t max);
+
 // Sets opts.exact_head / exact_tail from a --exact-tokens value ("" leaves them 0).
 Status ApplyExactTokens(const std::string& text, CheckpointOptions& opts);
 

@@ -1,5 +1,4 @@
 // Session management on a store: `tqkv ls`, `tqkv rm`, `tqkv pin`, `tqkv gc` (store/store_admin.h).
-#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -10,6 +9,7 @@
 #include "store/store_admin.h"
 #include "tools/commands.h"
 #include "tqkv/store.h"
+#include "tqkv/units.h"
 
 namespace tqkv::tools {
 namespace {
@@ -20,50 +20,12 @@ int64_t NowNs() {
       .count();
 }
 
-// "90s", "30m", "1h", "7d", "3600" (seconds).
-Result<std::chrono::seconds> ParseDuration(const std::string& text) {
-  size_t pos = 0;
-  double v = 0;
-  try {
-    v = std::stod(text, &pos);
-  } catch (...) {
-    return Status::InvalidArgument("not a duration: \"" + text + "\" (e.g. 90s, 30m, 1h, 7d)");
-  }
-  const std::string unit = text.substr(pos);
-  double mult = 1;
-  if (unit.empty() || unit == "s") mult = 1;
-  else if (unit == "m") mult = 60;
-  else if (unit == "h") mult = 3600;
-  else if (unit == "d") mult = 86400;
-  else return Status::InvalidArgument("not a duration: \"" + text + "\" (e.g. 90s, 30m, 1h, 7d)");
-  if (v < 0) return Status::InvalidArgument("negative duration \"" + text + "\"");
-  return std::chrono::seconds(static_cast<int64_t>(v * mult));
-}
-
-// "50GB", "1.5GiB", "200MB", "1048576". Decimal units (KB, MB, GB, TB) and binary (KiB...).
-Result<uint64_t> ParseSize(const std::string& text) {
-  size_t pos = 0;
-  double v = 0;
-  try {
-    v = std::stod(text, &pos);
-  } catch (...) {
-    return Status::InvalidArgument("not a size: \"" + text + "\" (e.g. 50GB, 512MiB)");
-  }
-  std::string unit = text.substr(pos);
-  for (char& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  double mult;
-  if (unit.empty() || unit == "B") mult = 1;
-  else if (unit == "KB" || unit == "K") mult = 1e3;
-  else if (unit == "MB" || unit == "M") mult = 1e6;
-  else if (unit == "GB" || unit == "G") mult = 1e9;
-  else if (unit == "TB" || unit == "T") mult = 1e12;
-  else if (unit == "KIB") mult = 1024.0;
-  else if (unit == "MIB") mult = 1024.0 * 1024;
-  else if (unit == "GIB") mult = 1024.0 * 1024 * 1024;
-  else if (unit == "TIB") mult = 1024.0 * 1024 * 1024 * 1024;
-  else return Status::InvalidArgument("not a size: \"" + text + "\" (e.g. 50GB, 512MiB)");
-  if (v < 0) return Status::InvalidArgument("negative size \"" + text + "\"");
-  return static_cast<uint64_t>(v * mult);
+// A duration option (tqkv/units.h) in whole seconds, at least `min_s`.
+Result<std::chrono::seconds> DurationOption(std::string_view option, const std::string& text,
+                                            int64_t min_s) {
+  auto d = ParseDuration(text, std::chrono::seconds(min_s));
+  if (!d.ok()) return d.status().WithContext(std::string(option));
+  return std::chrono::duration_cast<std::chrono::seconds>(*d);
 }
 
 std::string Iso(int64_t ns) {
@@ -156,7 +118,8 @@ void RegisterPin(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   cmd->add_option("--store", o->store, kStoreUriHelp)->required();
   cmd->add_option("--session", o->session, "Session id")->required();
-  cmd->add_option("--ttl", o->ttl, "Pin for this long (90s, 30m, 1h, 7d); default: until --unpin");
+  cmd->add_option("--ttl", o->ttl,
+                  std::string("Pin for this long (default: until --unpin). ") + kDurationHelp);
   cmd->add_flag("--unpin", o->unpin, "Remove the pin");
   cmd->callback([o] {
     Status s = [&]() -> Status {
@@ -167,8 +130,8 @@ void RegisterPin(CLI::App& app) {
       if (o->unpin) {
         until = 0;
       } else if (!o->ttl.empty()) {
-        TQKV_ASSIGN_OR_RETURN(auto ttl, ParseDuration(o->ttl));
-        until = NowNs() + static_cast<int64_t>(ttl.count()) * 1'000'000'000;
+        TQKV_ASSIGN_OR_RETURN(auto ttl, DurationOption("--ttl", o->ttl, 1));
+        until = NowNs() + static_cast<int64_t>(ttl.count()) * 1'000'000'000;  // <= 100 years
       }
       TQKV_RETURN_IF_ERROR(admin->SetPin(o->session, until));
       std::printf("%s %s%s\n", o->unpin ? "unpinned" : "pinned", o->session.c_str(),
@@ -189,21 +152,29 @@ void RegisterGc(CLI::App& app) {
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("--store", o->store, kStoreUriHelp)->required();
-  cmd->add_option("--max-bytes", o->max_bytes, "Capacity cap for the store's sessions (e.g. 50GB)");
-  cmd->add_option("--ttl", o->ttl, "Evict sessions not restored or written for this long (e.g. 24h)");
+  cmd->add_option("--max-bytes", o->max_bytes,
+                  std::string("Capacity cap for the store's sessions, at least 1 B (e.g. 50GB). ") +
+                      kByteSizeHelp);
+  cmd->add_option("--ttl", o->ttl,
+                  std::string("Evict sessions not restored or written for this long (e.g. 24h). ") +
+                      kDurationHelp);
   cmd->add_option("--temp-age", o->temp_age, "Remove temps of writers older than this")->capture_default_str();
   cmd->add_flag("--dry-run", o->dry_run, "Only print what would be removed");
   cmd->add_flag("--json", o->json, "Print JSON");
   cmd->callback([o] {
     Status s = [&]() -> Status {
+      // Every option is checked before the store is opened: a bad one changes nothing.
       GcOptions g;
       if (!o->max_bytes.empty()) {
-        TQKV_ASSIGN_OR_RETURN(g.max_bytes, ParseSize(o->max_bytes));
+        // At least 1 B: GcOptions reads 0 as "no cap"; to empty a store, rm its sessions.
+        auto cap = ParseByteSize(o->max_bytes, 1);
+        if (!cap.ok()) return cap.status().WithContext("--max-bytes (omit it for no cap)");
+        g.max_bytes = *cap;
       }
       if (!o->ttl.empty()) {
-        TQKV_ASSIGN_OR_RETURN(g.ttl, ParseDuration(o->ttl));
+        TQKV_ASSIGN_OR_RETURN(g.ttl, DurationOption("--ttl", o->ttl, 1));
       }
-      TQKV_ASSIGN_OR_RETURN(g.temp_min_age, ParseDuration(o->temp_age));
+      TQKV_ASSIGN_OR_RETURN(g.temp_min_age, DurationOption("--temp-age", o->temp_age, 0));
       g.dry_run = o->dry_run;
       TQKV_ASSIGN_OR_RETURN(auto store, OpenExistingStore(o->store));
       TQKV_ASSIGN_OR_RETURN(GcReport r, CollectGarbage(store.get(), g));

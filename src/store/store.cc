@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <charconv>
 #include <chrono>
 #include <map>
 #include <mutex>
@@ -20,6 +19,7 @@
 #endif
 #include "store/store_internal.h"
 #include "tqkv/memory_store.h"
+#include "tqkv/units.h"
 
 namespace tqkv {
 
@@ -345,11 +345,11 @@ const std::string* UriOptions::Find(std::string_view key) {
 Status UriOptions::GetUint(std::string_view key, uint64_t min, uint64_t max, uint64_t* value) {
   const std::string* v = Find(key);
   if (v == nullptr) return Status::Ok();
-  auto parsed = ParseByteSize(*v);
-  if (!parsed.ok() || *parsed < min || *parsed > max) {
+  auto parsed = ParseByteSize(*v, min, max);  // tqkv/units.h: the one unit rule
+  if (!parsed.ok()) {
     return Status::InvalidArgument("store URI option " + std::string(key) + "=" + Printable(*v) +
                                    ": expected a number in [" + std::to_string(min) + ", " +
-                                   std::to_string(max) + "]");
+                                   std::to_string(max) + "]: " + parsed.status().message());
   }
   *value = *parsed;
   return Status::Ok();
@@ -378,31 +378,6 @@ Status UriOptions::Finish() const {
     }
   }
   return Status::Ok();
-}
-
-Result<uint64_t> ParseByteSize(std::string_view s) {
-  uint64_t v = 0;
-  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || ptr == s.data()) {
-    return Status::InvalidArgument("not a size: " + Printable(s));
-  }
-  std::string_view unit(ptr, static_cast<size_t>(s.data() + s.size() - ptr));
-  unsigned shift = 0;
-  if (unit.empty()) {
-    shift = 0;
-  } else if (unit == "k" || unit == "K" || unit == "KiB") {
-    shift = 10;
-  } else if (unit == "m" || unit == "M" || unit == "MiB") {
-    shift = 20;
-  } else if (unit == "g" || unit == "G" || unit == "GiB") {
-    shift = 30;
-  } else {
-    return Status::InvalidArgument("not a size: " + Printable(s));
-  }
-  if (shift != 0 && v > (UINT64_MAX >> shift)) {
-    return Status::InvalidArgument("size out of range: " + Printable(s));
-  }
-  return v << shift;
 }
 
 int64_t NowUnixNs() {

@@ -46,9 +46,6 @@ class UriOptions {
   std::vector<bool> used_;
 };
 
-// Parses "1048576", "64k", "1m", "1M", "2g" (binary units). InvalidArgument otherwise.
-Result<uint64_t> ParseByteSize(std::string_view s);
-
 // Nanoseconds since the Unix epoch, now.
 int64_t NowUnixNs();
 
