@@ -34,7 +34,8 @@ if [ -f fuzz/container_fuzz.cc ]; then
     -DTQKV_BUILD_TESTS=OFF >/dev/null
   ninja -C build-fuzz container_fuzz
   mkdir -p build-fuzz/corpus
+  # The target decodes what it accepts: -timeout and -rss_limit_mb are its time and memory caps.
   ./build-fuzz/container_fuzz -max_total_time="${TQKV_FUZZ_SECONDS:-60}" -max_len=65536 \
-    -print_final_stats=1 build-fuzz/corpus fuzz/corpus/container
+    -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 build-fuzz/corpus fuzz/corpus/container
 fi
 echo "== all tests passed"

@@ -2,6 +2,8 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <exception>
+#include <new>
 
 #include "tools/commands.h"
 
@@ -14,6 +16,14 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  } catch (const std::bad_alloc&) {
+    // The library reports memory it cannot have as ResourceExhausted; this is the last line for
+    // an allocation outside it (a container of the standard library), so no run ends in abort().
+    std::fprintf(stderr, "tqkv: out of memory\n");
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tqkv: internal error: %s\n", e.what());
+    return 1;
   }
   return tqkv::tools::ExitCode();
 }

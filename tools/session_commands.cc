@@ -42,9 +42,11 @@ struct GeometryFlags {
   void Add(CLI::App* cmd) {
     cmd->add_option("--model", model, "Model preset (qwen2.5-7b, llama-3.1-8b, qwen2.5-0.5b, "
                     "smollm2-135m) or a name for custom geometry")->capture_default_str();
-    cmd->add_option("--layers", layers, "Custom geometry: layers");
-    cmd->add_option("--kv-heads", kv_heads, "Custom geometry: KV heads");
-    cmd->add_option("--head-dim", head_dim, "Custom geometry: head dimension");
+    cmd->add_option("--layers", layers, "Custom geometry: layers")->check(CountIn(1, kMaxLayers));
+    cmd->add_option("--kv-heads", kv_heads, "Custom geometry: KV heads")
+        ->check(CountIn(1, kMaxKvHeads));
+    cmd->add_option("--head-dim", head_dim, "Custom geometry: head dimension")
+        ->check(CountIn(1, kMaxHeadDim));
   }
   Result<ModelGeometry> Resolve() const {
     ModelGeometry g;
@@ -73,15 +75,20 @@ void RegisterCheckpoint(CLI::App& app) {
   };
   auto o = std::make_shared<Opts>();
   o->geo.Add(cmd);
-  cmd->add_option("--tokens", o->tokens, "Context length")->capture_default_str();
-  cmd->add_option("--seed", o->seed, "Seed of the synthetic session")->capture_default_str();
+  cmd->add_option("--tokens", o->tokens, "Context length")
+      ->check(CountIn(0, UINT64_MAX))
+      ->capture_default_str();
+  cmd->add_option("--seed", o->seed, "Seed of the synthetic session")
+      ->check(CountIn(0, UINT64_MAX))
+      ->capture_default_str();
   cmd->add_option("--dtype", o->dtype, "Element type of the session (f16, bf16, f32)")->capture_default_str();
   cmd->add_option("--codec", o->codec, "Codec spec (fp16, tq2, tq3, tq4, tq2.5, tq3.5, ...)")->capture_default_str();
   cmd->add_option("--layer-codec", o->layer_codecs, "Per-layer override L:SPEC (repeatable)");
   cmd->add_option("--exact-tokens", o->exact_tokens, kExactTokensHelp);
   cmd->add_option("--store", o->store, kStoreUriHelp)->required();
   cmd->add_option("--session", o->session, "Session id (the object key)")->required();
-  cmd->add_option("--threads", o->threads, "Encode threads (0: all cores)");
+  cmd->add_option("--threads", o->threads, "Encode threads (0: all cores)")
+      ->check(CountIn(0, ThreadPool::kMaxThreads));
   cmd->add_option("--json", o->json_path, "Write figures as JSON to FILE ('-' for stdout)");
   cmd->callback([o] {
     Status s = [&]() -> Status {
@@ -134,7 +141,8 @@ void RegisterRestore(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--dtype", o->dtype, "Restored element type (f16, bf16, f32)")->capture_default_str();
   cmd->add_option("--out", o->out, "Also write the restored cache as safetensors");
-  cmd->add_option("--threads", o->threads, "Decode threads (0: all cores)");
+  cmd->add_option("--threads", o->threads, "Decode threads (0: all cores)")
+      ->check(CountIn(0, ThreadPool::kMaxThreads));
   cmd->add_flag("--drop-cache", o->drop_cache, "Evict the object from the page cache first");
   cmd->add_flag("--json", o->json, "Print figures as JSON");
   cmd->callback([o] {
@@ -209,7 +217,8 @@ void RegisterCompress(CLI::App& app) {
   cmd->add_option("--codec", o->codec, "Codec spec")->capture_default_str();
   cmd->add_option("--layer-codec", o->layer_codecs, "Per-layer override L:SPEC (repeatable)");
   cmd->add_option("--exact-tokens", o->exact_tokens, kExactTokensHelp);
-  cmd->add_option("--threads", o->threads, "Encode threads (0: all cores)");
+  cmd->add_option("--threads", o->threads, "Encode threads (0: all cores)")
+      ->check(CountIn(0, ThreadPool::kMaxThreads));
   cmd->callback([o] {
     Status s = [&]() -> Status {
       TQKV_ASSIGN_OR_RETURN(auto cache, ReadSafetensors(o->in));
@@ -243,7 +252,8 @@ void RegisterDecompress(CLI::App& app) {
   cmd->add_option("IN", o->in, "Input .tqkv")->required();
   cmd->add_option("OUT", o->out, "Output .safetensors")->required();
   cmd->add_option("--dtype", o->dtype, "Output element type (f16, bf16, f32)")->capture_default_str();
-  cmd->add_option("--threads", o->threads, "Decode threads (0: all cores)");
+  cmd->add_option("--threads", o->threads, "Decode threads (0: all cores)")
+      ->check(CountIn(0, ThreadPool::kMaxThreads));
   cmd->callback([o] {
     Status s = [&]() -> Status {
       auto dtype = ParseDType(o->dtype);

@@ -6,12 +6,14 @@
 #include <cstdint>
 #include <span>
 
+#include "tqkv/status.h"
+
 namespace tqkv {
 
 class AlignedBuffer {
  public:
   AlignedBuffer() = default;
-  // Aborts only if the system is out of memory; callers bound `size` first.
+  // Aborts if the memory cannot be had (see Reserve); sizes from users or files use TryReserve.
   AlignedBuffer(size_t size, size_t alignment = 4096);
   ~AlignedBuffer();
   AlignedBuffer(AlignedBuffer&& o) noexcept;
@@ -19,7 +21,11 @@ class AlignedBuffer {
   AlignedBuffer(const AlignedBuffer&) = delete;
   AlignedBuffer& operator=(const AlignedBuffer&) = delete;
 
-  // Grows (never shrinks) the capacity; contents are not preserved on growth.
+  // Grows (never shrinks) the capacity; contents are not preserved on growth. ResourceExhausted
+  // (and an empty buffer) when `size` rounded up to the alignment does not fit or the system
+  // refuses the memory.
+  Status TryReserve(size_t size);
+  // TryReserve for sizes the caller has bounded; aborts with a message if it fails anyway.
   void Reserve(size_t size);
   uint8_t* data() { return data_; }
   const uint8_t* data() const { return data_; }

@@ -32,6 +32,14 @@ struct ModelGeometry {
   bool operator==(const ModelGeometry&) const = default;
 };
 
+// Largest geometry tqkv accepts from a user or a container header (docs/format.md "Limits"):
+// far above any model, small enough that per-layer and per-head tables stay small.
+inline constexpr uint32_t kMaxLayers = 65536;
+inline constexpr uint32_t kMaxKvHeads = 65536;
+inline constexpr uint32_t kMaxHeadDim = 65535;
+// InvalidArgument unless every dimension is in [1, its kMax*].
+Status ValidateGeometry(const ModelGeometry& g);
+
 struct ModelPreset {
   std::string_view name;
   ModelGeometry geometry;

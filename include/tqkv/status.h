@@ -25,6 +25,7 @@ enum class StatusCode : uint8_t {
   kBusy,
   kAlreadyExists,
   kInternal,
+  kResourceExhausted,  // a size that does not fit, or memory the system will not give
 };
 
 std::string_view StatusCodeName(StatusCode code);
@@ -46,6 +47,9 @@ class [[nodiscard]] Status {
   static Status Busy(std::string msg) { return {StatusCode::kBusy, std::move(msg)}; }
   static Status AlreadyExists(std::string msg) { return {StatusCode::kAlreadyExists, std::move(msg)}; }
   static Status Internal(std::string msg) { return {StatusCode::kInternal, std::move(msg)}; }
+  static Status ResourceExhausted(std::string msg) {
+    return {StatusCode::kResourceExhausted, std::move(msg)};
+  }
   // An I/O error from errno, e.g. FromErrno("pread", path, errno): ENOSPC maps to kNoSpace.
   static Status FromErrno(std::string_view what, std::string_view object, int err);
 
@@ -57,6 +61,7 @@ class [[nodiscard]] Status {
   bool IsNotFound() const { return code() == StatusCode::kNotFound; }
   bool IsCorruption() const { return code() == StatusCode::kCorruption; }
   bool IsNoSpace() const { return code() == StatusCode::kNoSpace; }
+  bool IsResourceExhausted() const { return code() == StatusCode::kResourceExhausted; }
 
   // Returns a copy with "context: " prepended to the message (same code).
   Status WithContext(std::string_view context) const;

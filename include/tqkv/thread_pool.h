@@ -14,7 +14,11 @@ namespace tqkv {
 
 class ThreadPool {
  public:
+  // Most threads a pool runs (the CLI's --threads refuses more).
+  static constexpr size_t kMaxThreads = 1024;
   // threads == 0: one per hardware thread. The calling thread also works inside ParallelFor.
+  // More than kMaxThreads are capped; if the system refuses a thread, the pool runs with those it
+  // got (at least the caller), so size() may be smaller than asked. Never throws.
   explicit ThreadPool(size_t threads = 0);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;

@@ -13,7 +13,9 @@
 #include <thread>
 
 #include "checkpoint/layout.h"
+#include "format/container_layout.h"
 #include "tqkv/aligned_buffer.h"
+#include "tqkv/checked.h"
 #include "tqkv/container.h"
 #include "tqkv/thread_pool.h"
 
@@ -161,9 +163,7 @@ Result<CheckpointStats> Checkpoint(KvSource& source, const CheckpointOptions& op
                                    std::string_view key) {
   const auto t0 = Clock::now();
   const ModelGeometry g = source.geometry();
-  if (g.layers == 0 || g.kv_heads == 0 || g.head_dim == 0) {
-    return Status::InvalidArgument("checkpoint: empty geometry");
-  }
+  TQKV_RETURN_IF_ERROR(ValidateGeometry(g).WithContext("checkpoint"));
   TQKV_ASSIGN_OR_RETURN(SessionCodecs codecs,
                         ResolveSessionCodecs(options.codec, options.layer_overrides, g));
   ContainerHeader header;
@@ -179,21 +179,34 @@ Result<CheckpointStats> Checkpoint(KvSource& source, const CheckpointOptions& op
   header.exact_tail = static_cast<uint32_t>(
       std::min<uint64_t>(options.exact_tail, header.tokens - header.exact_head));
 
-  TQKV_ASSIGN_OR_RETURN(std::unique_ptr<WritableObject> object, store.Create(key));
-  TQKV_ASSIGN_OR_RETURN(std::unique_ptr<ContainerWriter> writer,
-                        ContainerWriter::Create(object.get(), header));
-
   const DType dtype = source.dtype();
   const size_t heads = g.kv_heads, d = g.head_dim;
   const size_t row = heads * d;  // elements per token
   const uint64_t tokens = header.tokens;
   const auto* cache_source = dynamic_cast<const CacheSource*>(&source);
+  // Whatever can be refused is refused before the store sees the key, so nothing is left in it:
+  // the header, the sizes (checked, they come from the user) and the layer buffers.
+  const auto refuse = [&](const Status& s) {
+    return s.WithContext("checkpoint " + std::string(key));
+  };
+  if (Status s = format::ValidateHeader(header); !s.ok()) return refuse(s);
   AlignedBuffer layer_k, layer_v;
+  auto layer_bytes = SizeProduct("layer tensor (tokens x KV heads x head_dim x dtype)",
+                                 {tokens, heads, d, DTypeSize(dtype)});
+  if (!layer_bytes.ok()) return refuse(layer_bytes.status());
   if (cache_source == nullptr) {
-    const size_t bytes = tokens * row * DTypeSize(dtype);
-    layer_k.Reserve(bytes);
-    layer_v.Reserve(bytes);
+    Status s = layer_k.TryReserve(*layer_bytes);
+    if (s.ok()) s = layer_v.TryReserve(*layer_bytes);
+    if (!s.ok()) return refuse(s);
   }
+
+  TQKV_ASSIGN_OR_RETURN(std::unique_ptr<WritableObject> object, store.Create(key));
+  auto created = ContainerWriter::Create(object.get(), header);
+  if (!created.ok()) {
+    (void)object->Abort();
+    return refuse(created.status());
+  }
+  std::unique_ptr<ContainerWriter> writer = std::move(created).value();
 
   CheckpointStats stats;
   double encode_seconds = 0;
@@ -228,7 +241,8 @@ Result<CheckpointStats> Checkpoint(KvSource& source, const CheckpointOptions& op
       encode_seconds += Since(te);
       if (!status.ok()) break;
       AlignedBuffer buf = chunk_writer.TakeBuffer();
-      buf.Reserve(metas.size());
+      status = buf.TryReserve(metas.size());
+      if (!status.ok()) break;
       std::memcpy(buf.data(), metas.data(), metas.size());
       ChunkEntry entry;
       entry.type = ChunkType::kGroupMeta;
@@ -241,7 +255,8 @@ Result<CheckpointStats> Checkpoint(KvSource& source, const CheckpointOptions& op
         const uint64_t count = std::min<uint64_t>(header.token_block, tokens - t0b);
         const size_t payload = heads * count * code_bytes;
         AlignedBuffer buf = chunk_writer.TakeBuffer();
-        buf.Reserve(payload);
+        status = buf.TryReserve(payload);
+        if (!status.ok()) break;
         const auto tc = Clock::now();
         for (size_t h = 0; h < heads && status.ok(); ++h) {
           const auto* x = static_cast<const uint8_t*>(tensors[kv]) +
@@ -268,7 +283,8 @@ Result<CheckpointStats> Checkpoint(KvSource& source, const CheckpointOptions& op
       const size_t vec = d * DTypeSize(dtype);
       const size_t payload = 2 * exact_rows * heads * vec;
       AlignedBuffer buf = chunk_writer.TakeBuffer();
-      buf.Reserve(payload);
+      status = buf.TryReserve(payload);
+      if (!status.ok()) break;
       uint8_t* out = buf.data();
       for (int kv = 0; kv < 2; ++kv) {
         const auto* base = static_cast<const uint8_t*>(tensors[kv]);

@@ -17,6 +17,43 @@ std::string_view RotationKindName(RotationKind k) {
   return "unknown";
 }
 
+uint32_t MaxRotationChannels(RotationKind k) {
+  switch (k) {
+    case RotationKind::kHadamard:
+    case RotationKind::kHadamard2: return 32768;  // the largest power of two below 65536
+    case RotationKind::kHaar: return 512;         // 4 MiB to build, 2^28 ops (~0.2-1 s)
+    case RotationKind::kAuto: return 0;
+  }
+  return 0;
+}
+
+CodecSetupCost RotationSetupCost(RotationKind k, uint32_t channels) {
+  const uint64_t c = channels;
+  switch (k) {
+    case RotationKind::kHadamard: return {4 * c, c};
+    case RotationKind::kHadamard2: return {8 * c, 2 * c};
+    // Q and Q^T as floats (a double working copy while building); two Gram-Schmidt passes.
+    case RotationKind::kHaar: return {16 * c * c, 2 * c * c * c + c * c};
+    case RotationKind::kAuto: return {};
+  }
+  return {};
+}
+
+CodecSetupCost SetupCostOf(const CodecParams& p) {
+  CodecSetupCost cost;
+  for (const auto& s : p.subsets) {
+    const CodecSetupCost r = RotationSetupCost(s.rotation, s.channels);
+    cost.bytes += r.bytes + 8 * s.centroids.size();  // centroids and thresholds
+    cost.ops += r.ops + s.centroids.size();
+  }
+  if (p.qjl) {
+    const uint64_t d = p.head_dim;
+    cost.bytes += 4 * d * d;
+    cost.ops += d * d;
+  }
+  return cost;
+}
+
 size_t CodeBytesOf(const CodecParams& p) {
   if (p.kind == CodecKind::kRaw) return static_cast<size_t>(p.head_dim) * DTypeSize(p.raw_dtype);
   size_t bytes = 0;
@@ -46,6 +83,10 @@ Status ValidateCodecParams(const CodecParams& p) {
   if (p.subsets.empty() || p.subsets.size() > 2) return bad("1 or 2 subsets");
   if (p.norm_dtype != DType::kF32 && p.norm_dtype != DType::kF16) return bad("norm dtype");
   if (p.qjl && p.split()) return bad("qjl with a split codec");
+  if (p.qjl && p.head_dim > kMaxQjlHeadDim) {
+    return bad("qjl on head_dim " + std::to_string(p.head_dim) + " (its matrix is dense: at most " +
+               std::to_string(kMaxQjlHeadDim) + ")");
+  }
   uint32_t total = 0;
   for (const auto& s : p.subsets) {
     if (s.channels == 0) return bad("empty subset");
@@ -59,6 +100,11 @@ Status ValidateCodecParams(const CodecParams& p) {
       case RotationKind::kHaar:
       case RotationKind::kKronecker: break;
       default: return bad("rotation kind");
+    }
+    if (s.channels > MaxRotationChannels(s.rotation)) {
+      return bad(std::string(RotationKindName(s.rotation)) + " rotation on " +
+                 std::to_string(s.channels) + " channels (at most " +
+                 std::to_string(MaxRotationChannels(s.rotation)) + ")");
     }
     if (s.centroids.size() != (size_t{1} << s.bits)) return bad("centroid count");
     for (size_t i = 0; i < s.centroids.size(); ++i) {

@@ -18,6 +18,7 @@ std::string_view StatusCodeName(StatusCode code) {
     case StatusCode::kBusy: return "Busy";
     case StatusCode::kAlreadyExists: return "Already exists";
     case StatusCode::kInternal: return "Internal error";
+    case StatusCode::kResourceExhausted: return "Resource exhausted";
   }
   return "Unknown";
 }
@@ -37,6 +38,7 @@ Status Status::FromErrno(std::string_view what, std::string_view object, int err
     case ENOENT: return NotFound(std::move(msg));
     case EEXIST: return AlreadyExists(std::move(msg));
     case EINVAL: return InvalidArgument(std::move(msg));
+    case ENOMEM: return ResourceExhausted(std::move(msg));
     case EAGAIN:
     case EBUSY: return Busy(std::move(msg));
     default: return IoError(std::move(msg));

@@ -3,12 +3,19 @@
 #include <algorithm>
 #include <atomic>
 #include <memory>
+#include <system_error>
 
 namespace tqkv {
 
 ThreadPool::ThreadPool(size_t threads) {
   if (threads == 0) threads = std::max<size_t>(1, std::thread::hardware_concurrency());
-  for (size_t i = 1; i < threads; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+  threads = std::min(threads, kMaxThreads);
+  workers_.reserve(threads - 1);
+  try {
+    for (size_t i = 1; i < threads; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+  } catch (const std::system_error&) {
+    // Out of threads (EAGAIN): the workers already started are enough to make progress.
+  }
 }
 
 ThreadPool::~ThreadPool() {

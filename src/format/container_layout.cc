@@ -131,10 +131,7 @@ Status ValidateHeader(const ContainerHeader& h) {
                std::to_string(kMaxModelBytes) + ")");
   }
   const ModelGeometry& g = h.geometry;
-  if (g.layers == 0 || g.kv_heads == 0 || g.head_dim == 0) {
-    return bad("geometry " + std::to_string(g.layers) + "x" + std::to_string(g.kv_heads) + "x" +
-               std::to_string(g.head_dim) + " has a zero dimension");
-  }
+  if (Status s = ValidateGeometry(g); !s.ok()) return bad(s.message());
   if (!ValidDType(h.source_dtype)) {
     return bad("source dtype " + std::to_string(static_cast<unsigned>(h.source_dtype)));
   }
@@ -144,10 +141,19 @@ Status ValidateHeader(const ContainerHeader& h) {
     return bad(std::to_string(h.codecs.size()) + " codecs (at most 65535)");
   }
   const uint64_t block = std::min<uint64_t>(h.tokens, h.token_block);
+  CodecSetupCost setup;  // every codec is built on open: together they stay within the budget
   for (size_t i = 0; i < h.codecs.size(); ++i) {
     const CodecParams& c = h.codecs[i];
     Status s = ValidateCodecParams(c);
     if (!s.ok()) return bad("codec " + std::to_string(i) + ": " + s.message());
+    const CodecSetupCost cost = SetupCostOf(c);  // valid params: each term is small
+    setup.bytes += cost.bytes;
+    setup.ops += cost.ops;
+    if (setup.bytes > kMaxSetupBytes || setup.ops > kMaxSetupOps) {
+      return bad("codecs 0.." + std::to_string(i) + " need " + std::to_string(setup.bytes) +
+                 " bytes and " + std::to_string(setup.ops) + " operations to build (at most " +
+                 std::to_string(kMaxSetupBytes) + " and " + std::to_string(kMaxSetupOps) + ")");
+    }
     if (c.head_dim != g.head_dim) {
       return bad("codec " + std::to_string(i) + " head_dim " + std::to_string(c.head_dim) +
                  " differs from the geometry's " + std::to_string(g.head_dim));

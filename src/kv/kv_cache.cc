@@ -5,6 +5,9 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "tqkv/aligned_buffer.h"
+#include "tqkv/checked.h"
+
 namespace tqkv {
 
 const std::vector<ModelPreset>& ModelPresets() {
@@ -25,6 +28,18 @@ Result<ModelPreset> FindModelPreset(std::string_view name) {
   }
   return Status::InvalidArgument("unknown model preset '" + std::string(name) + "' (known: " +
                                  known + ")");
+}
+
+Status ValidateGeometry(const ModelGeometry& g) {
+  const auto in = [](uint32_t v, uint32_t max) { return v >= 1 && v <= max; };
+  if (in(g.layers, kMaxLayers) && in(g.kv_heads, kMaxKvHeads) && in(g.head_dim, kMaxHeadDim)) {
+    return Status::Ok();
+  }
+  return Status::InvalidArgument(
+      "geometry " + std::to_string(g.layers) + " layers x " + std::to_string(g.kv_heads) +
+      " KV heads x " + std::to_string(g.head_dim) + " dims: each must be at least 1 (at most " +
+      std::to_string(kMaxLayers) + " layers, " + std::to_string(kMaxKvHeads) + " KV heads, " +
+      std::to_string(kMaxHeadDim) + " dims)");
 }
 
 KvCache::KvCache(std::string model, ModelGeometry geometry, DType dtype, uint64_t tokens)
@@ -56,19 +71,25 @@ Status KvCache::Validate() const {
 Result<std::unique_ptr<KvCacheBuffer>> KvCacheBuffer::Allocate(std::string model,
                                                                ModelGeometry geometry, DType dtype,
                                                                uint64_t tokens) {
-  std::unique_ptr<KvCacheBuffer> buf(new KvCacheBuffer());
-  buf->cache_ = KvCache(std::move(model), geometry, dtype, tokens);
-  const size_t bytes = buf->cache_.tensor_bytes();
+  TQKV_RETURN_IF_ERROR(ValidateGeometry(geometry));
+  TQKV_ASSIGN_OR_RETURN(const uint64_t bytes,
+                        SizeProduct("KV cache tensor (tokens x KV heads x head_dim x dtype)",
+                                    {tokens, geometry.kv_heads, geometry.head_dim,
+                                     DTypeSize(dtype)}));
   // Big tensors: 2 MiB-aligned and huge-page backed, so first touch runs ~5x faster.
   const size_t align = bytes >= (4u << 20) ? (2u << 20) : 64;
-  const size_t alloc = (bytes + align - 1) / align * align;
+  const size_t alloc = AlignUp(bytes, align);  // bytes <= PTRDIFF_MAX: cannot wrap
+  std::unique_ptr<KvCacheBuffer> buf(new KvCacheBuffer());
+  buf->cache_ = KvCache(std::move(model), geometry, dtype, tokens);
   for (uint32_t l = 0; l < geometry.layers; ++l) {
     void* p[2];
     for (int kv = 0; kv < 2; ++kv) {
       p[kv] = std::aligned_alloc(align, alloc == 0 ? align : alloc);
       if (p[kv] != nullptr && align > 64) madvise(p[kv], alloc, MADV_HUGEPAGE);
       if (p[kv] == nullptr) {
-        return Status::NoSpace("KvCacheBuffer: cannot allocate " + std::to_string(alloc) + " bytes");
+        return Status::ResourceExhausted("KV cache: out of memory allocating " +
+                                         std::to_string(geometry.layers) + " x 2 tensors of " +
+                                         std::to_string(alloc) + " bytes");
       }
       buf->blocks_.emplace_back(static_cast<uint8_t*>(p[kv]),
                                 [](uint8_t* q) { std::free(q); });
