@@ -117,7 +117,7 @@ inline constexpr uint32_t kMaxQjlHeadDim = 512;
 CodecSetupCost SetupCostOf(const CodecParams& params);
 // All codecs of one container together (they are built when it is opened) stay within these.
 inline constexpr uint64_t kMaxSetupBytes = uint64_t{64} << 20;
-inline constexpr uint64_t kMaxSetupOps = uint64_t{1} << 30;
+inline constexpr uint64_t kMaxSetupOps = uint64_t{1} << 27;
 
 class Codec {
  public:

@@ -21,7 +21,7 @@ uint32_t MaxRotationChannels(RotationKind k) {
   switch (k) {
     case RotationKind::kHadamard:
     case RotationKind::kHadamard2: return 32768;  // the largest power of two below 65536
-    case RotationKind::kHaar: return 512;         // 4 MiB to build, 2^28 ops (~0.2-1 s)
+    case RotationKind::kHaar: return 256;         // 1 MiB to build, 2^25 ops
     case RotationKind::kAuto: return 0;
   }
   return 0;

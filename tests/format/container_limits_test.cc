@@ -47,7 +47,7 @@ TEST(ContainerLimits, LargeHaarRotationIsRefused) {
     haar.codecs[0].subsets[0].rotation = RotationKind::kHaar;
     const std::vector<uint8_t> file = Forge(h, haar);
     EXPECT_LT(file.size(), 20000u);
-    ExpectRefused(file, "haar rotation on " + std::to_string(d) + " channels (at most 512)");
+    ExpectRefused(file, "haar rotation on " + std::to_string(d) + " channels (at most 256)");
     // The writer refuses it too: nothing writes what no reader opens.
     MemoryWritable out;
     EXPECT_EQ(ContainerWriter::Create(&out, haar).status().code(), StatusCode::kInvalidArgument);
@@ -55,18 +55,18 @@ TEST(ContainerLimits, LargeHaarRotationIsRefused) {
 }
 
 TEST(ContainerLimits, HaarUpToTheLimitIsAccepted) {
-  ContainerHeader h = MakeHeader({1, 1, 512}, 3, 16, {TqParams(512, 2)}, {0});
+  ContainerHeader h = MakeHeader({1, 1, 256}, 3, 16, {TqParams(256, 2)}, {0});
   h.codecs[0].subsets[0].rotation = RotationKind::kHaar;
   WrittenContainer w = WriteContainer(h);
   ASSERT_TRUE(w.status.ok()) << w.status.ToString();
   EXPECT_TRUE(OpenAndReadAll(w.file).ok());
-  h.codecs[0].subsets[0].channels = 513;  // one over (and head_dim with it)
-  h.codecs[0].head_dim = h.geometry.head_dim = 513;
+  h.codecs[0].subsets[0].channels = 257;  // one over (and head_dim with it)
+  h.codecs[0].head_dim = h.geometry.head_dim = 257;
   MemoryWritable out;
   Status over = ContainerWriter::Create(&out, h).status();
-  EXPECT_NE(over.message().find("haar rotation on 513 channels (at most 512)"), std::string::npos)
+  EXPECT_NE(over.message().find("haar rotation on 257 channels (at most 256)"), std::string::npos)
       << over.ToString();
-  EXPECT_EQ(MaxRotationChannels(RotationKind::kHaar), 512u);
+  EXPECT_EQ(MaxRotationChannels(RotationKind::kHaar), 256u);
   EXPECT_EQ(MaxRotationChannels(RotationKind::kHadamard), 32768u);
 }
 
@@ -122,9 +122,9 @@ TEST(ContainerLimits, LimitSeedsInTheFuzzCorpus) {
     bool accepted;
   };
   std::vector<Seed> seeds;
-  ContainerHeader haar = MakeHeader({1, 1, 512}, 2, 16, {TqParams(512, 1)}, {0});
+  ContainerHeader haar = MakeHeader({1, 1, 256}, 2, 16, {TqParams(256, 1)}, {0});
   haar.codecs[0].subsets[0].rotation = RotationKind::kHaar;
-  seeds.push_back({"limit_haar512.tqkv", WriteContainer(haar, 5).file, true});
+  seeds.push_back({"limit_haar256.tqkv", WriteContainer(haar, 5).file, true});
   seeds.push_back({"limit_split_haar96.tqkv",
                    WriteContainer(MakeHeader({1, 2, 128}, 3, 2, {SplitParams(128)}, {0}), 6).file,
                    true});

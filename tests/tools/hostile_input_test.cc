@@ -145,7 +145,7 @@ TEST(HostileCli, LargeHaarContainerIsRefusedFast) {
     const std::string path = dir.path() + "/haar" + std::to_string(d) + ".tqkv";
     std::ofstream(path, std::ios::binary)
         .write(reinterpret_cast<const char*>(w.file.data()), static_cast<std::streamsize>(w.file.size()));
-    const std::string why = "haar rotation on " + std::to_string(d) + " channels (at most 512)";
+    const std::string why = "haar rotation on " + std::to_string(d) + " channels (at most 256)";
     ExpectRefused("verify " + path, why);
     ExpectRefused("decompress " + path + " " + dir.path() + "/out.safetensors", why);
     ExpectRefused("restore --store " + dir.path() + " --session haar" + std::to_string(d), why);
