@@ -22,10 +22,15 @@ uint32_t MaxRotationChannels(RotationKind k) {
     case RotationKind::kHadamard:
     case RotationKind::kHadamard2: return 32768;  // the largest power of two below 65536
     case RotationKind::kHaar: return 256;         // 1 MiB to build, 2^25 ops
+    // m = q·B: its Haar factor q (the odd part) is held to the Haar limit in ValidateCodecParams.
+    case RotationKind::kKronecker: return 32768;
     case RotationKind::kAuto: return 0;
   }
   return 0;
 }
+
+// The odd part q of m = q·B (B the largest power of two dividing m): the Kronecker Haar factor.
+static uint32_t KroneckerHaarFactor(uint32_t m) { return m == 0 ? 0 : m >> __builtin_ctz(m); }
 
 CodecSetupCost RotationSetupCost(RotationKind k, uint32_t channels) {
   const uint64_t c = channels;
@@ -34,6 +39,11 @@ CodecSetupCost RotationSetupCost(RotationKind k, uint32_t channels) {
     case RotationKind::kHadamard2: return {8 * c, 2 * c};
     // Q and Q^T as floats (a double working copy while building); two Gram-Schmidt passes.
     case RotationKind::kHaar: return {16 * c * c, 2 * c * c * c + c * c};
+    case RotationKind::kKronecker: {  // a Haar factor of the odd part, signs of all m
+      const CodecSetupCost q =
+          RotationSetupCost(RotationKind::kHaar, KroneckerHaarFactor(channels));
+      return {q.bytes + 4 * c, q.ops + c};
+    }
     case RotationKind::kAuto: return {};
   }
   return {};
@@ -100,6 +110,12 @@ Status ValidateCodecParams(const CodecParams& p) {
       case RotationKind::kHaar:
       case RotationKind::kKronecker: break;
       default: return bad("rotation kind");
+    }
+    if (s.rotation == RotationKind::kKronecker &&
+        KroneckerHaarFactor(s.channels) > MaxRotationChannels(RotationKind::kHaar)) {
+      return bad("kron rotation on " + std::to_string(s.channels) + " channels: Haar factor " +
+                 std::to_string(KroneckerHaarFactor(s.channels)) + " (at most " +
+                 std::to_string(MaxRotationChannels(RotationKind::kHaar)) + ")");
     }
     if (s.channels > MaxRotationChannels(s.rotation)) {
       return bad(std::string(RotationKindName(s.rotation)) + " rotation on " +
