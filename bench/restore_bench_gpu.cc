@@ -11,8 +11,7 @@ namespace tqkv::bench {
 
 GpuAvailability ProbeGpuForBench(const Store& store) {
   GpuProbeOptions po;
-  Result<StoreUri> uri = ParseStoreUri(store.Uri());
-  if (uri.ok() && uri->scheme == "file") po.dir = uri->path;
+  po.dir = store.LocalRoot().value_or("");
   const GpuProbe p = ProbeGpuLadder(po);
   GpuAvailability a;
   a.probe = nlohmann::json::parse(p.ToJson());

@@ -30,10 +30,10 @@ std::string WithIo(const std::string& uri, const std::string& io) {
 
 void EmitJson(const json& j, const std::string& path) {
   if (path.empty() || path == "-") {
-    std::cout << j.dump(2) << "\n";
+    std::cout << j.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
     return;
   }
-  std::ofstream(path) << j.dump(2) << "\n";
+  std::ofstream(path) << j.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
 }
 
 struct GeometryFlags {

@@ -70,7 +70,8 @@ void RegisterLs(CLI::App& app) {
       if (o->json) {
         nlohmann::json arr = nlohmann::json::array();
         for (const auto& m : sessions) arr.push_back(MetaJson(m));
-        std::cout << nlohmann::json{{"store", store->Uri()}, {"bytes", total}, {"sessions", arr}}.dump(2)
+        std::cout << nlohmann::json{{"store", store->Uri()}, {"bytes", total}, {"sessions", arr}}
+                         .dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
                   << "\n";
         return Status::Ok();
       }
@@ -187,7 +188,7 @@ void RegisterGc(CLI::App& app) {
                                     {"evicted", ev}, {"pinned_kept", r.pinned_kept},
                                     {"temps_removed", r.temps_removed},
                                     {"over_cap_after", r.over_cap_after}}
-                         .dump(2)
+                         .dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
                   << "\n";
         return Status::Ok();
       }

@@ -60,7 +60,8 @@ std::string ContainerDescriptionJson(const ContainerDescription& d, bool with_ch
     }
     j["chunks"] = chunks;
   }
-  return j.dump(2);
+  // The model name is bytes from the file; JSON must be UTF-8 (invalid bytes become U+FFFD).
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 }  // namespace tqkv

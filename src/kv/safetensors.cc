@@ -88,7 +88,8 @@ Status WriteSafetensors(const KvCache& cache, const std::string& path) {
       offset += bytes;
     }
   }
-  std::string text = header.dump();
+  // The model name may not be UTF-8; invalid bytes become U+FFFD rather than an exception.
+  std::string text = header.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   while ((8 + text.size()) % 8) text.push_back(' ');  // data starts 8-byte aligned
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   Fd f;

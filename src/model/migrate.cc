@@ -558,7 +558,8 @@ std::string MigrateReportJson(const MigrateReport& report) {
                   {"reference_top1_vs_prompt_steps", report.reference_top1_vs_prompt_steps},
                   {"reference_margin_per_step", report.reference_margin_per_step},
                   {"results", results}};
-  return j.dump(2);
+  // The model name is bytes from the file; JSON must be UTF-8 (invalid bytes become U+FFFD).
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 }  // namespace tqkv

@@ -70,6 +70,31 @@ TEST(ContainerLimits, HaarUpToTheLimitIsAccepted) {
   EXPECT_EQ(MaxRotationChannels(RotationKind::kHadamard), 32768u);
 }
 
+// A Kronecker rotation builds a Haar matrix of the odd part q of its m = q * B channels only.
+TEST(ContainerLimits, KroneckerHaarFactorIsBounded) {
+  ContainerHeader h = MakeHeader({1, 1, 96}, 3, 16, {TqParams(96, 2)}, {0});
+  h.codecs[0].subsets[0].rotation = RotationKind::kKronecker;  // q = 3, B = 32
+  WrittenContainer w = WriteContainer(h);
+  ASSERT_TRUE(w.status.ok()) << w.status.ToString();
+  EXPECT_TRUE(OpenAndReadAll(w.file).ok());
+  CodecParams haar = h.codecs[0];
+  haar.subsets[0].rotation = RotationKind::kHaar;
+  EXPECT_LT(SetupCostOf(h.codecs[0]).ops * 100, SetupCostOf(haar).ops);  // a 3 x 3 Haar factor
+
+  // 514 = 257 * 2: the Haar factor is one over the Haar limit, though 514 < 32768.
+  h.codecs[0].head_dim = h.geometry.head_dim = h.codecs[0].subsets[0].channels = 514;
+  MemoryWritable out;
+  const Status over = ContainerWriter::Create(&out, h).status();
+  EXPECT_EQ(over.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(over.message().find("kron rotation on 514 channels: Haar factor 257 (at most 256)"),
+            std::string::npos)
+      << over.ToString();
+  // 255 * 64 = 16320: a Haar factor within the limit and a long Hadamard block is fine.
+  h.codecs[0].head_dim = h.geometry.head_dim = h.codecs[0].subsets[0].channels = 16320;
+  EXPECT_TRUE(ValidateCodecParams(h.codecs[0]).ok());
+  EXPECT_EQ(MaxRotationChannels(RotationKind::kKronecker), 32768u);
+}
+
 TEST(ContainerLimits, DenseQjlMatrixIsBounded) {
   const ContainerHeader h = MakeHeader({1, 1, 1024}, 1, 16, {TqParams(1024, 2)}, {0});
   ContainerHeader qjl = h;

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -150,6 +151,31 @@ TEST(HostileCli, LargeHaarContainerIsRefusedFast) {
     ExpectRefused("decompress " + path + " " + dir.path() + "/out.safetensors", why);
     ExpectRefused("restore --store " + dir.path() + " --session haar" + std::to_string(d), why);
   }
+}
+
+// A checksum-valid container whose model name is not UTF-8 used to abort inspect --json and
+// decompress (the JSON library throws on invalid UTF-8): the bytes are shown as U+FFFD instead.
+TEST(HostileCli, NonUtf8ModelNameIsShownNotFatal) {
+  using namespace tqkv::testing_format;
+  ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  tqkv::ContainerHeader h = MakeHeader({1, 1, 64}, 20, 16, {TqParams(64, 3)}, {0});
+  h.model = "\xff\xfe-model";
+  WrittenContainer w = WriteContainer(h);
+  ASSERT_TRUE(w.status.ok()) << w.status.ToString();
+  const std::string path = dir.path() + "/bytes.tqkv";
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(w.file.data()), static_cast<std::streamsize>(w.file.size()));
+  for (const std::string& args : {"inspect --json " + path, "inspect " + path,
+                                  "decompress " + path + " " + dir.path() + "/out.safetensors"}) {
+    CmdResult r = Tqkv(args);
+    EXPECT_EQ(r.status, 0) << args << "\n" << r.out;
+  }
+  CmdResult j = Tqkv("inspect --json " + path);
+  EXPECT_NE(j.out.find("\xEF\xBF\xBD\xEF\xBF\xBD-model"), std::string::npos) << j.out;
+  std::ifstream st(dir.path() + "/out.safetensors", std::ios::binary);
+  const std::string st_bytes((std::istreambuf_iterator<char>(st)), std::istreambuf_iterator<char>());
+  EXPECT_NE(st_bytes.find("\xEF\xBF\xBD\xEF\xBF\xBD-model"), std::string::npos);
 }
 
 }  // namespace

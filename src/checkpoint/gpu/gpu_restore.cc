@@ -18,15 +18,12 @@ namespace tqkv {
 namespace {
 
 // The local file behind `key` and its directory (for the O_DIRECT probe and cuFile), or empty
-// ones when the store has no local files. The one place that knows how a file:// store names its
-// files; it goes when Store can answer for a local path itself.
+// ones when the store has no local files.
 struct LocalFile {
   std::string dir, path;
 };
 LocalFile LocalFileOf(const Store& store, std::string_view key) {
-  Result<StoreUri> uri = ParseStoreUri(store.Uri());
-  if (!uri.ok() || uri->scheme != "file") return {};
-  return {uri->path, uri->path + "/" + std::string(key) + ".tqkv"};
+  return {store.LocalRoot().value_or(""), store.LocalPath(key).value_or("")};
 }
 
 // The I/O rung: the forced one (refused when unusable, except direct, where the store falls
