@@ -1,7 +1,5 @@
 // Session commands: checkpoint, restore, compress, decompress, inspect, verify.
-#include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -157,24 +155,12 @@ void RegisterRestore(CLI::App& app) {
       opts.dtype = *dtype;
       opts.pool = &pool;
       opts.drop_cache = o->drop_cache;
-      RestoreStats st;
       // Like an inference server, restore into KV memory that is already allocated and mapped:
       // first-touch page faults of fresh memory (~1 GB/s here) are not part of a restore.
-      const auto ta = std::chrono::steady_clock::now();
-      std::unique_ptr<KvCacheBuffer> cache;
-      {
-        TQKV_ASSIGN_OR_RETURN(auto object, store->Open(o->session));
-        TQKV_ASSIGN_OR_RETURN(auto reader, ContainerReader::Open(object.get(), o->session));
-        const ContainerHeader& h = reader->header();
-        TQKV_ASSIGN_OR_RETURN(cache, KvCacheBuffer::Allocate(h.model, h.geometry, *dtype, h.tokens));
-        for (uint32_t l = 0; l < h.geometry.layers; ++l) {
-          std::memset(cache->cache().k(l), 0, cache->cache().tensor_bytes());
-          std::memset(cache->cache().v(l), 0, cache->cache().tensor_bytes());
-        }
-      }
-      const double alloc_s =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - ta).count();
-      TQKV_RETURN_IF_ERROR(RestoreInto(*store, o->session, cache->cache(), opts, &st));
+      opts.prefault = true;
+      RestoreStats st;
+      TQKV_ASSIGN_OR_RETURN(auto cache, Restore(*store, o->session, opts, &st));
+      const double alloc_s = st.alloc_seconds;
       const double gbps = st.seconds > 0 ? st.bytes_read / st.seconds / 1e9 : 0;
       const std::string io = o->io.empty() ? "uri" : o->io;
       if (o->json) {

@@ -73,6 +73,10 @@ struct RestoreOptions {
   // When set, the stored geometry must equal it (else InvalidArgument saying what differs).
   const ModelGeometry* expect_geometry = nullptr;
   bool drop_cache = false;            // evict the object from the page cache before reading
+  // Restore(): allocate the destination and write every byte of it before the restore clock
+  // starts, as an inference server restores into KV memory that is already mapped (first-touch
+  // page faults are then not part of the restore). RestoreStats::alloc_seconds gets that time.
+  bool prefault = false;
 };
 
 struct RestoreStats {
@@ -85,6 +89,7 @@ struct RestoreStats {
   double read_busy_seconds = 0;    // time the reader spent in store reads
   double decode_busy_seconds = 0;  // time spent decoding (wall, on the pool)
   double first_layer_seconds = 0;  // until layer 0 was ready
+  double alloc_seconds = 0;        // Restore() with prefault: allocating and touching the destination
   bool drop_cache_ok = true;
   std::string drop_cache_error;
 };

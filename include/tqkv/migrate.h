@@ -37,7 +37,7 @@ struct MigrateOptions {
   std::string prompt_file;  // text; its first lines are tokenized
   std::string store;        // store URI (OpenStore) the checkpoints go through
   std::vector<std::string> codecs;        // codec specs, one row each
-  std::vector<std::string> layer_codecs;  // "L:SPEC" overrides: extra rows, one per TurboQuant codec
+  std::vector<std::string> layer_codecs;  // "L:SPEC": extra rows, one per TurboQuant codec
   std::string exact_tokens;               // "FIRST,LAST": extra rows, one per TurboQuant row
   uint64_t tokens = 2000;   // prefix tokens in the checkpointed cache
   uint32_t steps = 50;      // teacher-forced steps after the prefix
@@ -60,7 +60,7 @@ struct MigrateRow {
   double k_cosine_mean = 0, v_cosine_mean = 0;
   double bits_per_value = 0;
   uint64_t checkpoint_bytes = 0;
-  uint64_t exact_first = 0, exact_last = 0;  // exact tokens, clamped to the prefix
+  uint64_t exact_head = 0, exact_tail = 0;  // clamped to the prefix (JSON exact_first/_last)
   std::vector<double> k_cosine_per_layer, v_cosine_per_layer, kl_per_step;
   std::vector<uint32_t> disagree_steps;
   std::vector<double> disagree_ref_margins;  // the reference's top-1 - top-2 at those steps

@@ -13,9 +13,8 @@ ContainerDescription DescribeContainer(const ContainerReader& reader) {
   const ContainerHeader& h = d.header;
   d.fp16_bytes = h.geometry.SessionBytes(h.tokens, DType::kF16);
   d.ratio = d.file_bytes ? static_cast<double>(d.fp16_bytes) / d.file_bytes : 0.0;
-  d.bits_per_value =
-      h.tokens ? 8.0 * d.file_bytes / (2.0 * h.geometry.layers * h.tokens * h.geometry.token_elems())
-               : 0.0;
+  const double values = 2.0 * h.geometry.layers * h.tokens * h.geometry.token_elems();
+  d.bits_per_value = h.tokens ? 8.0 * d.file_bytes / values : 0.0;
   d.codec = CodecLabel(h.codecs[h.layer_codec.empty() ? 0 : h.layer_codec[0]]);
   for (const auto& c : h.codecs) d.codecs.push_back(CodecLabel(c));
   return d;

@@ -434,8 +434,8 @@ Result<MigrateRow> MeasureRow(const Experiment& x, const Row& row, size_t r) {
   out.kl_mean = ls.kl_mean;
   out.kl_max = ls.kl_max;
   out.max_logit_diff = ls.max_logit_diff;
-  out.exact_first = std::min<uint64_t>(row.options.exact_head, o.tokens);
-  out.exact_last = std::min<uint64_t>(row.options.exact_tail, o.tokens - out.exact_first);
+  out.exact_head = std::min<uint64_t>(row.options.exact_head, o.tokens);
+  out.exact_tail = std::min<uint64_t>(row.options.exact_tail, o.tokens - out.exact_head);
   out.kl_per_step = ls.kl;
   out.disagree_steps = ls.disagree;
   for (uint32_t d : ls.disagree) out.disagree_ref_margins.push_back(x.ref.margins[d]);
@@ -532,8 +532,8 @@ std::string MigrateReportJson(const MigrateReport& report) {
                        {"v_cosine_mean", r.v_cosine_mean},
                        {"bits_per_value", r.bits_per_value},
                        {"checkpoint_bytes", r.checkpoint_bytes},
-                       {"exact_first", r.exact_first},
-                       {"exact_last", r.exact_last},
+                       {"exact_first", r.exact_head},
+                       {"exact_last", r.exact_tail},
                        {"k_cosine_per_layer", r.k_cosine_per_layer},
                        {"v_cosine_per_layer", r.v_cosine_per_layer},
                        {"kl_per_step", r.kl_per_step},
