@@ -7,7 +7,6 @@
 #include <string>
 #include <vector>
 
-#include "codec/kernels/kernels.h"
 #include "common/prng.h"
 
 namespace tqkv {
@@ -73,7 +72,7 @@ inline float FastNormal(uint64_t r) {
 }
 
 void Store(const float* v, uint32_t d, DType dtype, void* out) {
-  kernels::ActiveKernels().from_f32(v, d, dtype, out);  // same bits as StoreFromFloat, F16C-fast
+  ConvertFromFloat(v, d, dtype, out);  // same bits as StoreFromFloat, F16C-fast
 }
 
 Status CheckArgs(const ModelGeometry& g, uint32_t layer, int kv, uint32_t head, uint64_t t0,
