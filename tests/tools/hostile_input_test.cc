@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "format/container_test_util.h"
@@ -52,10 +53,13 @@ std::string Checkpoint(const ScratchDir& dir, const std::string& extra) {
 TEST(HostileCli, HugeTokenCountsAreRefusedAndLeaveNothing) {
   ScratchDir dir;
   ASSERT_TRUE(dir.ok());
-  ExpectRefused(Checkpoint(dir, "--tokens 48038396025285291"), "do not fit in memory");
-  ExpectRefused(Checkpoint(dir, "--tokens 18446744073709551615"), "do not fit in memory");
-  ExpectRefused(Checkpoint(dir, "--tokens -1"), "not a count");
-  ExpectRefused(Checkpoint(dir, "--tokens 1e9"), "not a count");
+  for (const auto& [args, why] : std::vector<std::pair<std::string, std::string>>{
+           {"--tokens 48038396025285291", "do not fit in memory"},
+           {"--tokens 18446744073709551615", "do not fit in memory"},
+           {"--tokens -1", "not a count"},
+           {"--tokens 1e9", "not a count"}}) {
+    ExpectRefused(Checkpoint(dir, args), why);
+  }
   EXPECT_TRUE(dir.Files().empty()) << dir.Files().front();
 }
 
@@ -63,15 +67,18 @@ TEST(HostileCli, HugeTokenCountsAreRefusedAndLeaveNothing) {
 TEST(HostileCli, LargeResourceArgumentsFailCleanly) {
   ScratchDir dir;
   ASSERT_TRUE(dir.ok());
-  ExpectRefused(Checkpoint(dir, "--tokens 100 --threads -1"), "not a count");
-  ExpectRefused(Checkpoint(dir, "--tokens 100 --threads 100000"), "out of range [0, 1024]");
-  // 10^12 tokens x 384 bytes: more memory than any machine gives.
-  ExpectRefused(Checkpoint(dir, "--tokens 1000000000000"), "Resource exhausted");
-  ExpectRefused(Checkpoint(dir, "--tokens 100 --kv-heads 1000000000"), "out of range [1, 65536]");
-  ExpectRefused(Checkpoint(dir, "--tokens 100 --layers 1000000000"), "out of range [1, 65536]");
-  ExpectRefused(Checkpoint(dir, "--tokens 100 --head-dim 70000"), "out of range [1, 65535]");
-  // Within the CLI's ranges, still more than memory: the library says so (ResourceExhausted).
-  ExpectRefused(Checkpoint(dir, "--tokens 100000000 --kv-heads 65536"), "Resource exhausted");
+  for (const auto& [args, why] : std::vector<std::pair<std::string, std::string>>{
+           {"--tokens 100 --threads -1", "not a count"},
+           {"--tokens 100 --threads 100000", "out of range [0, 1024]"},
+           // 10^12 tokens x 384 bytes: more memory than any machine gives.
+           {"--tokens 1000000000000", "Resource exhausted"},
+           {"--tokens 100 --kv-heads 1000000000", "out of range [1, 65536]"},
+           {"--tokens 100 --layers 1000000000", "out of range [1, 65536]"},
+           {"--tokens 100 --head-dim 70000", "out of range [1, 65535]"},
+           // Within the CLI's ranges, still more than memory: the library says so.
+           {"--tokens 100000000 --kv-heads 65536", "Resource exhausted"}}) {
+    ExpectRefused(Checkpoint(dir, args), why);
+  }
   EXPECT_TRUE(dir.Files().empty()) << dir.Files().front();
   ExpectRefused("restore --store " + dir.path() + " --session t --threads 100000",
                 "out of range [0, 1024]");
