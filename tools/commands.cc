@@ -40,6 +40,7 @@ void RegisterCommands(CLI::App& app) {
   RegisterCapacityCommand(app);
   RegisterMigrateCommand(app);
   RegisterStoreCommands(app);
+  RegisterLlamaCommands(app);
   RegisterBenchCommands(app);
 }
 

@@ -45,6 +45,7 @@ void RegisterSessionCommands(CLI::App& app);  // tools/session_commands.cc
 void RegisterCapacityCommand(CLI::App& app);  // tools/capacity_command.cc
 void RegisterMigrateCommand(CLI::App& app);   // tools/migrate_command.cc
 void RegisterStoreCommands(CLI::App& app);    // tools/store_commands.cc: ls, rm, pin, gc
+void RegisterLlamaCommands(CLI::App& app);    // tools/llama_command.cc: import, export, inspect
 
 }  // namespace tqkv::tools
 

@@ -39,6 +39,9 @@ struct CheckpointOptions {
   // elements; docs/accuracy.md measures what it buys.
   uint32_t exact_head = 0;  // ContainerHeader::exact_head after clamping
   uint32_t exact_tail = 0;
+  // Stored verbatim in the header (ContainerHeader::engine_state, format version 3): what an
+  // engine needs to take the session back, e.g. EncodeLlamaEngineState (include/tqkv/llama_state.h).
+  std::vector<uint8_t> engine_state;
 };
 
 struct ExactTokens {

@@ -23,9 +23,13 @@
 
 namespace tqkv {
 
-// Version 2 adds exact rows (ContainerHeader::exact_head/exact_tail); a writer emits version 1
-// whenever a session has none, so such files stay readable by version-1 readers.
-inline constexpr uint32_t kContainerVersion = 2;
+// Version 2 adds exact rows (ContainerHeader::exact_head/exact_tail), version 3 an engine state
+// (ContainerHeader::engine_state); a writer emits the lowest version that holds the session, so
+// files without either stay readable by version-1 readers.
+inline constexpr uint32_t kContainerVersion = 3;
+// The largest engine state a header may carry (docs/format.md §4): 64 MiB, about 2 million cells
+// of a llama.cpp sequence state's metadata.
+inline constexpr uint64_t kMaxEngineStateBytes = 64ull << 20;
 inline constexpr uint32_t kContainerMinReadableVersion = 1;
 inline constexpr uint64_t kContainerAlignment = 4096;
 
@@ -52,6 +56,10 @@ struct ContainerHeader {
   // source_dtype; restore overwrites their decoded values. exact_head + exact_tail <= tokens.
   uint32_t exact_head = 0;
   uint32_t exact_tail = 0;
+  // Version 3: bytes an inference engine needs besides the K/V tensors to take the session back
+  // (e.g. a llama.cpp sequence state's cells, layer types and tokens, docs/format.md §13). Opaque
+  // to the container; empty when there is none. At most kMaxEngineStateBytes.
+  std::vector<uint8_t> engine_state;
 };
 
 // The exact rows' token ranges in the order their chunk stores them (for K, then again for V):
@@ -63,9 +71,11 @@ inline std::array<TokenRange, 2> ExactRanges(const ContainerHeader& h) {
   return {TokenRange{0, h.exact_head}, TokenRange{h.tokens - h.exact_tail, h.exact_tail}};
 }
 
-// The format version a header needs: 2 with exact rows, else 1.
+inline bool HasExactRows(const ContainerHeader& h) { return h.exact_head != 0 || h.exact_tail != 0; }
+
+// The format version a header needs: 3 with an engine state, else 2 with exact rows, else 1.
 inline uint32_t ContainerVersionFor(const ContainerHeader& h) {
-  return h.exact_head != 0 || h.exact_tail != 0 ? 2 : 1;
+  return !h.engine_state.empty() ? 3 : HasExactRows(h) ? 2 : 1;
 }
 
 struct ChunkEntry {

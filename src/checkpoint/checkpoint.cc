@@ -178,6 +178,7 @@ Result<CheckpointStats> Checkpoint(KvSource& source, const CheckpointOptions& op
   header.exact_head = static_cast<uint32_t>(std::min<uint64_t>(options.exact_head, header.tokens));
   header.exact_tail = static_cast<uint32_t>(
       std::min<uint64_t>(options.exact_tail, header.tokens - header.exact_head));
+  header.engine_state = options.engine_state;
 
   const DType dtype = source.dtype();
   const size_t heads = g.kv_heads, d = g.head_dim;

@@ -175,6 +175,10 @@ Status ValidateHeader(const ContainerHeader& h) {
                  " of " + std::to_string(h.codecs.size()));
     }
   }
+  if (h.engine_state.size() > kMaxEngineStateBytes) {
+    return bad("engine state of " + std::to_string(h.engine_state.size()) + " bytes (at most " +
+               std::to_string(kMaxEngineStateBytes) + ")");
+  }
   if (uint64_t{h.exact_head} + h.exact_tail > h.tokens) {
     return bad("exact rows " + std::to_string(h.exact_head) + " + " +
                std::to_string(h.exact_tail) + " exceed the " + std::to_string(h.tokens) +
@@ -215,9 +219,14 @@ std::vector<uint8_t> EncodeHeaderBody(const ContainerHeader& h) {
     }
   }
   for (uint16_t idx : h.layer_codec) w.U16(idx);
-  if (ContainerVersionFor(h) >= 2) {
+  const uint32_t version = ContainerVersionFor(h);
+  if (version >= 2) {
     w.U32(h.exact_head);
     w.U32(h.exact_tail);
+  }
+  if (version >= 3) {
+    w.U32(static_cast<uint32_t>(h.engine_state.size()));
+    w.Bytes(h.engine_state);
   }
   return out;
 }
@@ -284,6 +293,17 @@ Result<ContainerHeader> DecodeHeaderBody(std::span<const uint8_t> body, uint64_t
   if (version >= 2) {
     h.exact_head = r.U32("exact head rows");
     h.exact_tail = r.U32("exact tail rows");
+  }
+  if (version >= 3) {
+    const uint64_t len_at = r.offset();
+    const uint32_t len = r.U32("engine state length");
+    if (r.ok() && len > kMaxEngineStateBytes) {
+      r.Fail("engine state length", len_at, "at most " + std::to_string(kMaxEngineStateBytes),
+             std::to_string(len));
+    }
+    if (!r.Need(len, "engine state")) return r.status();
+    auto state = r.Bytes(len, "engine state");
+    h.engine_state.assign(state.begin(), state.end());
   }
   if (!r.ok()) return r.status();
   if (r.remaining() != 0) {
@@ -412,7 +432,7 @@ void ChunkSequence::Settle() {
     token_begin_ = 0;
     if (phase_ == kK) {
       phase_ = kV;
-    } else if (ContainerVersionFor(*header_) >= 2) {
+    } else if (HasExactRows(*header_)) {
       phase_ = kExact;
     } else {
       phase_ = kMeta;
@@ -425,7 +445,7 @@ Result<uint64_t> CountChunks(const ContainerHeader& h) {
   const uint64_t blocks = h.tokens / h.token_block + (h.tokens % h.token_block != 0 ? 1 : 0);
   uint64_t per_layer = 0;
   if (MulOverflows(blocks, 2, &per_layer)) return Status::InvalidArgument("chunk count overflows");
-  if (ContainerVersionFor(h) >= 2) ++per_layer;  // the exact-rows chunk
+  if (HasExactRows(h)) ++per_layer;  // the exact-rows chunk
   uint64_t total = 0;
   for (uint32_t l = 0; l < h.geometry.layers; ++l) {
     const uint64_t meta = GroupMetaBytesOf(h.codecs[h.layer_codec[l]]) > 0 ? 1 : 0;

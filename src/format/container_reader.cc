@@ -213,7 +213,7 @@ Result<ParsedContainer> ParseContainerStructure(const ReadFn& read, uint64_t fil
                         Hex(header_checksum));
   }
   c.header_checksum = header_checksum;
-  // Versions 1 and 2 define no flags and one checksum type; anything else is damage (a writer
+  // Versions 1 to 3 define no flags and one checksum type; anything else is damage (a writer
   // that needs more must raise format_version).
   TQKV_RETURN_IF_ERROR(CheckField(name, "flags", 12, 0, LoadU32(pre.data() + 12)));
   TQKV_RETURN_IF_ERROR(CheckField(name, "checksum type", 16, kChecksumXxh3, pre[16]));
@@ -225,7 +225,7 @@ Result<ParsedContainer> ParseContainerStructure(const ReadFn& read, uint64_t fil
   if (Status s = ValidateHeader(c.header); !s.ok()) {
     return CorruptionAt(name, "header", kPreambleBytes, "a valid header", s.message());
   }
-  // Canonical: a header without exact rows is written as version 1.
+  // Canonical: a header is written with the lowest version that holds it (ContainerVersionFor).
   TQKV_RETURN_IF_ERROR(CheckField(name, "format version", 8, ContainerVersionFor(c.header), version));
   block = {};
 

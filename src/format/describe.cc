@@ -39,6 +39,7 @@ std::string ContainerDescriptionJson(const ContainerDescription& d, bool with_ch
   j["source_dtype"] = std::string(DTypeName(h.source_dtype));
   j["token_block"] = h.token_block;
   j["exact_tokens"] = {{"first", h.exact_head}, {"last", h.exact_tail}};
+  j["engine_state_bytes"] = h.engine_state.size();
   j["file_bytes"] = d.file_bytes;
   j["fp16_bytes"] = d.fp16_bytes;
   j["ratio"] = d.ratio;

@@ -1,4 +1,4 @@
-// Golden files: the fuzz seeds under fuzz/corpus/container/ are version-1 and version-2 containers
+// Golden files: the fuzz seeds under fuzz/corpus/container/ are version-1, -2 and -3 containers
 // written by an earlier build. They must still parse, and today's writer must still produce them byte for byte
 // (a layout change without a format_version bump fails here). TQKV_WRITE_GOLDEN=1 rewrites them.
 #include <gtest/gtest.h>
@@ -32,6 +32,13 @@ std::vector<Golden> Goldens() {
   exact.exact_head = 1;
   exact.exact_tail = 1;
   g.push_back({"v2_exact.tqkv", exact});
+  // Version 3: an engine state in the header, with and without exact rows.
+  ContainerHeader engine = MakeHeader({1, 1, 16}, 2, 2, {RawParams(16)}, {0});
+  engine.engine_state = {'t', 'e', 's', 't', 0x00, 0x01, 0xFE, 0xFF};
+  g.push_back({"v3_engine_state.tqkv", engine});
+  ContainerHeader engine_exact = exact;
+  engine_exact.engine_state = {0x42};
+  g.push_back({"v3_engine_state_exact.tqkv", engine_exact});
   return g;
 }
 

@@ -44,6 +44,7 @@ void ExpectHeaderEq(const ContainerHeader& a, const ContainerHeader& b) {
   EXPECT_EQ(a.layer_codec, b.layer_codec);
   EXPECT_EQ(a.exact_head, b.exact_head);
   EXPECT_EQ(a.exact_tail, b.exact_tail);
+  EXPECT_EQ(a.engine_state, b.engine_state);
 }
 
 // Writes, opens, compares header and chunk table, reads every payload back.
@@ -490,10 +491,11 @@ TEST(ContainerReaderTest, ExactRowsFileEveryInformativeBitFlipIsCaught) {
     const uint8_t mask = static_cast<uint8_t>(1u << (i % 8));
     f[i] ^= mask;
     Status s = OpenAndReadAll(f);
-    if (i >= 8 && i < 12) {
-      // No single flip turns 2 into 1: every one gives an unsupported version.
+    const uint32_t flipped = format::LoadU32(f.data() + 8);
+    if (i >= 8 && i < 12 && (flipped < kContainerMinReadableVersion || flipped > kContainerVersion)) {
       EXPECT_EQ(s.code(), StatusCode::kUnsupported) << "byte " << i << ": " << s.ToString();
     } else {
+      // Including 2 -> 3, a readable version: the footer's copy (and the header) disagree.
       EXPECT_TRUE(s.IsCorruption()) << "byte " << i << ": " << s.ToString();
     }
     f[i] ^= mask;
@@ -512,6 +514,86 @@ TEST(ContainerReaderTest, UnsupportedVersions) {
     Status s = OpenAndReadAll(f);
     EXPECT_EQ(s.code(), StatusCode::kUnsupported) << s.ToString();
     EXPECT_EQ(format::ParseAndVerifyContainer(f, "v").status().code(), StatusCode::kUnsupported);
+  }
+}
+
+}  // namespace
+}  // namespace tqkv
+
+namespace tqkv {
+namespace {
+
+using namespace testing_format;  // NOLINT
+
+ContainerHeader SmallEngineHeader() {
+  ContainerHeader h = SmallHeader();
+  h.engine_state = {1, 2, 3, 4, 5};
+  return h;
+}
+
+TEST(ContainerTest, EngineStateIsVersion3AtTheEndOfTheHeader) {
+  RoundTrip(SmallEngineHeader());
+  ContainerHeader both = SmallExactHeader();
+  both.engine_state.assign(10000, 0xAB);  // the header block grows past one page
+  RoundTrip(both);
+
+  WrittenContainer w = WriteContainer(SmallEngineHeader());
+  ASSERT_TRUE(w.status.ok()) << w.status.ToString();
+  const auto& f = w.file;
+  EXPECT_EQ(format::LoadU32(f.data() + 8), 3u);
+  EXPECT_EQ(format::LoadU32(f.data() + f.size() - 64 + 40), 3u);
+  // layer_codec ends at 191; then exact_head, exact_tail (0 here), the length and the bytes.
+  EXPECT_EQ(format::LoadU32(f.data() + 20), 191u + 8 + 4 + 5);
+  EXPECT_EQ(format::LoadU32(f.data() + 32 + 191), 0u);
+  EXPECT_EQ(format::LoadU32(f.data() + 32 + 195), 0u);
+  EXPECT_EQ(format::LoadU32(f.data() + 32 + 199), 5u);
+  EXPECT_EQ(f[32 + 203], 1);
+  EXPECT_EQ(f[32 + 207], 5);
+  // No exact rows: the chunks are those of the version-1 file.
+  WrittenContainer v1 = WriteContainer(SmallHeader());
+  ASSERT_TRUE(v1.status.ok());
+  EXPECT_EQ(w.keys.size(), v1.keys.size());
+}
+
+TEST(ContainerTest, OversizedEngineStateIsRefused) {
+  ContainerHeader h = SmallHeader();
+  h.engine_state.resize(kMaxEngineStateBytes + 1);
+  MemoryWritable out;
+  auto writer = ContainerWriter::Create(&out, h);
+  ASSERT_FALSE(writer.ok());
+  EXPECT_EQ(writer.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(writer.status().message().find("engine state"), std::string::npos);
+  // A length past the header's end, forged into a valid file: Corruption, no large allocation.
+  WrittenContainer w = WriteContainer(SmallEngineHeader());
+  ASSERT_TRUE(w.status.ok());
+  for (uint32_t len : {6u, 0xFFFFFFFFu}) {
+    std::vector<uint8_t> f = w.file;
+    format::StoreU32(f.data() + 32 + 199, len);
+    Resign(f);
+    Status s = OpenAndReadAll(f);
+    EXPECT_TRUE(s.IsCorruption()) << len << ": " << s.ToString();
+  }
+}
+
+TEST(ContainerReaderTest, Version3MustCarryAnEngineState) {
+  // A version-2 file relabelled 3: the engine state's length is missing from the body.
+  WrittenContainer v2 = WriteContainer(SmallExactHeader());
+  ASSERT_TRUE(v2.status.ok());
+  // A version-2 file turned into version 3 with an empty engine state (a zero length appended to
+  // the body): not the lowest version that holds it, refused.
+  std::vector<uint8_t> empty = v2.file;
+  format::StoreU32(empty.data() + 20, 199 + 4);  // the length field lies in the zero padding
+  // A version-3 file relabelled 2: trailing bytes.
+  WrittenContainer v3 = WriteContainer(SmallEngineHeader());
+  ASSERT_TRUE(v3.status.ok());
+  for (auto [file, version] : {std::pair{v2.file, 3u}, std::pair{empty, 3u},
+                               std::pair{v3.file, 2u}}) {
+    std::vector<uint8_t> f = file;
+    format::StoreU32(f.data() + 8, version);
+    format::StoreU32(f.data() + f.size() - 64 + 40, version);
+    Resign(f);
+    Status s = OpenAndReadAll(f);
+    EXPECT_TRUE(s.IsCorruption()) << version << ": " << s.ToString();
   }
 }
 

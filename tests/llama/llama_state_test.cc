@@ -1,0 +1,339 @@
+// llama.cpp sequence state and slot file: parse, serialize, session mapping, checkpoint/restore.
+// The blobs here are built by an independent writer that follows the pinned llama.cpp's
+// llama_kv_cache::state_write (docs/llama.md), not by the code under test; real blobs from
+// llama.cpp itself are tested in tests/llama/test_llama_engine.py.
+#include "tqkv/llama_state.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "tqkv/memory_store.h"
+
+namespace tqkv::llama {
+namespace {
+
+struct Blob {
+  std::vector<uint8_t> b;
+  void U32(uint32_t v) { Raw(&v, 4); }
+  void U64(uint64_t v) { Raw(&v, 8); }
+  void Raw(const void* p, size_t n) {
+    const auto* c = static_cast<const uint8_t*>(p);
+    b.insert(b.end(), c, c + n);
+  }
+};
+
+size_t ElemBytes(int32_t type) { return type == kGgmlF32 ? 4 : 2; }
+
+// Element `i` of a layer's tensor as the given ggml type (finite values, distinct per seed).
+void PutElem(Blob& o, int32_t type, uint32_t seed) {
+  const float f = static_cast<float>(static_cast<int32_t>(seed * 2654435761u % 2001) - 1000) / 64;
+  if (type == kGgmlF32) {
+    o.Raw(&f, 4);
+  } else {
+    const uint16_t h = type == kGgmlF16 ? FloatToHalf(f) : FloatToBF16(f);
+    o.Raw(&h, 2);
+  }
+}
+
+struct CacheSpec {
+  std::vector<int32_t> positions;  // one cell per position, sequence 0
+  uint32_t layers = 2, n_embd = 8;
+  int32_t k_type = kGgmlF16, v_type = kGgmlF16;
+  bool v_trans = false;
+  uint32_t empty_streams_before = 0;  // streams without cells of the sequence
+  uint32_t seed = 1;
+};
+
+// What llama_kv_cache::state_write writes for one cache.
+void WriteCache(Blob& o, const CacheSpec& c) {
+  o.U32(c.empty_streams_before + 1);
+  for (uint32_t s = 0; s < c.empty_streams_before; ++s) o.U32(0);
+  const uint32_t cells = static_cast<uint32_t>(c.positions.size());
+  o.U32(cells);
+  if (cells == 0) return;
+  for (int32_t p : c.positions) {
+    o.U32(static_cast<uint32_t>(p));
+    o.U32(1);  // n_seq_id
+    o.U32(0);  // seq 0
+  }
+  o.U32(c.v_trans ? 1 : 0);
+  o.U32(c.layers);
+  for (uint32_t l = 0; l < c.layers; ++l) {
+    o.U32(static_cast<uint32_t>(c.k_type));
+    o.U64(uint64_t{c.n_embd} * ElemBytes(c.k_type));
+    for (uint32_t i = 0; i < cells * c.n_embd; ++i) PutElem(o, c.k_type, c.seed + l * 1000 + i);
+  }
+  for (uint32_t l = 0; l < c.layers; ++l) {
+    o.U32(static_cast<uint32_t>(c.v_type));
+    if (c.v_trans) {
+      o.U32(static_cast<uint32_t>(ElemBytes(c.v_type)));
+      o.U32(c.n_embd);
+    } else {
+      o.U64(uint64_t{c.n_embd} * ElemBytes(c.v_type));
+    }
+    for (uint32_t i = 0; i < cells * c.n_embd; ++i) PutElem(o, c.v_type, c.seed + 77 + l * 1000 + i);
+  }
+}
+
+std::vector<uint8_t> MakeBlob(const std::vector<CacheSpec>& caches) {
+  Blob o;
+  for (const CacheSpec& c : caches) WriteCache(o, c);
+  return o.b;
+}
+
+std::vector<int32_t> Range(int32_t begin, int32_t end) {
+  std::vector<int32_t> v;
+  for (int32_t i = begin; i < end; ++i) v.push_back(i);
+  return v;
+}
+
+TEST(LlamaStateTest, ParsesAndReserializesEveryRowTypeInBothVLayouts) {
+  for (int32_t type : {kGgmlF16, kGgmlBF16, kGgmlF32}) {
+    for (bool v_trans : {false, true}) {
+      SCOPED_TRACE(GgmlTypeName(type) + (v_trans ? " v_trans" : ""));
+      CacheSpec c{Range(0, 5), 3, 8, type, type, v_trans, 0, 9};
+      const std::vector<uint8_t> blob = MakeBlob({c});
+      auto st = ParseSeqState(blob);
+      ASSERT_TRUE(st.ok()) << st.status().ToString();
+      ASSERT_EQ(st->caches.size(), 1u);
+      ASSERT_EQ(st->caches[0].streams.size(), 1u);
+      const Stream& s = st->caches[0].streams[0];
+      EXPECT_EQ(s.cells.size(), 5u);
+      EXPECT_EQ(s.cells[4].pos, 4);
+      EXPECT_EQ(s.v_trans, v_trans);
+      ASSERT_EQ(s.layers.size(), 3u);
+      EXPECT_EQ(s.layers[2].k_type, type);
+      EXPECT_EQ(s.layers[2].n_embd_v, 8u);
+      EXPECT_EQ(SerializeSeqState(*st), blob);
+    }
+  }
+}
+
+TEST(LlamaStateTest, SlidingWindowLayoutHasTwoCachesAlignedByPosition) {
+  // Gemma 3 style: the full-attention cache holds positions 0..9, the sliding-window cache only
+  // the window 6..9; a second stream without cells comes first in the window cache.
+  CacheSpec full{Range(0, 10), 1, 8, kGgmlF16, kGgmlF16, true, 0, 3};
+  CacheSpec swa{Range(6, 10), 2, 8, kGgmlF16, kGgmlF16, true, 1, 5};
+  const std::vector<uint8_t> blob = MakeBlob({full, swa});
+  auto st = ParseSeqState(blob);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  ASSERT_EQ(st->caches.size(), 2u);
+  EXPECT_EQ(st->caches[1].streams.size(), 2u);
+  EXPECT_TRUE(st->caches[1].streams[0].cells.empty());
+  EXPECT_EQ(SerializeSeqState(*st), blob);
+
+  auto session = ToSession(*st, 4, "gemma-like");
+  ASSERT_TRUE(session.ok()) << session.status().ToString();
+  const KvCache& kv = session->kv->cache();
+  EXPECT_EQ(kv.geometry(), (ModelGeometry{3, 2, 4}));
+  EXPECT_EQ(kv.tokens(), 10u);
+  EXPECT_EQ(kv.dtype(), DType::kF16);
+  // Session layer 1 is the window cache's layer 0: its first cell (position 6) is at row 6.
+  const auto* k1 = static_cast<const uint8_t*>(kv.k(1));
+  const Layer& w0 = st->caches[1].streams[1].layers[0];
+  EXPECT_EQ(0, std::memcmp(k1 + 6 * 8 * 2, w0.k.data(), 8 * 2));
+  for (size_t i = 0; i < 6 * 8 * 2; ++i) ASSERT_EQ(k1[i], 0) << "rows the window lacks are zero";
+  // V transposed: element (j = 1, cell 0) of the window's layer 0 is V row 6, element 1.
+  const auto* v1 = static_cast<const uint8_t*>(kv.v(1));
+  EXPECT_EQ(0, std::memcmp(v1 + (6 * 8 + 1) * 2, w0.v.data() + 1 * 4 * 2, 2));
+
+  auto back = FromSession(kv, session->engine_state);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->blob, blob);
+  EXPECT_FALSE(back->has_tokens);
+}
+
+TEST(LlamaStateTest, MixedTypesBecomeF32AndComeBackExactly) {
+  CacheSpec c{Range(3, 9), 2, 6, kGgmlF16, kGgmlBF16, false, 0, 11};
+  const std::vector<uint8_t> blob = MakeBlob({c});
+  auto st = ParseSeqState(blob);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  auto session = ToSession(*st, 3, "m");
+  ASSERT_TRUE(session.ok()) << session.status().ToString();
+  EXPECT_EQ(session->kv->cache().dtype(), DType::kF32);
+  auto back = FromSession(session->kv->cache(), session->engine_state);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->blob, blob);
+}
+
+TEST(LlamaStateTest, QuantizedTypesAreRefusedByName) {
+  {
+    CacheSpec c{Range(0, 4), 1, 32, kGgmlF16, kGgmlF16, false};
+    std::vector<uint8_t> blob = MakeBlob({c});
+    const uint32_t q8_0 = 8;
+    std::memcpy(blob.data() + 4 + 4 + 4 * 12 + 8, &q8_0, 4);  // layer 0's K type
+    auto st = ParseSeqState(blob);
+    ASSERT_FALSE(st.ok());
+    EXPECT_EQ(st.status().code(), StatusCode::kUnsupported);
+    EXPECT_NE(st.status().message().find("layer 0 K has type q8_0"), std::string::npos)
+        << st.status().message();
+  }
+  {
+    // A V type in the transposed layout: found after the K rows.
+    CacheSpec c{Range(0, 4), 1, 32, kGgmlF16, kGgmlF16, true};
+    std::vector<uint8_t> blob = MakeBlob({c});
+    const size_t v_at = 4 + 4 + 4 * 12 + 8 + 12 + 4 * 32 * 2;
+    uint32_t v_type;
+    std::memcpy(&v_type, blob.data() + v_at, 4);
+    ASSERT_EQ(v_type, 1u);
+    const uint32_t q4_0 = 2;
+    std::memcpy(blob.data() + v_at, &q4_0, 4);
+    auto st = ParseSeqState(blob);
+    ASSERT_FALSE(st.ok());
+    EXPECT_EQ(st.status().code(), StatusCode::kUnsupported);
+    EXPECT_NE(st.status().message().find("layer 0 V has type q4_0"), std::string::npos)
+        << st.status().message();
+  }
+}
+
+TEST(LlamaStateTest, TruncatedOrExtendedBlobsAreCorruption) {
+  CacheSpec full{Range(0, 3), 1, 4, kGgmlF16, kGgmlF16, true, 0, 3};
+  CacheSpec swa{Range(1, 3), 1, 4, kGgmlBF16, kGgmlBF16, false, 0, 5};
+  const std::vector<uint8_t> blob = MakeBlob({full, swa});
+  // Every strict prefix: refused, never read past its end (ASan), never a crash. A prefix that
+  // ends exactly after the first cache is a valid one-cache blob.
+  const size_t first_cache = MakeBlob({full}).size();
+  for (size_t n = 0; n < blob.size(); ++n) {
+    auto st = ParseSeqState(std::span<const uint8_t>(blob.data(), n));
+    if (n == first_cache) {
+      EXPECT_TRUE(st.ok()) << n;
+      continue;
+    }
+    ASSERT_FALSE(st.ok()) << n;
+    EXPECT_EQ(st.status().code(), StatusCode::kCorruption) << n << ": " << st.status().ToString();
+  }
+  std::vector<uint8_t> longer = blob;
+  longer.push_back(0);
+  auto st = ParseSeqState(longer);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.status().message().find("does not know"), std::string::npos) << st.status().message();
+}
+
+TEST(LlamaStateTest, HugeCountsAreRefusedBeforeAllocating) {
+  CacheSpec c{Range(0, 2), 1, 4};
+  const std::vector<uint8_t> good = MakeBlob({c});
+  for (size_t at : {size_t{0}, size_t{4}, size_t{12}, size_t{4 + 4 + 24 + 4}}) {
+    std::vector<uint8_t> blob = good;
+    const uint32_t huge = 0xFFFFFFF0u;
+    std::memcpy(blob.data() + at, &huge, 4);
+    auto st = ParseSeqState(blob);
+    EXPECT_FALSE(st.ok()) << at;
+  }
+  // A row size that does not fit the row type.
+  std::vector<uint8_t> blob = good;
+  const uint64_t odd = 7;
+  std::memcpy(blob.data() + 4 + 4 + 24 + 8 + 4, &odd, 8);
+  auto st = ParseSeqState(blob);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.status().message().find("row size"), std::string::npos) << st.status().message();
+}
+
+TEST(LlamaStateTest, SlotFileFraming) {
+  const std::vector<uint8_t> blob = MakeBlob({CacheSpec{Range(0, 3), 1, 4}});
+  SlotFile slot{{101, 7, -1}, blob};
+  const std::vector<uint8_t> file = SerializeSlotFile(slot);
+  ASSERT_EQ(file.size(), 12 + 12 + blob.size());
+  EXPECT_EQ(std::string(file.begin(), file.begin() + 4), "qsgg");  // 'ggsq' as a u32
+  auto back = ParseSlotFile(file);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->tokens, slot.tokens);
+  EXPECT_EQ(back->state, blob);
+
+  std::vector<uint8_t> bad = file;
+  bad[0] ^= 1;
+  EXPECT_TRUE(ParseSlotFile(bad).status().IsCorruption());
+  EXPECT_NE(ParseSlotFile(bad).status().message().find("magic"), std::string::npos);
+  bad = file;
+  bad[4] = 2;
+  EXPECT_EQ(ParseSlotFile(bad).status().code(), StatusCode::kUnsupported);
+  bad = file;
+  bad[8] = 0xFF;  // 65535 tokens: more than the file holds
+  bad[9] = 0xFF;
+  EXPECT_TRUE(ParseSlotFile(bad).status().IsCorruption());
+  for (size_t n = 0; n < 24; ++n) {
+    EXPECT_FALSE(ParseSlotFile(std::span<const uint8_t>(file.data(), n)).ok()) << n;
+  }
+}
+
+TEST(LlamaStateTest, Fp16CheckpointRestoresTheSameBytesAndTokens) {
+  CacheSpec full{Range(0, 40), 2, 32, kGgmlF16, kGgmlF16, true, 0, 3};
+  CacheSpec swa{Range(20, 40), 3, 32, kGgmlF16, kGgmlF16, true, 0, 8};
+  const std::vector<uint8_t> blob = MakeBlob({full, swa});
+  const std::vector<int32_t> tokens = Range(1000, 1040);
+  MemoryStore store;
+  CheckpointOptions opts;
+  opts.codec = *ParseCodecSpec("fp16");
+  opts.token_block = 16;
+  auto st = CheckpointSeqState(blob, 16, "m", &tokens, opts, store, "s");
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  auto back = RestoreSeqState(store, "s");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->blob, blob);
+  EXPECT_TRUE(back->has_tokens);
+  EXPECT_EQ(back->tokens, tokens);
+
+  // Lossy: same layout and cells, other values.
+  opts.codec = *ParseCodecSpec("tq3");
+  ASSERT_TRUE(CheckpointSeqState(blob, 16, "m", nullptr, opts, store, "q").ok());
+  auto lossy = RestoreSeqState(store, "q");
+  ASSERT_TRUE(lossy.ok()) << lossy.status().ToString();
+  ASSERT_EQ(lossy->blob.size(), blob.size());
+  EXPECT_NE(lossy->blob, blob);
+  EXPECT_FALSE(lossy->has_tokens);
+  auto parsed = ParseSeqState(lossy->blob);
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_EQ(parsed->caches[1].streams[0].cells[0].pos, 20);
+}
+
+TEST(LlamaStateTest, SessionsWithoutEngineStateAndBadHeadDimAreRefused) {
+  const std::vector<uint8_t> blob = MakeBlob({CacheSpec{Range(0, 3), 1, 12}});
+  auto st = ParseSeqState(blob);
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(ToSession(*st, 5, "m").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ToSession(*st, 0, "m").status().code(), StatusCode::kInvalidArgument);
+  // An empty sequence (no cells) has nothing to store.
+  const std::vector<uint8_t> empty = MakeBlob({CacheSpec{{}, 1, 12}});
+  auto e = ParseSeqState(empty);
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_EQ(SerializeSeqState(*e), empty);
+  EXPECT_EQ(ToSession(*e, 4, "m").status().code(), StatusCode::kInvalidArgument);
+
+  MemoryStore store;
+  auto kv = KvCacheBuffer::Allocate("plain", {1, 1, 16}, DType::kF16, 4);
+  ASSERT_TRUE(kv.ok());
+  CheckpointOptions opts;
+  opts.codec = *ParseCodecSpec("fp16");
+  ASSERT_TRUE(Checkpoint((*kv)->cache(), opts, store, "plain").ok());
+  auto r = RestoreSeqState(store, "plain");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("not a llama.cpp session"), std::string::npos);
+}
+
+TEST(LlamaStateTest, DamagedEngineStatesAreRefusedNeverMisread) {
+  CacheSpec full{Range(0, 6), 1, 8, kGgmlF16, kGgmlF16, false, 0, 3};
+  CacheSpec swa{Range(2, 6), 1, 8, kGgmlF16, kGgmlF16, false, 0, 4};
+  auto st = ParseSeqState(MakeBlob({full, swa}));
+  ASSERT_TRUE(st.ok());
+  const std::vector<int32_t> tokens = Range(0, 6);
+  auto session = ToSession(*st, 4, "m", &tokens);
+  ASSERT_TRUE(session.ok());
+  const std::vector<uint8_t>& es = session->engine_state;
+  for (size_t n = 0; n < es.size(); ++n) {
+    EXPECT_FALSE(FromSession(session->kv->cache(), std::span(es.data(), n)).ok()) << n;
+  }
+  // Every single flipped bit: refused, or accepted as another valid state (a position, token or
+  // sequence id); never a crash or an out-of-range row.
+  size_t refused = 0;
+  for (size_t i = 0; i < es.size(); ++i) {
+    for (int bit = 0; bit < 8; ++bit) {
+      std::vector<uint8_t> bad = es;
+      bad[i] ^= static_cast<uint8_t>(1 << bit);
+      refused += FromSession(session->kv->cache(), bad).ok() ? 0 : 1;
+    }
+  }
+  EXPECT_GT(refused, es.size());
+}
+
+}  // namespace
+}  // namespace tqkv::llama
