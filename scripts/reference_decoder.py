@@ -477,6 +477,12 @@ def parse_header(body, version):
     h["codecs"] = codecs
     h["layer_codec"] = [r.take("H") for _ in range(h["layers"])]
     h["exact_head"], h["exact_tail"] = (r.take("II") if version >= 2 else (0, 0))
+    h["engine_state"] = b""
+    if version >= 3:  # format.md section 4: the engine state, opaque here (section 13)
+        n = r.take("I")
+        if n > 64 << 20 or n > len(body) - r.pos:
+            raise Corrupt("engine state length")
+        h["engine_state"] = bytes(r.take("%ds" % n)) if n else b""
     if r.pos != len(body):
         raise Corrupt("trailing header bytes")
     return h
@@ -559,7 +565,7 @@ def read_container(data):
     if size < ALIGN + 16 + 64 or data[:8] != MAGIC or data[-8:] != MAGIC:
         raise Corrupt("size or magic")
     version, flags, checksum_type = struct.unpack_from("<IIB", data, 8)
-    if not 1 <= version <= 2:
+    if not 1 <= version <= 3:
         raise Corrupt("unsupported format version %d" % version)
     if flags != 0 or checksum_type != 1 or data[17:20] != b"\0\0\0":
         raise Corrupt("flags, checksum type or reserved")
@@ -575,7 +581,7 @@ def read_container(data):
     if header_end > index_offset or any(data[32 + header_size:header_end]):
         raise Corrupt("header block")
     h = parse_header(data[32:32 + header_size], version)
-    want_version = 2 if h["exact_head"] + h["exact_tail"] else 1
+    want_version = 3 if h["engine_state"] else 2 if h["exact_head"] + h["exact_tail"] else 1
     if version != want_version or h["exact_head"] + h["exact_tail"] > h["tokens"]:
         raise Corrupt("version / exact rows")
     if (not h["layers"] or not h["kv_heads"] or not h["head_dim"] or not h["token_block"]

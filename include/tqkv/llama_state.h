@@ -1,12 +1,12 @@
 // llama.cpp sequence state <-> tqkv session (docs/llama.md; the stored form is docs/format.md §13).
 //
 // The blob is what llama_state_seq_get_data writes in the pinned llama.cpp (llama-cpp-python
-// 0.3.36, llama.cpp 0c1e57098: src/llama-kv-cache.cpp state_write, src/llama-kv-cache-iswa.cpp):
-// one or two KV caches (two for sliding-window models such as Gemma 3: the full-attention cache,
+// 0.3.36, llama.cpp 0c1e57098: src/llama-context.cpp state_seq_get_data, src/llama-kv-cache.cpp
+// state_write, src/llama-kv-cache-iswa.cpp): a magic and the sequence id, then one or two KV caches (two for sliding-window models such as Gemma 3: the full-attention cache,
 // then the sliding-window one), each `n_stream` streams of cells (position, sequence ids), the
 // K rows of every layer and the V rows, these either per cell or transposed (`v_trans`, llama.cpp
 // without flash attention). A slot file (llama-server --slot-save-path, llama_state_seq_save_file)
-// is 'ggsq', version 3, the token count, the tokens, then the blob.
+// is 'ggsq', version 3, the token count, the tokens, then the caches (without magic and id).
 //
 // f32, f16 and bf16 rows are read; quantized cache types are refused naming the type. Every count
 // is checked against the blob's length, and a blob that does not parse to its last byte is refused
@@ -64,7 +64,13 @@ struct CacheState {
   std::vector<Stream> streams;  // n_stream of them
 };
 
+// llama_state_seq_get_data puts this u32 and the source sequence id before the caches
+// (llama-context.cpp io_magic); llama_state_seq_save_file writes the caches alone.
+inline constexpr uint32_t kSeqDataMagic = 0xaf143cd8u;
+
 struct SeqState {
+  bool io_header = false;           // starts with kSeqDataMagic and seq_id (a get_data blob)
+  int32_t seq_id = 0;               // the sequence it was taken from, when io_header
   bool cell_ext = false;            // cells carry llama_kv_cell_ext
   std::vector<CacheState> caches;   // 1, or 2 for the sliding-window (iSWA) layout
 };

@@ -82,6 +82,12 @@ class BlobReader {
   Status status_;
 };
 
+uint32_t LoadHost32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
 void RefuseType(BlobReader& r, const std::string& what, int32_t type) {
   r.Refuse(Status::Unsupported("llama.cpp state: " + what + " has type " + GgmlTypeName(type) +
                                "; tqkv reads f32, f16 and bf16 caches only (run llama.cpp with "
@@ -170,6 +176,12 @@ Result<SeqState> ParseWith(std::span<const uint8_t> blob, bool cell_ext) {
   BlobReader r(blob, "llama.cpp state");
   SeqState state;
   state.cell_ext = cell_ext;
+  // A stream count is never this large: the magic tells a get_data blob from a slot file's body.
+  if (blob.size() >= 4 && LoadHost32(blob.data()) == kSeqDataMagic) {
+    r.U32("magic");
+    state.io_header = true;
+    state.seq_id = r.I32("sequence id");
+  }
   // One cache, or the iSWA pair: llama_kv_cache_iswa::state_write writes the full-attention
   // cache, then the sliding-window one.
   for (int c = 0; c < 2 && r.ok() && (c == 0 || r.remaining() > 0); ++c) {
@@ -239,6 +251,10 @@ Result<SeqState> ParseSeqState(std::span<const uint8_t> blob) {
 
 std::vector<uint8_t> SerializeSeqState(const SeqState& state) {
   std::vector<uint8_t> out;
+  if (state.io_header) {
+    PutU32(out, kSeqDataMagic);
+    PutU32(out, static_cast<uint32_t>(state.seq_id));
+  }
   for (const CacheState& cache : state.caches) {
     PutU32(out, static_cast<uint32_t>(cache.streams.size()));
     for (const Stream& s : cache.streams) {

@@ -109,8 +109,9 @@ std::vector<uint8_t> EncodeEngineState(const SeqState& state, const std::vector<
   o.U32(kEngineLayoutVersion);
   o.U8(state.cell_ext ? 1 : 0);
   o.U8(tokens ? 1 : 0);
+  o.U8(state.io_header ? 1 : 0);
   o.U8(0);
-  o.U8(0);
+  o.U32(static_cast<uint32_t>(state.io_header ? state.seq_id : 0));
   o.U32(tokens ? static_cast<uint32_t>(tokens->size()) : 0);
   if (tokens) {
     for (int32_t t : *tokens) o.U32(static_cast<uint32_t>(t));
@@ -285,9 +286,12 @@ Status DecodeEngineState(std::span<const uint8_t> bytes, const KvCache& kv, SeqS
   }
   const uint8_t cell_ext = r.U8("cell_ext");
   const uint8_t has_tokens = r.U8("has_tokens");
-  const uint8_t res0 = r.U8("reserved"), res1 = r.U8("reserved");
-  if (r.ok() && (cell_ext > 1 || has_tokens > 1 || res0 || res1)) r.Fail("flags", "bad value");
+  const uint8_t io_header = r.U8("io_header"), res = r.U8("reserved");
+  if (r.ok() && (cell_ext > 1 || has_tokens > 1 || io_header > 1 || res)) r.Fail("flags", "bad value");
   state->cell_ext = cell_ext == 1;
+  state->io_header = io_header == 1;
+  state->seq_id = static_cast<int32_t>(r.U32("sequence id"));
+  if (r.ok() && !state->io_header && state->seq_id != 0) r.Fail("sequence id", "without io_header");
   out->has_tokens = has_tokens == 1;
   const uint32_t n_tokens = r.U32("token count");
   if (r.ok() && !out->has_tokens && n_tokens != 0) r.Fail("token count", "tokens without a slot");

@@ -76,8 +76,14 @@ void WriteCache(Blob& o, const CacheSpec& c) {
   }
 }
 
-std::vector<uint8_t> MakeBlob(const std::vector<CacheSpec>& caches) {
+// io_header: as llama_state_seq_get_data (magic, sequence id) rather than a slot file's body.
+std::vector<uint8_t> MakeBlob(const std::vector<CacheSpec>& caches, bool io_header = false,
+                              int32_t seq_id = 0) {
   Blob o;
+  if (io_header) {
+    o.U32(kSeqDataMagic);
+    o.U32(static_cast<uint32_t>(seq_id));
+  }
   for (const CacheSpec& c : caches) WriteCache(o, c);
   return o.b;
 }
@@ -142,6 +148,23 @@ TEST(LlamaStateTest, SlidingWindowLayoutHasTwoCachesAlignedByPosition) {
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(back->blob, blob);
   EXPECT_FALSE(back->has_tokens);
+}
+
+TEST(LlamaStateTest, GetDataBlobsKeepTheirMagicAndSequenceId) {
+  const std::vector<uint8_t> blob = MakeBlob({CacheSpec{Range(0, 4), 1, 8}}, true, 5);
+  auto st = ParseSeqState(blob);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_TRUE(st->io_header);
+  EXPECT_EQ(st->seq_id, 5);
+  EXPECT_EQ(st->caches[0].streams[0].cells.size(), 4u);
+  EXPECT_EQ(SerializeSeqState(*st), blob);
+  auto session = ToSession(*st, 4, "m");
+  ASSERT_TRUE(session.ok());
+  auto back = FromSession(session->kv->cache(), session->engine_state);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->blob, blob);
+  // The magic and id alone: truncated.
+  EXPECT_TRUE(ParseSeqState(std::span(blob.data(), 8)).status().IsCorruption());
 }
 
 TEST(LlamaStateTest, MixedTypesBecomeF32AndComeBackExactly) {
