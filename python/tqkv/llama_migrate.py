@@ -1,0 +1,249 @@
+"""`tqkv migrate` through llama.cpp: does a sequence that went through a codec, a store and a fresh
+context in another process continue as the uncompressed original does? (docs/llama.md)
+
+    python3 python/tqkv/llama_migrate.py --model M.gguf --prompt-file /usr/share/common-licenses/GPL-3 \\
+        --tokens 2048 --steps 50 --codecs fp16,tq3,tq4 --store /tmp/store --json out.json
+
+1. Prefill the first N prompt tokens in one context (batches of n_batch), save the sequence
+   state; then teacher-force the next `steps` prompt tokens one at a time, recording the logits
+   after each (the reference).
+2. For each codec: compress the saved state into the store (`tqkv llama import`). A worker
+   process (this file with --worker) loads the model, and for each codec a fresh context: it
+   loads the session (`tqkv llama export`, llama_state_seq_set_data), feeds the same tokens one at
+   a time and writes the logits. The batch split after the prefix is the reference's, so only the
+   cache differs.
+3. Compare: top-1 agreement, KL(ref || restored) mean and max, max |logit diff|, and the K/V cosine
+   of the restored rows against the original (per vector, mean per layer, then over layers).
+The JSON has the keys of `tqkv migrate` (model, prompt_tokens, steps, results[codec, top1,
+kl_mean, kl_max, max_logit_diff, k_cosine_mean, v_cosine_mean]) plus sizes and times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import llama as tl  # noqa: E402  (python/tqkv/llama.py, imported by path: no package needed)
+
+
+def _open(model, n_ctx, threads, flash_attn, n_batch):
+    import llama_cpp
+    return llama_cpp.Llama(model_path=model, n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_batch,
+                           n_threads=threads, n_threads_batch=threads, flash_attn=flash_attn,
+                           verbose=False)
+
+
+def _last_logits(llm):
+    import llama_cpp
+    n_vocab = llm.n_vocab()
+    ptr = llama_cpp.llama_get_logits_ith(llm._ctx.ctx, -1)
+    return np.ctypeslib.as_array(ptr, shape=(n_vocab,)).astype(np.float32).copy()
+
+
+def teacher_force(llm, feed):
+    out = []
+    for t in feed:
+        llm.eval([t])
+        out.append(_last_logits(llm))
+    return np.stack(out)
+
+
+def _tokenize(llm, path, need):
+    with open(path, "rb") as f:
+        text = f.read()
+    toks = llm.tokenize(text, add_bos=True, special=False)
+    if len(toks) < need:
+        raise SystemExit(f"{path}: {len(toks)} tokens, need {need} (no text is repeated)")
+    return toks[:need]
+
+
+def _kl(ref, got):
+    def logsm(x):
+        x = x.astype(np.float64)
+        m = x.max(axis=-1, keepdims=True)
+        return x - m - np.log(np.exp(x - m).sum(axis=-1, keepdims=True))
+    lp, lq = logsm(ref), logsm(got)
+    return (np.exp(lp) * (lp - lq)).sum(axis=-1)
+
+
+def _read_safetensors(path):
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        assert t["dtype"] == "F32"
+        b, e = t["data_offsets"]
+        out[name] = np.frombuffer(data[b:e], dtype=np.float32).reshape(t["shape"])
+    return out
+
+
+def _cosines(ref, got):
+    """Mean over layers of the per-layer mean cosine of every (token, head) vector; vectors
+    whose reference is zero (rows a sliding-window cache lacks) are left out."""
+    means = {"k": [], "v": []}
+    layers = sorted({int(n.split(".")[1]) for n in ref})
+    for kv in ("k", "v"):
+        for l in layers:
+            a = ref[f"layers.{l}.{kv}"].astype(np.float64)
+            b = got[f"layers.{l}.{kv}"].astype(np.float64)
+            na, nb = np.linalg.norm(a, axis=-1), np.linalg.norm(b, axis=-1)
+            live = na > 0
+            cos = (a * b).sum(-1)[live] / np.maximum(na[live] * nb[live], 1e-300)
+            means[kv].append(float(cos.mean()))
+    return float(np.mean(means["k"])), float(np.mean(means["v"]))
+
+
+def _worker(spec_path):
+    with open(spec_path) as f:
+        spec = json.load(f)
+    for job in spec["jobs"]:
+        llm = _open(spec["model"], spec["n_ctx"], spec["threads"], spec["flash_attn"], spec["n_batch"])
+        t0 = time.perf_counter()
+        tl.load_sequence(llm, spec["store"], job["key"])
+        load_s = time.perf_counter() - t0
+        logits = teacher_force(llm, spec["feed"])
+        np.save(job["logits"], logits)
+        with open(job["logits"] + ".json", "w") as f:
+            json.dump({"load_s": load_s}, f)
+        del llm
+
+
+def run(args):
+    codecs = [c for c in args.codecs.split(",") if c]
+    n, steps = args.tokens, args.steps
+    n_ctx = n + steps + 16
+    store = args.store
+    os.makedirs(store, exist_ok=True)
+    cli = tl.cli_path()
+    t_start = time.perf_counter()
+
+    llm = _open(args.model, n_ctx, args.threads, args.flash_attn, args.n_batch)
+    prompt = _tokenize(llm, args.prompt_file, n + steps)
+    t0 = time.perf_counter()
+    llm.eval(prompt[:n])
+    prefill_s = time.perf_counter() - t0
+    blob = tl.get_sequence_state(llm, 0)
+    head_dim = tl.head_dim_of(llm)
+    tmp = tempfile.mkdtemp(prefix="llama_migrate_")
+    # llama.cpp's own save, for the size and time figures.
+    import llama_cpp
+    slot_path = os.path.join(tmp, "slot.bin")
+    t0 = time.perf_counter()
+    arr = (llama_cpp.llama_token * n)(*prompt[:n])
+    llama_cpp.llama_state_seq_save_file(llm._ctx.ctx, slot_path.encode(), 0, arr, n)
+    llama_save_s = time.perf_counter() - t0
+    feed = prompt[n:n + steps]
+    ref = teacher_force(llm, feed)
+    del llm
+
+    jobs, saves = [], {}
+    fp16_key = "llama-migrate-fp16-ref"
+    keys = {}
+    for codec in [*codecs, "__ref__"]:
+        spec = "fp16" if codec == "__ref__" else codec
+        key = fp16_key if codec == "__ref__" else f"llama-migrate-{len(keys)}"
+        t0 = time.perf_counter()
+        tl.save_blob(blob, store, key, head_dim, codec=spec, tokens=prompt[:n],
+                     exact_tokens=args.exact_tokens or None, model=os.path.basename(args.model),
+                     threads=args.threads)
+        saves[codec] = time.perf_counter() - t0
+        keys[codec] = key
+        if codec != "__ref__":
+            jobs.append({"codec": codec, "key": key, "logits": os.path.join(tmp, f"{key}.npy")})
+    spec_path = os.path.join(tmp, "spec.json")
+    with open(spec_path, "w") as f:
+        json.dump({"model": args.model, "n_ctx": n_ctx, "threads": args.threads,
+                   "flash_attn": args.flash_attn, "n_batch": args.n_batch, "store": store,
+                   "feed": feed, "jobs": jobs}, f)
+    subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", spec_path], check=True)
+
+    def decompress(key):
+        out = os.path.join(tmp, key + ".safetensors")
+        path = os.path.join(store, key + ".tqkv")
+        subprocess.run([cli, "decompress", path, out, "--dtype", "f32"], check=True,
+                       capture_output=True)
+        return _read_safetensors(out)
+
+    ref_kv = decompress(fp16_key)
+    results = []
+    for job in jobs:
+        got = np.load(job["logits"])
+        with open(job["logits"] + ".json") as f:
+            load_s = json.load(f)["load_s"]
+        kl = _kl(ref, got)
+        kc, vc = _cosines(ref_kv, decompress(job["key"]))
+        size = os.path.getsize(os.path.join(store, job["key"] + ".tqkv"))
+        results.append({
+            "codec": job["codec"],
+            "top1": int((ref.argmax(-1) == got.argmax(-1)).sum()),
+            "kl_mean": float(kl.mean()), "kl_max": float(kl.max()),
+            "max_logit_diff": float(np.abs(ref - got).max()),
+            "k_cosine_mean": kc, "v_cosine_mean": vc,
+            "tqkv_bytes": size, "save_s": saves[job["codec"]], "load_s": load_s,
+        })
+    report = {
+        "engine": "llama.cpp (llama-cpp-python " + llama_cpp.__version__ + ")",
+        "model": os.path.basename(args.model), "prompt_file": args.prompt_file,
+        "prompt_tokens": n, "steps": steps, "head_dim": head_dim, "flash_attn": args.flash_attn,
+        "threads": args.threads, "n_batch": args.n_batch,
+        "state_bytes": len(blob), "slot_file_bytes": os.path.getsize(slot_path),
+        "llama_save_file_s": llama_save_s, "prefill_s": prefill_s,
+        "exact_tokens": args.exact_tokens or "",
+        "results": results, "wall_s": time.perf_counter() - t_start,
+    }
+    if not args.keep:
+        for key in keys.values():
+            try:
+                os.remove(os.path.join(store, key + ".tqkv"))
+            except FileNotFoundError:
+                pass
+    return report
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--worker", help=argparse.SUPPRESS)
+    p.add_argument("--model")
+    p.add_argument("--prompt-file")
+    p.add_argument("--tokens", type=int, default=2048)
+    p.add_argument("--steps", type=int, default=50)
+    p.add_argument("--codecs", default="fp16,tq3,tq4")
+    p.add_argument("--exact-tokens", default="")
+    p.add_argument("--store", default=None)
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--n-batch", type=int, default=512)
+    p.add_argument("--flash-attn", action="store_true")
+    p.add_argument("--keep", action="store_true")
+    p.add_argument("--json", default="-")
+    args = p.parse_args(argv)
+    if args.worker:
+        _worker(args.worker)
+        return 0
+    if not args.model or not args.prompt_file:
+        p.error("--model and --prompt-file are required")
+    if args.store is None:
+        args.store = tempfile.mkdtemp(prefix="llama_migrate_store_")
+    report = run(args)
+    text = json.dumps(report, indent=2, sort_keys=True)
+    if args.json == "-":
+        print(text)
+    else:
+        with open(args.json, "w") as f:
+            f.write(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
