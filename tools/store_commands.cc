@@ -1,4 +1,4 @@
-// Session management on a store: `tqkv ls`, `tqkv rm`, `tqkv pin`, `tqkv gc` (store/store_admin.h).
+// Session management on a store: `tqkv ls`, `tqkv rm`, `tqkv pin`, `tqkv gc` (tqkv/store_admin.h).
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "store/store_admin.h"
+#include "tqkv/store_admin.h"
 #include "tools/commands.h"
 #include "tqkv/store.h"
 #include "tqkv/units.h"

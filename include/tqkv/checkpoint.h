@@ -80,6 +80,10 @@ struct RestoreOptions {
   // starts, as an inference server restores into KV memory that is already mapped (first-touch
   // page faults are then not part of the restore). RestoreStats::alloc_seconds gets that time.
   bool prefault = false;
+  // RestoreInto and Restore: called on the restoring thread as soon as layer `layer` of the
+  // destination is decoded and verified, in layer order, so a caller can start on layer 0 before
+  // the rest arrives. An error return stops the restore with that error.
+  std::function<Status(uint32_t layer)> layer_ready;
 };
 
 struct RestoreStats {

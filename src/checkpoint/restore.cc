@@ -28,12 +28,16 @@ class HostTensors {
 
 class CacheTensors final : public HostTensors {
  public:
-  explicit CacheTensors(KvCache& cache) : cache_(cache) {}
+  CacheTensors(KvCache& cache, const RestoreOptions& options)
+      : cache_(cache), layer_ready_(options.layer_ready) {}
   void* Tensor(uint32_t layer, int kv) override { return cache_.tensor(layer, kv); }
-  Status LayerDone(uint32_t) override { return Status::Ok(); }
+  Status LayerDone(uint32_t layer) override {
+    return layer_ready_ ? layer_ready_(layer) : Status::Ok();
+  }
 
  private:
   KvCache& cache_;
+  const std::function<Status(uint32_t)>& layer_ready_;
 };
 
 class CallbackTensors final : public HostTensors {
@@ -201,7 +205,7 @@ Status RestoreInto(Store& store, std::string_view key, KvCache& dst, const Resto
                                          std::to_string(dst.tokens()));
         }
         TQKV_RETURN_IF_ERROR(dst.Validate());
-        return std::unique_ptr<HostTensors>(new CacheTensors(dst));
+        return std::unique_ptr<HostTensors>(new CacheTensors(dst, opts));
       },
       stats);
 }
@@ -225,7 +229,7 @@ Result<std::unique_ptr<KvCacheBuffer>> Restore(Store& store, std::string_view ke
           }
           alloc = SecondsSince(ta);
         }
-        return std::unique_ptr<HostTensors>(new CacheTensors(buffer->cache()));
+        return std::unique_ptr<HostTensors>(new CacheTensors(buffer->cache(), options));
       },
       &st));
   // RunRestore's clock ran while the destination was allocated: that time is not the restore's.

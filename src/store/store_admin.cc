@@ -1,5 +1,5 @@
 // Session admin: the store's own admin side (posix, nfs, redis) and the garbage collector.
-#include "store/store_admin.h"
+#include "tqkv/store_admin.h"
 
 #include <algorithm>
 #include <string>

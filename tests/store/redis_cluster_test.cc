@@ -16,7 +16,7 @@
 
 #include "store/redis/redis_slot.h"
 #include "store/shared_store_servers.h"
-#include "store/store_admin.h"
+#include "tqkv/store_admin.h"
 #include "store/store_test_util.h"
 #include "tqkv/store.h"
 

@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "store/shared_store_servers.h"
-#include "store/store_admin.h"
+#include "tqkv/store_admin.h"
 #include "store/store_test_util.h"
 #include "tqkv/store.h"
 

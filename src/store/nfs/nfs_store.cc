@@ -24,7 +24,7 @@
 
 #include "store/file_layout.h"
 #include "store/publishing_writer.h"
-#include "store/store_admin.h"
+#include "tqkv/store_admin.h"
 #include "store/store_internal.h"
 
 namespace tqkv {

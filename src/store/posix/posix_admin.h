@@ -1,4 +1,4 @@
-// Session admin of the posix store (store/store_admin.h): pins are ".<name>.tqkv.pin" files beside
+// Session admin of the posix store (tqkv/store_admin.h): pins are ".<name>.tqkv.pin" files beside
 // the objects, last use is the object file's atime (set by Open) or mtime, and gc removes by
 // renaming aside first. File names: store/file_layout.h.
 #ifndef TQKV_SRC_STORE_POSIX_POSIX_ADMIN_H_
@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "store/store_admin.h"
+#include "tqkv/store_admin.h"
 
 namespace tqkv {
 

@@ -558,7 +558,7 @@ class PosixReadable final : public ReadableObject {
 // ---------------------------------------------------------------------------------------------
 // Store
 
-// The store is its own SessionAdmin (store/store_admin.h), as the nfs and redis stores are.
+// The store is its own SessionAdmin (tqkv/store_admin.h), as the nfs and redis stores are.
 class PosixStore final : public Store, public SessionAdmin {
  public:
   explicit PosixStore(std::shared_ptr<Shared> sh)

@@ -23,7 +23,7 @@
 #include "store/redis/redis_conn.h"
 #include "store/redis/redis_router.h"
 #include "store/publishing_writer.h"
-#include "store/store_admin.h"
+#include "tqkv/store_admin.h"
 #include "store/store_internal.h"
 
 namespace tqkv {

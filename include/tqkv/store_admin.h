@@ -7,8 +7,8 @@
 //   nfs:   the same files; Open sets the atime explicitly (one SETATTR).
 //   redis: "<prefix>:{K}:a" (set by Open) and "<prefix>:{K}:p".
 // Usage is the sum of the committed objects' sizes (what List reports), not a guess per process.
-#ifndef TQKV_SRC_STORE_STORE_ADMIN_H_
-#define TQKV_SRC_STORE_STORE_ADMIN_H_
+#ifndef TQKV_INCLUDE_TQKV_STORE_ADMIN_H_
+#define TQKV_INCLUDE_TQKV_STORE_ADMIN_H_
 
 #include <chrono>
 #include <cstdint>
@@ -76,4 +76,4 @@ Result<GcReport> CollectGarbage(Store* store, const GcOptions& options);
 
 }  // namespace tqkv
 
-#endif  // TQKV_SRC_STORE_STORE_ADMIN_H_
+#endif  // TQKV_INCLUDE_TQKV_STORE_ADMIN_H_

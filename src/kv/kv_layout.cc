@@ -1,0 +1,127 @@
+#include "tqkv/kv_layout.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+namespace tqkv {
+namespace {
+
+using Wide = unsigned __int128;  // offsets of hostile strides must not wrap while checked
+
+// Element offset of (t, 0, 0); the layout is valid.
+inline int64_t RowOffset(const KvLayout& l, uint64_t t) {
+  if (l.block_tokens == 0) return static_cast<int64_t>(t) * l.token_stride;
+  return l.block_ids[t / l.block_tokens] * l.block_stride +
+         static_cast<int64_t>(t % l.block_tokens) * l.token_stride;
+}
+
+// Copies one layer between the layout and the canonical layout; to_canonical picks the direction.
+void CopyLayer(const KvLayout& l, const ModelGeometry& g, uint64_t tokens, DType dtype,
+               const uint8_t* src, uint8_t* dst, bool to_canonical) {
+  const size_t es = DTypeSize(dtype), heads = g.kv_heads, d = g.head_dim;
+  const size_t vec = d * es;
+  for (uint64_t t = 0; t < tokens; ++t) {
+    const int64_t row = RowOffset(l, t);
+    for (size_t h = 0; h < heads; ++h) {
+      const size_t canon = (t * heads + h) * vec;                             // bytes
+      const int64_t base = row + static_cast<int64_t>(h) * l.head_stride;  // elements
+      const size_t n = l.dim_stride == 1 ? 1 : d;  // whole rows when the channels are contiguous
+      const size_t bytes = l.dim_stride == 1 ? vec : es;
+      for (size_t c = 0; c < n; ++c) {
+        const size_t laid = (base + static_cast<int64_t>(c) * l.dim_stride) * es;
+        if (to_canonical) {
+          std::memcpy(dst + canon + c * es, src + laid, bytes);
+        } else {
+          std::memcpy(dst + laid, src + canon + c * es, bytes);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+KvLayout KvLayout::Canonical(const ModelGeometry& g) {
+  KvLayout l;
+  l.token_stride = static_cast<int64_t>(g.token_elems());
+  l.head_stride = g.head_dim;
+  l.dim_stride = 1;
+  return l;
+}
+
+bool KvLayout::IsCanonical(const ModelGeometry& g) const {
+  return block_tokens == 0 && dim_stride == 1 && head_stride == static_cast<int64_t>(g.head_dim) &&
+         token_stride == static_cast<int64_t>(g.token_elems());
+}
+
+Status ValidateKvLayout(const KvLayout& l, const ModelGeometry& g, uint64_t tokens,
+                        uint64_t tensor_elems) {
+  if (g.kv_heads == 0 || g.head_dim == 0) return Status::InvalidArgument("layout: empty geometry");
+  if (l.token_stride < 0 || l.head_stride < 0 || l.dim_stride < 0 || l.block_stride < 0) {
+    return Status::InvalidArgument("layout: negative strides are not supported");
+  }
+  if (tokens == 0) return Status::Ok();
+  // The furthest element of one token row: (kv_heads - 1, head_dim - 1).
+  const Wide row_span = Wide(g.kv_heads - 1) * Wide(l.head_stride) +
+                        Wide(g.head_dim - 1) * Wide(l.dim_stride);
+  Wide last = 0;
+  if (l.block_tokens == 0) {
+    last = Wide(tokens - 1) * Wide(l.token_stride) + row_span;
+  } else {
+    const uint64_t blocks = (tokens + l.block_tokens - 1) / l.block_tokens;
+    if (l.block_ids.size() < blocks) {
+      return Status::InvalidArgument("layout: " + std::to_string(tokens) + " tokens in blocks of " +
+                                     std::to_string(l.block_tokens) + " need " +
+                                     std::to_string(blocks) + " block ids, got " +
+                                     std::to_string(l.block_ids.size()));
+    }
+    for (uint64_t b = 0; b < blocks; ++b) {
+      if (l.block_ids[b] < 0) {
+        return Status::InvalidArgument("layout: block id " + std::to_string(l.block_ids[b]) +
+                                       " is negative");
+      }
+      const uint64_t in_block = std::min<uint64_t>(l.block_tokens, tokens - b * l.block_tokens);
+      const Wide end = Wide(l.block_ids[b]) * Wide(l.block_stride) +
+                       Wide(in_block - 1) * Wide(l.token_stride) + row_span;
+      if (end > last) last = end;
+    }
+  }
+  if (last >= Wide(tensor_elems)) {
+    return Status::InvalidArgument("layout: element offset " +
+                                   std::to_string(static_cast<unsigned long long>(
+                                       last > Wide(UINT64_MAX) ? UINT64_MAX : uint64_t(last))) +
+                                   " lies outside the tensor's " + std::to_string(tensor_elems) +
+                                   " elements (wrong strides, block size or block id)");
+  }
+  return Status::Ok();
+}
+
+void GatherLayer(const void* src, const KvLayout& layout, const ModelGeometry& geometry,
+                 uint64_t tokens, DType dtype, void* canonical) {
+  CopyLayer(layout, geometry, tokens, dtype, static_cast<const uint8_t*>(src),
+            static_cast<uint8_t*>(canonical), true);
+}
+
+void ScatterLayer(const void* canonical, const KvLayout& layout, const ModelGeometry& geometry,
+                  uint64_t tokens, DType dtype, void* dst) {
+  CopyLayer(layout, geometry, tokens, dtype, static_cast<const uint8_t*>(canonical),
+            static_cast<uint8_t*>(dst), false);
+}
+
+LayoutKvSource::LayoutKvSource(std::string model, ModelGeometry geometry, DType dtype,
+                               uint64_t tokens, KvLayout layout, std::vector<const void*> k,
+                               std::vector<const void*> v)
+    : model_(std::move(model)), geometry_(geometry), dtype_(dtype), tokens_(tokens),
+      layout_(std::move(layout)), k_(std::move(k)), v_(std::move(v)) {}
+
+Status LayoutKvSource::ReadLayer(uint32_t layer, void* k, void* v) {
+  if (layer >= k_.size() || layer >= v_.size()) {
+    return Status::InvalidArgument("layout source: no layer " + std::to_string(layer));
+  }
+  GatherLayer(k_[layer], layout_, geometry_, tokens_, dtype_, k);
+  GatherLayer(v_[layer], layout_, geometry_, tokens_, dtype_, v);
+  return Status::Ok();
+}
+
+}  // namespace tqkv
