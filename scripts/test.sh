@@ -30,9 +30,28 @@ export TQKV_TEST_REDIS_URI TQKV_TEST_REDIS_UNIX_URI TQKV_TEST_NFS_URI
 export TQKV_TEST_REDIS_CLUSTER_URI TQKV_TEST_REDIS_CLUSTER_SKIP  # one of the two is set
 trap 'bash scripts/stop-test-servers.sh' EXIT
 
+# ccache: the pip build of the Python test below compiles the same sources with the same flags
+# (pyproject.toml); with paths taken relative to the repository it hits the plain build's cache.
+if command -v ccache >/dev/null; then
+  export CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache
+  export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
+fi
+
+# The Python package's test environment: pinned packages from PyPI (python/requirements-test.txt).
+if [ ! -x build/pyvenv/bin/pytest ]; then
+  python3 -m venv build/pyvenv
+  build/pyvenv/bin/python -m pip install -q -r python/requirements-test.txt
+fi
+
 echo "== build + ctest"
-bash scripts/build.sh
+bash scripts/build.sh -DTQKV_BUILD_PYTHON=ON -DPython_EXECUTABLE="$PWD/build/pyvenv/bin/python"
 ctest --test-dir build --output-on-failure -j "$jobs"
+
+echo "== Python package: pytest on the build tree's package, and one fresh-venv pip install ."
+t_py=$SECONDS
+PYTHONPATH=build/python TQKV_CLI=build/tqkv TQKV_TEST_PIP_INSTALL=1 \
+  build/pyvenv/bin/python -m pytest -q tests/python
+echo "python tests: $((SECONDS - t_py)) s"
 
 echo "== AddressSanitizer + UndefinedBehaviorSanitizer build + ctest"
 # Without CUDA: no GPU runs here, and the plain build already compiles and tests the CUDA side's

@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""The Python package against the tqkv command, in one run on one machine (docs/benchmarks.md).
+
+1. Restore: a qwen2.5-7b session (default 10,000 tokens, tq3) checkpointed by `tqkv checkpoint`,
+   restored alternately by `tqkv restore --json` and by tqkv.restore(..., out=) into arrays
+   allocated and touched beforehand (as the CLI does), page cache warm. Reported: the library's
+   restore time (first read to last layer decoded) and, for Python, also the wall time of the
+   call; best and median of --reps each.
+2. Codec: tqkv.Codec encode/decode GB/s (fp16-equivalent bytes, as `tqkv bench codec` counts)
+   on a float16 array of --codec-gib GiB, against `tqkv bench codec` on as many vectors.
+
+Prints JSON. Usage: PYTHONPATH=build/python python3 bench/python_bench.py --cli build/tqkv
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import tempfile
+import time
+
+import numpy as np
+
+import tqkv
+
+
+def restore_bench(cli, tokens, codec, reps, workdir):
+    store_dir = os.path.join(workdir, "kv")
+    subprocess.run([cli, "checkpoint", "--model", "qwen2.5-7b", "--tokens", str(tokens),
+                    "--codec", codec, "--store", store_dir, "--session", "s"], check=True,
+                   capture_output=True)
+    store = tqkv.open_store(store_dir)
+    h = store.header("s")
+    shape = (h["layers"], h["tokens"], h["kv_heads"], h["head_dim"])
+    k, v = np.zeros(shape, np.float16), np.zeros(shape, np.float16)  # touched, as the CLI's
+    cli_s, py_s, py_wall = [], [], []
+    for _ in range(reps):
+        out = subprocess.run([cli, "restore", "--store", store_dir, "--session", "s", "--json"],
+                             check=True, capture_output=True, text=True).stdout
+        cli_s.append(json.loads(out)["restore_s"])
+        stats = {}
+        t = time.perf_counter()
+        tqkv.restore(store, "s", out=(k, v), stats=stats)
+        py_wall.append(time.perf_counter() - t)
+        py_s.append(stats["seconds"])
+
+    def summary(xs):
+        return {"best_s": min(xs), "median_s": statistics.median(xs), "all_s": xs}
+
+    return {
+        "tokens": tokens, "codec": codec, "bytes": store.size("s"), "reps": reps,
+        "cli_restore": summary(cli_s), "python_restore": summary(py_s),
+        "python_call_wall": summary(py_wall),
+        "python_vs_cli_best": min(py_s) / min(cli_s),
+        "python_wall_vs_cli_best": min(py_wall) / min(cli_s),
+        "python_vs_cli_median": statistics.median(py_s) / statistics.median(cli_s),
+    }
+
+
+def codec_bench(cli, gib, codec, reps, threads):
+    d = 128
+    n = int(gib * (1 << 30)) // (2 * d)
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((n, d), dtype=np.float32).astype(np.float16)
+    c = tqkv.Codec(codec, head_dim=d)
+    codes = np.empty((n, c.code_bytes), np.uint8)
+    y = np.empty_like(x)
+    c.encode(x, out=codes)  # first touch of codes outside the timing
+    c.decode(codes, out=y)
+    enc, dec = [], []
+    for _ in range(reps):
+        t = time.perf_counter()
+        c.encode(x, out=codes)
+        enc.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        c.decode(codes, out=y)
+        dec.append(time.perf_counter() - t)
+    fp16_bytes = 2.0 * d * n
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        subprocess.run([cli, "bench", "codec", "--codec", codec, "--vectors", str(n), "--dim",
+                        str(d), "--threads", str(threads), "--reps", str(reps), "--json", f.name],
+                       check=True, capture_output=True)
+        cli_row = json.load(open(f.name))["results"][0]
+    py_enc, py_dec = fp16_bytes / min(enc) / 1e9, fp16_bytes / min(dec) / 1e9
+    return {
+        "codec": codec, "vectors": n, "dim": d, "array_bytes": int(fp16_bytes),
+        "threads": threads, "reps": reps,
+        "python_encode_gbps": py_enc, "python_decode_gbps": py_dec,
+        "cli_encode_gbps": cli_row["encode_gbps"], "cli_decode_gbps": cli_row["decode_gbps"],
+        "encode_ratio": py_enc / cli_row["encode_gbps"],
+        "decode_ratio": py_dec / cli_row["decode_gbps"],
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--cli", default="build/tqkv")
+    ap.add_argument("--tokens", type=int, default=10000)
+    ap.add_argument("--codec", default="tq3")
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--codec-gib", type=float, default=1.0)
+    ap.add_argument("--workdir", default=None, help="default: a temporary directory")
+    args = ap.parse_args()
+    threads = tqkv.get_num_threads()
+    with tempfile.TemporaryDirectory(dir=args.workdir) as work:
+        result = {
+            "machine_load_1min": os.getloadavg()[0],
+            "threads": threads,
+            "restore": restore_bench(args.cli, args.tokens, args.codec, args.reps, work),
+            "codec": codec_bench(args.cli, args.codec_gib, args.codec, max(3, args.reps // 2),
+                                 threads),
+        }
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,272 @@
+// Checkpoint and restore of per-layer K/V arrays (include/tqkv/checkpoint.h, kv_layout.h). The
+// canonical contiguous layout is viewed as a KvCache without a copy; other layouts (transposed,
+// paged) go through one layer of staging (LayoutKvSource, ScatterLayer). The GIL is released
+// while the library works and taken back only for the caller's layer_ready callback.
+#include <optional>
+
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include "bindings.h"
+#include "tqkv/checkpoint.h"
+#include "tqkv/container.h"
+#include "tqkv/kv_layout.h"
+
+namespace tqkv::python {
+namespace {
+
+using RoArray = nb::ndarray<nb::ro, nb::device::cpu>;
+using Int64Array = nb::ndarray<nb::ro, int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+// Which array axis is the token, head and channel axis (and the block axis when paged, else -1).
+struct Axes {
+  int token = 0, head = 1, dim = 2, block = -1;
+};
+
+// Per-layer K and V arrays seen through one KvLayout.
+struct LayerArrays {
+  ModelGeometry geometry;
+  DType dtype = DType::kF16;
+  uint64_t tokens = 0;
+  KvLayout layout;
+  std::vector<void*> k, v;
+};
+
+using RwArray = nb::ndarray<nb::device::cpu>;
+
+template <typename Array>
+uint64_t ExtentElems(const Array& a) {
+  uint64_t end = 1;
+  for (size_t i = 0; i < a.ndim(); ++i) {
+    if (a.shape(i) == 0) return 0;
+    if (a.stride(i) > 0) end += static_cast<uint64_t>(a.stride(i)) * (a.shape(i) - 1);
+  }
+  return end;
+}
+
+template <typename Array>
+LayerArrays ViewLayers(const std::vector<Array>& k, const std::vector<Array>& v, Axes axes,
+                       const std::optional<Int64Array>& block_ids, uint64_t tokens) {
+  if (k.empty() || k.size() != v.size()) {
+    ThrowInvalid("k and v: the same number of layers (at least one), got " +
+                 std::to_string(k.size()) + " and " + std::to_string(v.size()));
+  }
+  const Array& a0 = k[0];
+  const size_t nd = axes.block >= 0 ? 4 : 3;
+  if (a0.ndim() != nd) {
+    ThrowInvalid("k[0]: expected " + std::to_string(nd) + " axes for this layout, got " +
+                 std::to_string(a0.ndim()));
+  }
+  LayerArrays out;
+  out.dtype = ArrayDType(a0.dtype(), "k[0]");
+  out.geometry.layers = static_cast<uint32_t>(k.size());
+  out.geometry.kv_heads = static_cast<uint32_t>(a0.shape(axes.head));
+  out.geometry.head_dim = static_cast<uint32_t>(a0.shape(axes.dim));
+  KvLayout& l = out.layout;
+  l.token_stride = a0.stride(axes.token);
+  l.head_stride = a0.stride(axes.head);
+  l.dim_stride = a0.stride(axes.dim);
+  if (axes.block >= 0) {
+    if (!block_ids) ThrowInvalid("a paged layout needs block_ids");
+    l.block_tokens = a0.shape(axes.token);
+    l.block_stride = a0.stride(axes.block);
+    l.block_ids.assign(block_ids->data(), block_ids->data() + block_ids->shape(0));
+    out.tokens = tokens;
+  } else {
+    out.tokens = a0.shape(axes.token);
+    if (tokens != 0 && tokens != out.tokens) {
+      ThrowInvalid("tokens=" + std::to_string(tokens) + " but the arrays hold " +
+                   std::to_string(out.tokens));
+    }
+  }
+  if (out.tokens > 0 && out.geometry.token_elems() == 0) ThrowInvalid("k[0]: empty heads");
+  const uint64_t extent = ExtentElems(a0);
+  ThrowIfError(ValidateKvLayout(l, out.geometry, out.tokens, extent).WithContext("k[0]"));
+  for (int kv = 0; kv < 2; ++kv) {
+    const auto& arrays = kv == 0 ? k : v;
+    for (size_t i = 0; i < arrays.size(); ++i) {
+      const Array& a = arrays[i];
+      bool same = a.ndim() == nd && a.dtype() == a0.dtype();
+      for (size_t d = 0; same && d < nd; ++d) {
+        same = a.shape(d) == a0.shape(d) && a.stride(d) == a0.stride(d);
+      }
+      if (!same) {
+        ThrowInvalid(std::string(kv == 0 ? "k[" : "v[") + std::to_string(i) +
+                     "]: every layer's K and V must have k[0]'s shape, strides and dtype");
+      }
+      void* p = const_cast<void*>(static_cast<const void*>(a.data()));
+      (kv == 0 ? out.k : out.v).push_back(p);
+    }
+  }
+  return out;
+}
+
+nb::dict CheckpointStatsDict(const CheckpointStats& s, bool staged) {
+  nb::dict d;
+  d["staged"] = staged;  // false: the library read the caller's arrays in place
+  d["bytes_written"] = s.bytes_written;
+  d["fp16_bytes"] = s.fp16_bytes;
+  d["seconds"] = s.seconds;
+  d["encode_seconds"] = s.encode_seconds;
+  d["write_seconds"] = s.write_seconds;
+  return d;
+}
+
+nb::dict RestoreStatsDict(const RestoreStats& s, bool staged) {
+  nb::dict d;
+  d["staged"] = staged;  // false: decoded straight into the caller's arrays
+  d["bytes_read"] = s.bytes_read;
+  d["fp16_bytes"] = s.fp16_bytes;
+  d["tokens"] = s.tokens;
+  d["model"] = s.model;
+  d["seconds"] = s.seconds;
+  d["read_busy_seconds"] = s.read_busy_seconds;
+  d["decode_busy_seconds"] = s.decode_busy_seconds;
+  d["first_layer_seconds"] = s.first_layer_seconds;
+  d["drop_cache_ok"] = s.drop_cache_ok;
+  return d;
+}
+
+nb::dict CheckpointArrays(PyStore& ps, const std::string& key, const std::vector<RoArray>& k,
+                          const std::vector<RoArray>& v, Axes axes,
+                          const std::optional<Int64Array>& block_ids, uint64_t tokens,
+                          const std::string& codec, const std::vector<std::string>& layer_codecs,
+                          uint32_t exact_head, uint32_t exact_tail, const std::string& model,
+                          uint32_t token_block) {
+  LayerArrays la = ViewLayers(k, v, axes, block_ids, tokens);
+  CheckpointOptions opts;
+  opts.codec = ValueOrThrow(ParseCodecSpec(codec));
+  for (const std::string& lc : layer_codecs) {
+    opts.layer_overrides.push_back(ValueOrThrow(ParseLayerCodec(lc)));
+  }
+  opts.exact_head = exact_head;
+  opts.exact_tail = exact_tail;
+  opts.token_block = token_block;
+  auto pool = Pool();
+  opts.pool = pool.get();
+  Result<CheckpointStats> stats = Status::Internal("unset");
+  const bool canonical = la.layout.IsCanonical(la.geometry);
+  {
+    nb::gil_scoped_release release;
+    if (canonical) {  // zero copy: the arrays are the KvCache
+      KvCache cache(model, la.geometry, la.dtype, la.tokens);
+      for (uint32_t l = 0; l < la.geometry.layers; ++l) cache.SetLayer(l, la.k[l], la.v[l]);
+      stats = Checkpoint(cache, opts, *ps.store, key);
+    } else {
+      LayoutKvSource source(model, la.geometry, la.dtype, la.tokens, la.layout,
+                            {la.k.begin(), la.k.end()}, {la.v.begin(), la.v.end()});
+      stats = Checkpoint(source, opts, *ps.store, key);
+    }
+  }
+  return CheckpointStatsDict(ValueOrThrow(std::move(stats)), !canonical);
+}
+
+nb::dict Header(PyStore& ps, const std::string& key) {
+  ContainerHeader h;
+  {
+    nb::gil_scoped_release release;
+    auto object = ValueOrThrow(ps.store->Open(key));
+    auto reader = ValueOrThrow(ContainerReader::Open(object.get(), key));
+    h = reader->header();
+  }
+  nb::dict d;
+  d["model"] = h.model;
+  d["layers"] = h.geometry.layers;
+  d["kv_heads"] = h.geometry.kv_heads;
+  d["head_dim"] = h.geometry.head_dim;
+  d["tokens"] = h.tokens;
+  d["source_dtype"] = std::string(DTypeName(h.source_dtype));
+  d["exact_head"] = h.exact_head;
+  d["exact_tail"] = h.exact_tail;
+  return d;
+}
+
+// Calls the Python layer_ready(layer) with the GIL; a Python exception stops the restore and is
+// re-raised once the library returns.
+struct LayerReady {
+  nb::object fn;  // None: no callback
+  std::optional<nb::python_error> error;
+  Status operator()(uint32_t layer) {
+    if (fn.is_none()) return Status::Ok();
+    nb::gil_scoped_acquire acquire;
+    try {
+      fn(layer);
+    } catch (nb::python_error& e) {
+      error.emplace(std::move(e));
+      return Status::Internal("layer_ready raised");
+    }
+    return Status::Ok();
+  }
+};
+
+nb::dict RestoreArrays(PyStore& ps, const std::string& key, const std::vector<RwArray>& k,
+                       const std::vector<RwArray>& v, Axes axes,
+                       const std::optional<Int64Array>& block_ids, uint64_t tokens,
+                       nb::object layer_ready, bool drop_cache,
+                       uint64_t inflight_bytes) {
+  LayerArrays la = ViewLayers(k, v, axes, block_ids, tokens);
+  auto pool = Pool();
+  RestoreOptions opts;
+  opts.dtype = la.dtype;
+  opts.pool = pool.get();
+  opts.drop_cache = drop_cache;
+  if (inflight_bytes) opts.inflight_bytes = inflight_bytes;
+  opts.expect_geometry = &la.geometry;
+  LayerReady ready{std::move(layer_ready), std::nullopt};
+  RestoreStats stats;
+  Status s;
+  const bool canonical = la.layout.IsCanonical(la.geometry);
+  {
+    nb::gil_scoped_release release;
+    if (canonical) {  // decoded straight into the caller's arrays
+      KvCache cache("", la.geometry, la.dtype, la.tokens);
+      for (uint32_t l = 0; l < la.geometry.layers; ++l) cache.SetLayer(l, la.k[l], la.v[l]);
+      opts.layer_ready = [&](uint32_t layer) { return ready(layer); };
+      s = RestoreInto(*ps.store, key, cache, opts, &stats);
+    } else {
+      s = [&]() -> Status {
+        // Tokens must match before a layer is scattered with the caller's layout.
+        TQKV_ASSIGN_OR_RETURN(auto object, ps.store->Open(key));
+        TQKV_ASSIGN_OR_RETURN(auto reader, ContainerReader::Open(object.get(), key));
+        if (reader->header().tokens != la.tokens) {
+          return Status::InvalidArgument(key + " holds " + std::to_string(reader->header().tokens) +
+                                         " tokens, the destination has room for " +
+                                         std::to_string(la.tokens));
+        }
+        return RestoreStreaming(
+            *ps.store, key, opts,
+            [&](uint32_t layer, const void* kd, const void* vd) -> Status {
+              ScatterLayer(kd, la.layout, la.geometry, la.tokens, la.dtype, la.k[layer]);
+              ScatterLayer(vd, la.layout, la.geometry, la.tokens, la.dtype, la.v[layer]);
+              return ready(layer);
+            },
+            &stats);
+      }();
+    }
+  }
+  if (ready.error) throw std::move(*ready.error);
+  ThrowIfError(s);
+  return RestoreStatsDict(stats, !canonical);
+}
+
+}  // namespace
+
+void BindSession(nb::module_& m) {
+  nb::class_<Axes>(m, "Axes")
+      .def(nb::init<>())
+      .def_rw("token", &Axes::token)
+      .def_rw("head", &Axes::head)
+      .def_rw("dim", &Axes::dim)
+      .def_rw("block", &Axes::block);
+  m.def("checkpoint", &CheckpointArrays, nb::arg("store"), nb::arg("key"), nb::arg("k"),
+        nb::arg("v"), nb::arg("axes"), nb::arg("block_ids").none(), nb::arg("tokens"),
+        nb::arg("codec"), nb::arg("layer_codecs"), nb::arg("exact_head"), nb::arg("exact_tail"),
+        nb::arg("model"), nb::arg("token_block"));
+  m.def("restore_into", &RestoreArrays, nb::arg("store"), nb::arg("key"), nb::arg("k"),
+        nb::arg("v"), nb::arg("axes"), nb::arg("block_ids").none(), nb::arg("tokens"),
+        nb::arg("layer_ready").none(), nb::arg("drop_cache"), nb::arg("inflight_bytes"));
+  m.def("header", &Header, nb::arg("store"), nb::arg("key"));
+}
+
+}  // namespace tqkv::python

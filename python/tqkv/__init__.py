@@ -1,0 +1,40 @@
+"""tqkv: TurboQuant KV-cache compression, checkpoint and restore, from numpy and PyTorch.
+
+    import tqkv
+    store = tqkv.open_store("/tmp/kv")
+    tqkv.checkpoint(store, "s1", k, v, codec="tq3")   # k, v: [layers, tokens, kv_heads, head_dim]
+    k2, v2 = tqkv.restore(store, "s1")
+
+docs/python.md has the guide; help(tqkv.restore), help(tqkv.Codec), help(tqkv.Store) the details.
+Errors are tqkv.Error subclasses carrying the library's message. The ``tqkv`` command installed
+with the package is the same CLI as the C++ build's.
+"""
+from ._tqkv import (  # noqa: F401 - the public names
+    AlreadyExistsError,
+    BusyError,
+    CorruptionError,
+    DeviceError,
+    Error,
+    InternalError,
+    InvalidArgumentError,
+    IoError,
+    NoSpaceError,
+    NotFoundError,
+    UnsupportedError,
+    get_num_threads,
+    set_num_threads,
+)
+from ._tqkv import built_with_cuda as _built_with_cuda
+from ._codec import Codec
+from ._session import checkpoint, restore, restore_layers
+from ._store import Store, inspect, open_store, verify
+
+__version__ = "0.1.0"
+CUDA: bool = _built_with_cuda()  # the package was built with the CUDA library
+
+__all__ = [
+    "Codec", "Store", "open_store", "checkpoint", "restore", "restore_layers", "inspect",
+    "verify", "set_num_threads", "get_num_threads", "CUDA", "Error", "InvalidArgumentError",
+    "NotFoundError", "CorruptionError", "IoError", "NoSpaceError", "UnsupportedError",
+    "DeviceError", "BusyError", "AlreadyExistsError", "InternalError",
+]

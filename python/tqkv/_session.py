@@ -1,0 +1,169 @@
+"""Checkpoint and restore of KV caches held in numpy arrays or torch tensors.
+
+A cache is given per layer: ``k`` and ``v`` are each a sequence of per-layer arrays, or one
+array with a leading layer axis (its per-layer views are used; nothing is copied). Layouts:
+
+- ``"nhd"`` (default, the library's canonical layout): ``[tokens, kv_heads, head_dim]``.
+  Contiguous arrays are checkpointed and restored in place, zero copy.
+- ``"hnd"``: ``[kv_heads, tokens, head_dim]`` (Hugging Face transformers).
+- ``"paged"``: ``[blocks, block_size, kv_heads, head_dim]`` block pools (vLLM) with
+  ``block_ids`` saying which block holds tokens ``[i * block_size, (i + 1) * block_size)``.
+
+Non-canonical layouts (and strided views) pass through one layer of staging: memory for one
+layer, not for the session.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+from . import _arrays, _tqkv
+from ._store import StoreLike, as_store
+
+_AXES = {"nhd": (0, 1, 2, -1), "hnd": (1, 0, 2, -1), "paged": (1, 2, 3, 0)}
+
+
+def _axes(layout: str) -> Any:
+    if layout not in _AXES:
+        raise _tqkv.InvalidArgumentError(f"layout {layout!r}: use 'nhd', 'hnd' or 'paged'")
+    a = _tqkv.Axes()
+    a.token, a.head, a.dim, a.block = _AXES[layout]
+    return a
+
+
+def _layers(x: Any, name: str) -> list:
+    if isinstance(x, (list, tuple)):
+        return [_arrays.to_core(t) for t in x]
+    if hasattr(x, "shape") and len(x.shape) >= 1:
+        return [_arrays.to_core(x[i]) for i in range(x.shape[0])]
+    raise _tqkv.InvalidArgumentError(f"{name}: a sequence of per-layer arrays or one array")
+
+
+def _block_ids(block_ids: Any) -> Optional[np.ndarray]:
+    if block_ids is None:
+        return None
+    if _arrays.is_torch(block_ids):
+        block_ids = block_ids.cpu().numpy()
+    return np.ascontiguousarray(np.asarray(block_ids, dtype=np.int64).reshape(-1))
+
+
+def checkpoint(store: StoreLike, key: str, k: Any, v: Any, *, codec: str = "tq3",
+               layer_codecs: Optional[Mapping[int, str]] = None,
+               exact_tokens: Tuple[int, int] = (0, 0), layout: str = "nhd",
+               block_ids: Any = None, tokens: Optional[int] = None, model: str = "",
+               token_block: int = 0) -> Dict[str, Any]:
+    """Encodes the cache ``k``, ``v`` and publishes it atomically under ``key``.
+
+    ``codec``: the spec of every layer (``tq3``, ``tq2.5``, ``fp16``, ... see tqkv.Codec);
+    ``layer_codecs``: per-layer overrides, e.g. ``{0: "tq4", 27: "tq4"}``; ``exact_tokens``:
+    ``(first, last)`` tokens also stored exactly (attention sinks, recent tokens);
+    ``layout``/``block_ids``: see the module docs; ``tokens``: for paged caches, the session
+    length (default ``len(block_ids) * block_size``); ``model``: a name stored in the header.
+    Returns the library's statistics (bytes_written, fp16_bytes, seconds, ...).
+    On failure nothing readable is left under ``key``.
+    """
+    kl, vl = _layers(k, "k"), _layers(v, "v")
+    ids = _block_ids(block_ids)
+    if tokens is None:
+        tokens = 0 if ids is None or not kl else len(ids) * int(kl[0].shape[1])
+    overrides = [f"{layer}:{spec}" for layer, spec in sorted((layer_codecs or {}).items())]
+    head, tail = exact_tokens
+    return _tqkv.checkpoint(as_store(store)._s, key, kl, vl, _axes(layout), ids, int(tokens),
+                            codec, overrides, int(head), int(tail), model, int(token_block))
+
+
+def _destination(store: Any, key: str, out: Any, dtype: Any, layout: str, block_ids: Any,
+                 tokens: Optional[int], array: str, device: Any) -> Tuple[Any, Any, list, list, int]:
+    if out is not None:
+        k, v = out
+        kl, vl = _layers(k, "out[0]"), _layers(v, "out[1]")
+        ids = _block_ids(block_ids)
+        n = tokens if tokens is not None else (
+            len(ids) * int(kl[0].shape[1]) if ids is not None and kl else 0)
+        return k, v, kl, vl, int(n)
+    if layout == "paged":
+        raise _tqkv.InvalidArgumentError("a paged restore writes into out=(k_blocks, v_blocks)")
+    h = _tqkv.header(store._s, key)
+    per_layer = ((h["tokens"], h["kv_heads"], h["head_dim"]) if layout == "nhd"
+                 else (h["kv_heads"], h["tokens"], h["head_dim"]))
+    shape = (h["layers"],) + per_layer
+    name = _arrays.dtype_name(dtype)
+    k = _arrays.empty(shape, name, array, device)
+    v = _arrays.empty(shape, name, array, device)
+    return k, v, _layers(k, "k"), _layers(v, "v"), 0
+
+
+def restore(store: StoreLike, key: str, *, out: Optional[Tuple[Any, Any]] = None,
+            dtype: Any = "float16", layout: str = "nhd", block_ids: Any = None,
+            tokens: Optional[int] = None, on_layer: Optional[Callable[[int, Any, Any], Any]] = None,
+            array: str = "numpy", device: Any = None, drop_cache: bool = False,
+            stats: Optional[Dict[str, Any]] = None) -> Tuple[Any, Any]:
+    """Restores session ``key``; returns ``(k, v)``.
+
+    Without ``out``: new arrays ``[layers, tokens, kv_heads, head_dim]`` (``layout="hnd"``:
+    ``[layers, kv_heads, tokens, head_dim]``) of ``dtype`` (float16, bfloat16 — ml_dtypes'
+    type when installed, else raw uint16 — or float32), numpy or ``array="torch"``.
+    With ``out=(k, v)``: the caller's writable arrays (per-layer sequences or one array each),
+    whose geometry and token count must match the session (InvalidArgumentError saying what
+    differs) and whose dtype is the restored type; canonical contiguous ones are decoded into
+    directly, zero copy.
+    ``on_layer(layer, k_layer, v_layer)``: called as soon as each layer is decoded and verified,
+    in order, from the restoring thread, so an engine can start on layer 0 early (raising in it
+    stops the restore). ``stats``: a dict to fill with the library's figures.
+    The GIL is released while the session is read and decoded.
+    """
+    st = as_store(store, create=False)
+    k, v, kl, vl, n = _destination(st, key, out, dtype, layout, block_ids, tokens, array, device)
+    ready = None
+    if on_layer is not None:
+        def ready(layer: int) -> None:
+            on_layer(layer, kl[layer], vl[layer])
+    figures = _tqkv.restore_into(st._s, key, kl, vl, _axes(layout), _block_ids(block_ids), n,
+                                 ready, drop_cache, 0)
+    if stats is not None:
+        stats.update(figures)
+    return k, v
+
+
+def restore_layers(store: StoreLike, key: str, **options: Any) -> Iterator[Tuple[int, Any, Any]]:
+    """Restores like ``restore`` (same options, no ``on_layer``), yielding
+    ``(layer, k_layer, v_layer)`` as soon as each layer is decoded; the library keeps decoding
+    the next layers meanwhile. Leaving the loop early stops the restore."""
+    if "on_layer" in options:
+        raise _tqkv.InvalidArgumentError("restore_layers yields the layers: no on_layer")
+    done = object()
+    ready: "queue.Queue[Any]" = queue.Queue()
+    stop = threading.Event()
+
+    def on_layer(layer: int, kl: Any, vl: Any) -> None:
+        if stop.is_set():
+            raise _Stopped()
+        ready.put((layer, kl, vl))
+
+    def run() -> None:
+        try:
+            restore(store, key, on_layer=on_layer, **options)
+            ready.put(done)
+        except BaseException as e:  # handed to the consumer
+            ready.put(e)
+
+    worker = threading.Thread(target=run, name=f"tqkv-restore-{key}", daemon=True)
+    worker.start()
+    try:
+        while True:
+            item = ready.get()
+            if item is done:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        worker.join()
+
+
+class _Stopped(Exception):
+    """The consumer of restore_layers left the loop."""

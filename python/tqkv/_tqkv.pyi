@@ -1,0 +1,127 @@
+"""
+tqkv's C++ core; use the tqkv package (tqkv/__init__.py), not this module.
+"""
+
+from collections.abc import Sequence
+from typing import Annotated
+
+import numpy
+from numpy.typing import NDArray
+
+from tqkv import (
+    AlreadyExistsError as AlreadyExistsError,
+    BusyError as BusyError,
+    CorruptionError as CorruptionError,
+    DeviceError as DeviceError,
+    Error as Error,
+    InternalError as InternalError,
+    InvalidArgumentError as InvalidArgumentError,
+    IoError as IoError,
+    NoSpaceError as NoSpaceError,
+    NotFoundError as NotFoundError,
+    UnsupportedError as UnsupportedError
+)
+
+
+def set_num_threads(n: int) -> None:
+    """
+    Sizes the pool that encodes and decodes (0: one thread per hardware thread, the default). Calls already running keep their pool.
+    """
+
+def get_num_threads() -> int:
+    """
+    Threads that encode and decode for each call (the calling thread included).
+    """
+
+def built_with_cuda() -> bool:
+    """
+    True when the package was built with the CUDA library (TQKV_ENABLE_CUDA).
+    """
+
+class Codec:
+    def __init__(self, spec: str, head_dim: int) -> None: ...
+
+    @property
+    def spec(self) -> str: ...
+
+    @property
+    def label(self) -> str: ...
+
+    @property
+    def head_dim(self) -> int: ...
+
+    @property
+    def code_bytes(self) -> int: ...
+
+    @property
+    def meta_bytes(self) -> int: ...
+
+    def bits_per_value(self, vectors_per_group: int) -> float: ...
+
+    def select_meta(self, x: Annotated[NDArray, dict(device='cpu', writable=False)], meta: Annotated[NDArray, dict(device='cpu')]) -> None: ...
+
+    def encode(self, x: Annotated[NDArray, dict(device='cpu', writable=False)], out: Annotated[NDArray, dict(device='cpu')], meta: Annotated[NDArray, dict(device='cpu', writable=False)] | None) -> None: ...
+
+    def decode(self, codes: Annotated[NDArray, dict(device='cpu', writable=False)], out: Annotated[NDArray, dict(device='cpu')], meta: Annotated[NDArray, dict(device='cpu', writable=False)] | None) -> None: ...
+
+class Store:
+    @property
+    def uri(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+    def sessions(self, prefix: str) -> list: ...
+
+    def size(self, key: str) -> int: ...
+
+    def exists(self, key: str) -> bool: ...
+
+    def remove(self, key: str) -> None: ...
+
+    def set_pin(self, key: str, until_ns: int) -> None: ...
+
+    def gc(self, max_bytes: int, ttl_s: int, temp_age_s: int, dry_run: bool) -> dict: ...
+
+    def describe_json(self, key: str, chunks: bool) -> str: ...
+
+    def verify(self, key: str) -> None: ...
+
+def open_store(uri: str, create: bool) -> Store: ...
+
+def throttled_store(uri: str, read_bytes_per_sec: float, write_bytes_per_sec: float, per_object: bool) -> Store: ...
+
+PIN_FOREVER: int = -1
+
+class Axes:
+    def __init__(self) -> None: ...
+
+    @property
+    def token(self) -> int: ...
+
+    @token.setter
+    def token(self, arg: int, /) -> None: ...
+
+    @property
+    def head(self) -> int: ...
+
+    @head.setter
+    def head(self, arg: int, /) -> None: ...
+
+    @property
+    def dim(self) -> int: ...
+
+    @dim.setter
+    def dim(self, arg: int, /) -> None: ...
+
+    @property
+    def block(self) -> int: ...
+
+    @block.setter
+    def block(self, arg: int, /) -> None: ...
+
+def checkpoint(store: Store, key: str, k: Sequence[Annotated[NDArray, dict(device='cpu', writable=False)]], v: Sequence[Annotated[NDArray, dict(device='cpu', writable=False)]], axes: Axes, block_ids: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)] | None, tokens: int, codec: str, layer_codecs: Sequence[str], exact_head: int, exact_tail: int, model: str, token_block: int) -> dict: ...
+
+def restore_into(store: Store, key: str, k: Sequence[Annotated[NDArray, dict(device='cpu')]], v: Sequence[Annotated[NDArray, dict(device='cpu')]], axes: Axes, block_ids: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)] | None, tokens: int, layer_ready: object | None, drop_cache: bool, inflight_bytes: int) -> dict: ...
+
+def header(store: Store, key: str) -> dict: ...

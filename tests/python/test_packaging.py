@@ -1,0 +1,64 @@
+"""Packaging: the checked-in type stubs match the extension, help() explains the API, and (with
+TQKV_TEST_PIP_INSTALL=1, as scripts/test.sh runs it) `pip install .` into a fresh venv gives a
+working package and the tqkv command."""
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+import tqkv
+from conftest import REPO
+
+
+def test_stubs_are_current(tmp_path):
+    stubgen = pytest.importorskip("nanobind.stubgen")
+    out = tmp_path / "_tqkv.pyi"
+    subprocess.run([sys.executable, "-m", "nanobind.stubgen", "-q", "-m", "tqkv._tqkv",
+                    "-o", str(out)], check=True)
+    del stubgen
+    checked_in = REPO / "python" / "tqkv" / "_tqkv.pyi"
+    assert out.read_text() == checked_in.read_text(), (
+        "python/tqkv/_tqkv.pyi is stale: regenerate it with "
+        "python -m nanobind.stubgen -m tqkv._tqkv -o python/tqkv/_tqkv.pyi")
+
+
+def test_public_api_is_documented():
+    for name in tqkv.__all__:
+        obj = getattr(tqkv, name)
+        if callable(obj) and not isinstance(obj, type) or name in ("Codec", "Store"):
+            assert obj.__doc__ and len(obj.__doc__) > 30, name
+    assert "out=" in tqkv.restore.__doc__ and "on_layer" in tqkv.restore.__doc__
+    assert tqkv.CorruptionError.__doc__
+
+
+@pytest.mark.skipif(os.environ.get("TQKV_TEST_PIP_INSTALL") != "1",
+                    reason="set TQKV_TEST_PIP_INSTALL=1 (scripts/test.sh does)")
+def test_pip_install_in_a_fresh_venv(tmp_path):
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    py = venv / "bin" / "python"
+    # A fresh configure each time (pyproject.toml's build-dir keeps the objects' relative paths
+    # those of build/, so ccache serves them); an old CMake cache would name a deleted build env.
+    subprocess.run(["rm", "-rf", str(REPO / "build-pip")], check=True)
+    subprocess.run([str(py), "-m", "pip", "install", "-q", str(REPO)], check=True, cwd=tmp_path)
+    script = (
+        "import numpy as np, tqkv, sys\n"
+        "c = tqkv.Codec('tq3', head_dim=128)\n"
+        "x = np.random.default_rng(0).standard_normal((10, 128), dtype=np.float32)\n"
+        "y = c.decode(c.encode(x))\n"
+        "assert np.corrcoef(x.ravel(), y.ravel())[0, 1] > 0.95\n"
+        "s = tqkv.open_store(sys.argv[1])\n"
+        "k = np.ones((2, 8, 2, 128), np.float16)\n"
+        "tqkv.checkpoint(s, 's', k, k)\n"
+        "print(tqkv.__file__)\n")
+    out = subprocess.run([str(py), "-c", script, str(tmp_path / "kv")], check=True,
+                         capture_output=True, text=True, cwd=tmp_path).stdout
+    assert str(venv) in out  # the installed package, not the source tree
+    cli = venv / "bin" / "tqkv"
+    info = subprocess.run([str(cli), "inspect", "--json", str(tmp_path / "kv" / "s.tqkv")],
+                          check=True, capture_output=True, text=True).stdout
+    assert '"tokens": 8' in info
+    assert pathlib.Path(out.strip()).with_name("_tqkv.pyi").is_file()
+    assert pathlib.Path(out.strip()).with_name("py.typed").is_file()
