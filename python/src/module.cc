@@ -34,7 +34,11 @@ ErrorType error_types[] = {
     {StatusCode::kBusy, "BusyError", nullptr, "The object changed meanwhile (e.g. gc raced a writer)."},
     {StatusCode::kAlreadyExists, "AlreadyExistsError", nullptr, "The name is taken."},
     {StatusCode::kInternal, "InternalError", nullptr, "A bug in tqkv: please report it."},
+    {StatusCode::kResourceExhausted, "ResourceExhaustedError", "MemoryError",
+     "A size that does not fit, or memory the system will not give."},
 };
+// Every StatusCode has its exception (a new code needs a row above).
+static_assert(static_cast<int>(StatusCode::kResourceExhausted) == 11);
 
 void MakeErrors(nb::module_& m) {
   error_base = PyErr_NewExceptionWithDoc(

@@ -20,6 +20,7 @@ from ._tqkv import (  # noqa: F401 - the public names
     IoError,
     NoSpaceError,
     NotFoundError,
+    ResourceExhaustedError,
     UnsupportedError,
     get_num_threads,
     set_num_threads,
@@ -36,5 +37,5 @@ __all__ = [
     "Codec", "Store", "open_store", "checkpoint", "restore", "restore_layers", "inspect",
     "verify", "set_num_threads", "get_num_threads", "CUDA", "Error", "InvalidArgumentError",
     "NotFoundError", "CorruptionError", "IoError", "NoSpaceError", "UnsupportedError",
-    "DeviceError", "BusyError", "AlreadyExistsError", "InternalError",
+    "DeviceError", "BusyError", "AlreadyExistsError", "InternalError", "ResourceExhaustedError",
 ]

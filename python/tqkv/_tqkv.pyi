@@ -19,6 +19,7 @@ from tqkv import (
     IoError as IoError,
     NoSpaceError as NoSpaceError,
     NotFoundError as NotFoundError,
+    ResourceExhaustedError as ResourceExhaustedError,
     UnsupportedError as UnsupportedError
 )
 

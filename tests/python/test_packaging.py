@@ -42,7 +42,17 @@ def test_pip_install_in_a_fresh_venv(tmp_path):
     # A fresh configure each time (pyproject.toml's build-dir keeps the objects' relative paths
     # those of build/, so ccache serves them); an old CMake cache would name a deleted build env.
     subprocess.run(["rm", "-rf", str(REPO / "build-pip")], check=True)
-    subprocess.run([str(py), "-m", "pip", "install", "-q", str(REPO)], check=True, cwd=tmp_path)
+    env = dict(os.environ)
+    # The plain build's compilers (scikit-build-core would take Python's sysconfig CC/CXX, a
+    # different path, which ccache counts as another compiler).
+    cache = REPO / "build" / "CMakeCache.txt"
+    if cache.is_file():
+        for line in cache.read_text().splitlines():
+            for var, name in (("CC", "CMAKE_C_COMPILER:"), ("CXX", "CMAKE_CXX_COMPILER:")):
+                if line.startswith(name):
+                    env.setdefault(var, line.split("=", 1)[1])
+    subprocess.run([str(py), "-m", "pip", "install", "-q", str(REPO)], check=True, cwd=tmp_path,
+                   env=env)
     script = (
         "import numpy as np, tqkv, sys\n"
         "c = tqkv.Codec('tq3', head_dim=128)\n"
