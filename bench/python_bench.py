@@ -61,7 +61,9 @@ def codec_bench(cli, gib, codec, reps, threads):
     d = 128
     n = int(gib * (1 << 30)) // (2 * d)
     rng = np.random.default_rng(1)
-    x = rng.standard_normal((n, d), dtype=np.float32).astype(np.float16)
+    x = np.empty((n, d), np.float16)
+    for i in range(0, n, 1 << 18):  # in pieces: no float32 copy of the whole array
+        x[i:i + (1 << 18)] = rng.standard_normal((min(1 << 18, n - i), d), dtype=np.float32)
     c = tqkv.Codec(codec, head_dim=d)
     codes = np.empty((n, c.code_bytes), np.uint8)
     y = np.empty_like(x)
