@@ -30,8 +30,11 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import llama as tl  # noqa: E402  (python/tqkv/llama.py, imported by path: no package needed)
+if __package__:  # python -m tqkv.llama_migrate, or imported from the installed package
+    from . import llama as tl
+else:  # run as a file (python/tqkv/llama_migrate.py): no package needed
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import llama as tl  # noqa: E402
 
 
 def _open(model, n_ctx, threads, flash_attn, n_batch):
