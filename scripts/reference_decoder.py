@@ -483,6 +483,7 @@ def parse_header(body, version):
         if n > 64 << 20 or n > len(body) - r.pos:
             raise Corrupt("engine state length")
         h["engine_state"] = bytes(r.take("%ds" % n)) if n else b""
+    h["key_mean_block"], h["key_mean_dtype"] = (r.take("IB") if version >= 4 else (0, F32))
     if r.pos != len(body):
         raise Corrupt("trailing header bytes")
     return h
@@ -526,6 +527,14 @@ def validate_codec(c, head_dim):
         bad("subsets cover")
 
 
+def has_key_means(h, layer):
+    return h["key_mean_block"] > 0 and h["codecs"][h["layer_codec"][layer]]["kind"] == 1
+
+
+def mean_blocks(h):
+    return -(-h["tokens"] // h["key_mean_block"]) if h["key_mean_block"] else 0
+
+
 def chunk_keys(h, decoders):
     """Container order: (type, layer, kv, token_begin, token_count)."""
     keys = []
@@ -533,6 +542,8 @@ def chunk_keys(h, decoders):
         dec = decoders[h["layer_codec"][layer]]
         if dec.meta_bytes():
             keys.append((1, layer, 0, 0, 0))
+        if has_key_means(h, layer):
+            keys.append((4, layer, 0, 0, 0))
         for kv in (0, 1):
             t = 0
             while t < h["tokens"]:
@@ -551,6 +562,9 @@ def chunk_size(h, decoders, key):
         return 2 * h["kv_heads"] * dec.meta_bytes()
     if typ == 2:
         return count * h["kv_heads"] * dec.code_bytes
+    if typ == 4:
+        values = (mean_blocks(h) * h["head_dim"] + h["tokens"]) * h["kv_heads"]
+        return values * DTYPE_SIZE[h["key_mean_dtype"]]
     rows = h["exact_head"] + h["exact_tail"]
     return 2 * rows * h["kv_heads"] * h["head_dim"] * DTYPE_SIZE[h["source_dtype"]]
 
@@ -565,7 +579,7 @@ def read_container(data):
     if size < ALIGN + 16 + 64 or data[:8] != MAGIC or data[-8:] != MAGIC:
         raise Corrupt("size or magic")
     version, flags, checksum_type = struct.unpack_from("<IIB", data, 8)
-    if not 1 <= version <= 3:
+    if not 1 <= version <= 4:
         raise Corrupt("unsupported format version %d" % version)
     if flags != 0 or checksum_type != 1 or data[17:20] != b"\0\0\0":
         raise Corrupt("flags, checksum type or reserved")
@@ -581,9 +595,13 @@ def read_container(data):
     if header_end > index_offset or any(data[32 + header_size:header_end]):
         raise Corrupt("header block")
     h = parse_header(data[32:32 + header_size], version)
-    want_version = 3 if h["engine_state"] else 2 if h["exact_head"] + h["exact_tail"] else 1
+    want_version = (4 if h["key_mean_block"] else 3 if h["engine_state"] else
+                    2 if h["exact_head"] + h["exact_tail"] else 1)
     if version != want_version or h["exact_head"] + h["exact_tail"] > h["tokens"]:
         raise Corrupt("version / exact rows")
+    if version >= 4 and (h["key_mean_block"] == 0 or h["key_mean_dtype"] not in (F32, F16)
+                         or h["tokens"] == 0):
+        raise Corrupt("key means")
     if (not h["layers"] or not h["kv_heads"] or not h["head_dim"] or not h["token_block"]
             or h["source_dtype"] not in DTYPE_SIZE or not h["codecs"]):
         raise Corrupt("geometry")
@@ -624,19 +642,34 @@ def decode_container(data, out_dtype):
     exact = CodecDecoder({"kind": 0, "raw_dtype": h["source_dtype"], "head_dim": d})
     mb = 0
     metas = b""
+    means = []
+    blocks = mean_blocks(h)
     for (typ, layer, kv, tb, tc), payload in chunks:
         dec = decoders[h["layer_codec"][layer]]
         if typ == 1:
             metas, mb = payload, dec.meta_bytes()
             continue
+        if typ == 4:  # means [head][block][d], then coefficients [head][token], as binary32
+            md = h["key_mean_dtype"]
+            means = [bits_f32(u) for u in load_bits(payload, md, len(payload) // DTYPE_SIZE[md])]
+            continue
         if typ == 2:
             cb = dec.code_bytes
             out = tensors[(layer, kv)]
+            centered = kv == 0 and has_key_means(h, layer)
             for hd in range(heads):
                 mask = metas[(kv * heads + hd) * mb:(kv * heads + hd + 1) * mb] if dec.split() else b""
                 for t in range(tc):
                     at = (hd * tc + t) * cb
-                    vec = dec.decode_to(payload[at:at + cb], mask, out_dtype)
+                    if centered:  # x + alpha * mu: the product rounded to binary32, then the sum
+                        tok = tb + t
+                        mu = (hd * blocks + tok // h["key_mean_block"]) * d
+                        alpha = means[blocks * heads * d + hd * tokens + tok]
+                        x = dec.decode(payload[at:at + cb], mask)
+                        vals = [f32(x[j] + f32(alpha * means[mu + j])) for j in range(d)]
+                        vec = store_bits([f32_bits(v) for v in vals], out_dtype)
+                    else:
+                        vec = dec.decode_to(payload[at:at + cb], mask, out_dtype)
                     o = (tb + t) * row + hd * d * es
                     out[o:o + d * es] = vec
             continue

@@ -38,7 +38,7 @@ void RegisterCapacityCommand(CLI::App& app) {
   auto* cmd = app.add_subcommand("capacity", "Capacity planning: sessions per capacity, storage per GPU");
   struct Opts {
     std::string model = "qwen2.5-7b", codec = "tq3", capacity = "10TB", per_gpu, json_path;
-    std::string exact_tokens;
+    std::string exact_tokens, key_means;
     uint64_t tokens = 10000, gpus = 0;
     bool json = false;
   };
@@ -49,6 +49,7 @@ void RegisterCapacityCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--codec", o->codec, "Codec spec")->capture_default_str();
   cmd->add_option("--exact-tokens", o->exact_tokens, kExactTokensHelp);
+  cmd->add_option("--key-means", o->key_means, kKeyMeansHelp);
   cmd->add_option("--capacity", o->capacity,
                   std::string("Storage capacity (e.g. 10TB). ") + kByteSizeHelp)
       ->capture_default_str();
@@ -65,6 +66,7 @@ void RegisterCapacityCommand(CLI::App& app) {
       TQKV_ASSIGN_OR_RETURN(co.capacity_bytes, CapacityBytes("--capacity", o->capacity));
       TQKV_ASSIGN_OR_RETURN(co.checkpoint.codec, ParseCodecSpec(o->codec));
       TQKV_RETURN_IF_ERROR(ApplyExactTokens(o->exact_tokens, co.checkpoint));
+      TQKV_RETURN_IF_ERROR(ApplyKeyMeans(o->key_means, co.checkpoint));
       if (!o->per_gpu.empty()) {
         TQKV_ASSIGN_OR_RETURN(co.per_gpu_bytes, CapacityBytes("--per-gpu", o->per_gpu));
         co.gpus = o->gpus;
@@ -76,6 +78,8 @@ void RegisterCapacityCommand(CLI::App& app) {
       nlohmann::json j = {{"model", o->model}, {"tokens", o->tokens}, {"codec", o->codec},
                           {"exact_first", co.checkpoint.exact_head},
                           {"exact_last", co.checkpoint.exact_tail},
+                          {"key_means", FormatKeyMeans({co.checkpoint.key_mean_block,
+                                                        co.checkpoint.key_mean_dtype})},
                           {"capacity_bytes", capacity}, {"fp16_session_bytes", p.fp16_session_bytes},
                           {"codec_session_bytes", p.codec_session_bytes}, {"ratio", p.ratio},
                           {"sessions_fp16", p.sessions_fp16},

@@ -29,6 +29,14 @@ Status ApplyExactTokens(const std::string& text, CheckpointOptions& opts) {
   return Status::Ok();
 }
 
+Status ApplyKeyMeans(const std::string& text, CheckpointOptions& opts) {
+  if (text.empty()) return Status::Ok();
+  TQKV_ASSIGN_OR_RETURN(const KeyMeanSetting km, ParseKeyMeans(text));
+  opts.key_mean_block = km.block;
+  opts.key_mean_dtype = km.dtype;
+  return Status::Ok();
+}
+
 void Report(const std::string& command, const Status& status) {
   if (status.ok()) return;
   std::fprintf(stderr, "tqkv %s: %s\n", command.c_str(), status.ToString().c_str());

@@ -34,6 +34,13 @@ CLI::Validator CountIn(uint64_t min, uint64_t max);
 // Sets opts.exact_head / exact_tail from a --exact-tokens value ("" leaves them 0).
 Status ApplyExactTokens(const std::string& text, CheckpointOptions& opts);
 
+inline constexpr const char* kKeyMeansHelp =
+    "mean-removed keys: off, session or a block of tokens, optionally ,f16 or ,f32 (default "
+    "128: per KV head and 128-token block a mean key, per key a coefficient, stored exactly in "
+    "f16; format version 4; docs/accuracy.md)";
+// Sets opts.key_mean_block / key_mean_dtype from a --key-means value ("" leaves the defaults).
+Status ApplyKeyMeans(const std::string& text, CheckpointOptions& opts);
+
 // Subcommand callbacks report their outcome here; main returns it.
 void SetExitCode(int code);
 int ExitCode();

@@ -101,6 +101,8 @@ void RegisterMigrateCommand(CLI::App& app) {
                   "Analysis: encode keys minus their per-head mean over blocks of N tokens "
                   "(scaled per vector), add it back on restore; the means and coefficients "
                   "count at 16 bits each (docs/accuracy.md)");
+  cmd->add_option("--key-means", o->key_means,
+                  std::string(kKeyMeansHelp) + "; repeatable: every row once per setting");
   cmd->add_option("--exact-tokens", o->exact_tokens,
                   std::string(kExactTokensHelp) + "; applies to the TurboQuant rows");
   cmd->callback([flags] { Report("migrate", Migrate(*flags)); });

@@ -68,7 +68,7 @@ void RegisterCheckpoint(CLI::App& app) {
     uint64_t tokens = 10000, seed = 1;
     std::string codec = "tq3", store, session, json_path, dtype = "f16";
     std::vector<std::string> layer_codecs;
-    std::string exact_tokens;
+    std::string exact_tokens, key_means;
     size_t threads = 0;
   };
   auto o = std::make_shared<Opts>();
@@ -83,6 +83,7 @@ void RegisterCheckpoint(CLI::App& app) {
   cmd->add_option("--codec", o->codec, "Codec spec (fp16, tq2, tq3, tq4, tq2.5, tq3.5, ...)")->capture_default_str();
   cmd->add_option("--layer-codec", o->layer_codecs, "Per-layer override L:SPEC (repeatable)");
   cmd->add_option("--exact-tokens", o->exact_tokens, kExactTokensHelp);
+  cmd->add_option("--key-means", o->key_means, kKeyMeansHelp);
   cmd->add_option("--store", o->store, kStoreUriHelp)->required();
   cmd->add_option("--session", o->session, "Session id (the object key)")->required();
   cmd->add_option("--threads", o->threads, "Encode threads (0: all cores)")
@@ -100,6 +101,7 @@ void RegisterCheckpoint(CLI::App& app) {
         opts.layer_overrides.push_back(l);
       }
       TQKV_RETURN_IF_ERROR(ApplyExactTokens(o->exact_tokens, opts));
+      TQKV_RETURN_IF_ERROR(ApplyKeyMeans(o->key_means, opts));
       ThreadPool pool(o->threads);
       opts.pool = &pool;
       TQKV_ASSIGN_OR_RETURN(auto store, OpenStore(o->store));
@@ -194,7 +196,7 @@ void RegisterCompress(CLI::App& app) {
   struct Opts {
     std::string in, out, codec = "tq3";
     std::vector<std::string> layer_codecs;
-    std::string exact_tokens;
+    std::string exact_tokens, key_means;
     size_t threads = 0;
   };
   auto o = std::make_shared<Opts>();
@@ -203,6 +205,7 @@ void RegisterCompress(CLI::App& app) {
   cmd->add_option("--codec", o->codec, "Codec spec")->capture_default_str();
   cmd->add_option("--layer-codec", o->layer_codecs, "Per-layer override L:SPEC (repeatable)");
   cmd->add_option("--exact-tokens", o->exact_tokens, kExactTokensHelp);
+  cmd->add_option("--key-means", o->key_means, kKeyMeansHelp);
   cmd->add_option("--threads", o->threads, "Encode threads (0: all cores)")
       ->check(CountIn(0, ThreadPool::kMaxThreads));
   cmd->callback([o] {
@@ -215,6 +218,7 @@ void RegisterCompress(CLI::App& app) {
         opts.layer_overrides.push_back(l);
       }
       TQKV_RETURN_IF_ERROR(ApplyExactTokens(o->exact_tokens, opts));
+      TQKV_RETURN_IF_ERROR(ApplyKeyMeans(o->key_means, opts));
       ThreadPool pool(o->threads);
       opts.pool = &pool;
       TQKV_ASSIGN_OR_RETURN(StoreAndKey sk, OpenFilePath(o->out, true));
@@ -286,9 +290,16 @@ void RegisterInspect(CLI::App& app) {
                   static_cast<unsigned long long>(d.fp16_bytes), d.ratio, d.bits_per_value,
                   d.chunks.size());
       if (h.exact_head + h.exact_tail > 0) {
-        std::printf("exact rows  first %u and last %u tokens (format version 2)\n", h.exact_head,
-                    h.exact_tail);
+        std::printf("exact rows  first %u and last %u tokens\n", h.exact_head, h.exact_tail);
       }
+      if (h.key_mean_block > 0) {
+        uint64_t mean_bytes = 0;
+        for (const ChunkEntry& e : d.chunks) mean_bytes += e.type == ChunkType::kKeyMeans ? e.size : 0;
+        std::printf("key means   per %u-token block, %s (%llu bytes, counted above)\n",
+                    h.key_mean_block, std::string(DTypeName(h.key_mean_dtype)).c_str(),
+                    static_cast<unsigned long long>(mean_bytes));
+      }
+      std::printf("format      version %u\n", ContainerVersionFor(h));
       if (d.codecs.size() > 1) {
         std::printf("per layer   ");
         for (size_t l = 0; l < h.layer_codec.size(); ++l) {

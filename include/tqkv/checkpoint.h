@@ -28,6 +28,9 @@ struct LayerCodec {
   CodecSpec spec;
 };
 
+inline constexpr uint32_t kKeyMeanPerSession = 0xFFFFFFFFu;
+inline constexpr uint32_t kDefaultKeyMeanBlock = 128;
+
 struct CheckpointOptions {
   CodecSpec codec;                          // default codec for every layer
   std::vector<LayerCodec> layer_overrides;  // e.g. first and last layers at more bits
@@ -42,6 +45,13 @@ struct CheckpointOptions {
   // Stored verbatim in the header (ContainerHeader::engine_state, format version 3): what an
   // engine needs to take the session back, e.g. EncodeLlamaEngineState (include/tqkv/llama_state.h).
   std::vector<uint8_t> engine_state;
+  // Mean-removed keys (docs/format.md §5, format version 4): the K codes of every TurboQuant
+  // layer hold k − α·μ, μ the mean of the head's keys over blocks of this many tokens and α a
+  // per-key coefficient (both stored exactly as key_mean_dtype); restore adds α·μ back. 0: off;
+  // at least the session's length (e.g. kKeyMeanPerSession): one mean per session.
+  // docs/accuracy.md measures the default.
+  uint32_t key_mean_block = kDefaultKeyMeanBlock;
+  DType key_mean_dtype = DType::kF16;  // f16 or f32
 };
 
 struct ExactTokens {
@@ -49,6 +59,16 @@ struct ExactTokens {
 };
 // Parses "FIRST,LAST" (e.g. "4,128") for CheckpointOptions::exact_head / exact_tail.
 Result<ExactTokens> ParseExactTokens(std::string_view text);
+
+struct KeyMeanSetting {
+  uint32_t block = kDefaultKeyMeanBlock;  // CheckpointOptions::key_mean_block
+  DType dtype = DType::kF16;
+};
+// Parses "off" (or "0"), "session" or a block size in tokens, optionally followed by ",f16" or
+// ",f32" (e.g. "128", "session,f32") for CheckpointOptions::key_mean_block / key_mean_dtype.
+Result<KeyMeanSetting> ParseKeyMeans(std::string_view text);
+// The inverse: "off", "session" or the block, with ",f32" when not f16.
+std::string FormatKeyMeans(const KeyMeanSetting& setting);
 
 struct CheckpointStats {
   uint64_t bytes_written = 0;   // the whole container

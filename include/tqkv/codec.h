@@ -156,6 +156,13 @@ class Codec {
   virtual Status Decode(std::span<const uint8_t> codes, size_t n, std::span<const uint8_t> meta,
                         void* out, DType dtype, size_t stride,
                         ThreadPool* pool = nullptr) const = 0;
+  // Decode, then x_ij = x_ij + scale_i · mean_j on every decoded f32 vector i (the product
+  // rounded to f32, then the sum), before the conversion to `dtype`: how mean-removed keys decode
+  // (docs/format.md §5). mean: head_dim values; scale: n values. TurboQuant only: a raw codec
+  // answers InvalidArgument.
+  virtual Status DecodeAdd(std::span<const uint8_t> codes, size_t n, std::span<const uint8_t> meta,
+                           std::span<const float> mean, std::span<const float> scale, void* out,
+                           DType dtype, size_t stride, ThreadPool* pool = nullptr) const;
 };
 
 }  // namespace tqkv

@@ -1,6 +1,7 @@
 // The .tqkv container: a byte layout, no I/O of its own (docs/format.md is the byte-level spec).
 //
-//   [header block][layer 0: meta chunk, K chunks, V chunks, exact rows][layer 1 ...]...[index][footer]
+//   [header block][layer 0: meta, key means, K chunks, V chunks, exact rows][layer 1 ...]...
+//   [index][footer]
 // Every chunk payload starts 4 KiB-aligned (O_DIRECT). Each chunk, the header and the index carry
 // an XXH3-64 checksum; the fixed-size footer at the end holds the index's offset, size and checksum
 // and repeats the magic, so truncation is caught. Packed codes are stored verbatim.
@@ -24,9 +25,10 @@
 namespace tqkv {
 
 // Version 2 adds exact rows (ContainerHeader::exact_head/exact_tail), version 3 an engine state
-// (ContainerHeader::engine_state); a writer emits the lowest version that holds the session, so
-// files without either stay readable by version-1 readers.
-inline constexpr uint32_t kContainerVersion = 3;
+// (ContainerHeader::engine_state), version 4 mean-removed keys (ContainerHeader::key_mean_block);
+// a writer emits the lowest version that holds the session, so files without the newer features
+// stay readable by older readers.
+inline constexpr uint32_t kContainerVersion = 4;
 // The largest engine state a header may carry (docs/format.md §4): 64 MiB, about 2 million cells
 // of a llama.cpp sequence state's metadata.
 inline constexpr uint64_t kMaxEngineStateBytes = 64ull << 20;
@@ -42,6 +44,9 @@ enum class ChunkType : uint8_t {
   kExactRows = 3,  // version 2, per layer after its V codes: the exact values (source dtype) of
                    // the tokens [0, exact_head) and [tokens - exact_tail, tokens), for K then V,
                    // each range head-major: [kv_head][token][head_dim]
+  kKeyMeans = 4,   // version 4, per layer with key means, after its group metadata: the keys'
+                   // block means [kv_head][mean block][head_dim], then each key's coefficient
+                   // [kv_head][token], all key_mean_dtype
 };
 
 struct ContainerHeader {
@@ -60,7 +65,28 @@ struct ContainerHeader {
   // (e.g. a llama.cpp sequence state's cells, layer types and tokens, docs/format.md §13). Opaque
   // to the container; empty when there is none. At most kMaxEngineStateBytes.
   std::vector<uint8_t> engine_state;
+  // Mean-removed keys (version 4; 0: none). In every layer with a TurboQuant codec, the K codes
+  // of token t and KV head h hold k − α·μ, μ the mean of h's keys over the block of
+  // key_mean_block tokens holding t and α the key's coefficient (so that |k − α·μ| <= |k|), both
+  // stored in the layer's key-means chunk as key_mean_dtype (f32 or f16); decoders add α·μ back
+  // in f32 before converting. Needs tokens >= 1.
+  uint32_t key_mean_block = 0;
+  DType key_mean_dtype = DType::kF32;
 };
+
+// Whether `layer`'s K codes are mean-removed (the header has key means and the layer's codec is
+// TurboQuant). The header must be valid (layer_codec in range).
+inline bool LayerHasKeyMeans(const ContainerHeader& h, uint32_t layer) {
+  return h.key_mean_block != 0 && h.codecs[h.layer_codec[layer]].kind == CodecKind::kTurboQuant;
+}
+// Mean blocks per (layer, KV head): ceil(tokens / key_mean_block); 0 without key means.
+inline uint64_t KeyMeanBlocks(const ContainerHeader& h) {
+  return h.key_mean_block == 0 ? 0 : h.tokens / h.key_mean_block + (h.tokens % h.key_mean_block != 0);
+}
+// Values in a key-means chunk (means, then coefficients); the header must be valid.
+inline uint64_t KeyMeanValues(const ContainerHeader& h) {
+  return (KeyMeanBlocks(h) * h.geometry.head_dim + h.tokens) * h.geometry.kv_heads;
+}
 
 // The exact rows' token ranges in the order their chunk stores them (for K, then again for V):
 // [0, exact_head), then [tokens - exact_tail, tokens); each range head-major.
@@ -73,8 +99,10 @@ inline std::array<TokenRange, 2> ExactRanges(const ContainerHeader& h) {
 
 inline bool HasExactRows(const ContainerHeader& h) { return h.exact_head != 0 || h.exact_tail != 0; }
 
-// The format version a header needs: 3 with an engine state, else 2 with exact rows, else 1.
+// The format version a header needs: 4 with key means, else 3 with an engine state, else 2 with
+// exact rows, else 1.
 inline uint32_t ContainerVersionFor(const ContainerHeader& h) {
+  if (h.key_mean_block != 0) return 4;
   return !h.engine_state.empty() ? 3 : HasExactRows(h) ? 2 : 1;
 }
 
@@ -91,8 +119,8 @@ struct ChunkEntry {
 
 // Writes a container to a WritableObject (which the caller commits). Chunks must come in
 // container order: for each layer, its meta chunk (when the layer's codec has group metadata),
-// then its K chunks by token, then its V chunks by token, then its exact-rows chunk (when the
-// header has exact rows).
+// its key-means chunk (LayerHasKeyMeans), then its K chunks by token, then its V chunks by
+// token, then its exact-rows chunk (when the header has exact rows).
 // Create: InvalidArgument for an invalid header (codec params, layer_codec size/range, token_block,
 // geometry, model name over 256 bytes). AddChunk: `key` gives type, layer, kv, token_begin and
 // token_count (a meta chunk has kv 0, token_begin 0, token_count 0; code chunks cover

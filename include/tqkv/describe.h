@@ -25,7 +25,7 @@ struct ContainerDescription {
 // Describes an opened container (no I/O: everything comes from the parsed header and index).
 ContainerDescription DescribeContainer(const ContainerReader& reader);
 
-// "meta", "exact", "K" or "V".
+// "meta", "means", "exact", "K" or "V".
 std::string_view ChunkTypeLabel(const ChunkEntry& entry);
 
 // The description as JSON text (2-space indented, keys sorted; the chunk table only when

@@ -39,6 +39,9 @@ struct MigrateOptions {
   std::vector<std::string> codecs;        // codec specs, one row each
   std::vector<std::string> layer_codecs;  // "L:SPEC": extra rows, one per TurboQuant codec
   std::string exact_tokens;               // "FIRST,LAST": extra rows, one per TurboQuant row
+  // Key-mean settings (ParseKeyMeans: "off", "128", "session"...): every row once per setting,
+  // labelled "+km<setting>"; empty: the checkpoint default only.
+  std::vector<std::string> key_means;
   uint64_t tokens = 2000;   // prefix tokens in the checkpointed cache
   uint32_t steps = 50;      // teacher-forced steps after the prefix
   size_t threads = 0;       // 0: all cores

@@ -12,6 +12,7 @@
 #include <optional>
 #include <thread>
 
+#include "checkpoint/key_means.h"
 #include "checkpoint/layout.h"
 #include "format/container_layout.h"
 #include "tqkv/aligned_buffer.h"
@@ -159,6 +160,45 @@ Result<ExactTokens> ParseExactTokens(std::string_view text) {
   return out;
 }
 
+Result<KeyMeanSetting> ParseKeyMeans(std::string_view text) {
+  const auto bad = [&] {
+    return Status::InvalidArgument("key means '" + std::string(text) +
+                                   "': expected off, session or a block of tokens (e.g. 128), "
+                                   "optionally followed by ,f16 or ,f32");
+  };
+  KeyMeanSetting out;
+  std::string_view block = text;
+  const size_t comma = text.find(',');
+  if (comma != std::string_view::npos) {
+    block = text.substr(0, comma);
+    const std::string_view dtype = text.substr(comma + 1);
+    if (dtype == "f16") {
+      out.dtype = DType::kF16;
+    } else if (dtype == "f32") {
+      out.dtype = DType::kF32;
+    } else {
+      return bad();
+    }
+  }
+  if (block == "off") {
+    out.block = 0;
+  } else if (block == "session") {
+    out.block = kKeyMeanPerSession;
+  } else {
+    const char* end = block.data() + block.size();
+    auto [ptr, ec] = std::from_chars(block.data(), end, out.block);
+    if (block.empty() || ec != std::errc() || ptr != end) return bad();
+  }
+  return out;
+}
+
+std::string FormatKeyMeans(const KeyMeanSetting& s) {
+  const std::string block = s.block == 0                    ? "off"
+                            : s.block == kKeyMeanPerSession ? "session"
+                                                            : std::to_string(s.block);
+  return s.block != 0 && s.dtype == DType::kF32 ? block + ",f32" : block;
+}
+
 Result<CheckpointStats> Checkpoint(KvSource& source, const CheckpointOptions& options, Store& store,
                                    std::string_view key) {
   const auto t0 = Clock::now();
@@ -179,6 +219,13 @@ Result<CheckpointStats> Checkpoint(KvSource& source, const CheckpointOptions& op
   header.exact_tail = static_cast<uint32_t>(
       std::min<uint64_t>(options.exact_tail, header.tokens - header.exact_head));
   header.engine_state = options.engine_state;
+  bool any_tq = false;
+  for (const auto& c : codecs.codecs) any_tq |= c->params().kind == CodecKind::kTurboQuant;
+  if (options.key_mean_block != 0 && header.tokens > 0 && any_tq) {
+    header.key_mean_block = static_cast<uint32_t>(
+        std::min<uint64_t>(options.key_mean_block, header.tokens));  // larger: one per session
+    header.key_mean_dtype = options.key_mean_dtype;
+  }
 
   const DType dtype = source.dtype();
   const size_t heads = g.kv_heads, d = g.head_dim;
@@ -214,6 +261,7 @@ Result<CheckpointStats> Checkpoint(KvSource& source, const CheckpointOptions& op
   ChunkWriterThread chunk_writer(writer.get(), 2);
   Status status;
   std::vector<uint8_t> metas;
+  std::vector<float> residual;  // a layer's mean-removed keys, f32
   for (uint32_t layer = 0; layer < g.layers && status.ok(); ++layer) {
     const void* tensors[2];
     if (cache_source != nullptr) {
@@ -230,12 +278,29 @@ Result<CheckpointStats> Checkpoint(KvSource& source, const CheckpointOptions& op
     const Codec& codec = *codecs.codecs[codecs.layer_codec[layer]];
     const size_t meta_bytes = codec.group_meta_bytes();
     const auto te = Clock::now();
+    // What gets encoded: the tensors, or for K of a layer with key means its residual (f32).
+    const void* coded[2] = {tensors[0], tensors[1]};
+    DType coded_dtype[2] = {dtype, dtype};
+    AlignedBuffer means_buf;
+    size_t means_bytes = 0;
+    if (LayerHasKeyMeans(header, layer)) {
+      means_bytes = KeyMeanValues(header) * DTypeSize(header.key_mean_dtype);
+      means_buf = chunk_writer.TakeBuffer();
+      means_buf.Reserve(means_bytes);
+      ComputeKeyMeans(header, tensors[0], dtype, {means_buf.data(), means_bytes});
+      residual.resize(tokens * row);
+      CenterKeys(header, tensors[0], dtype, KeyMeansAsF32(header, {means_buf.data(), means_bytes}),
+                 residual.data());
+      coded[0] = residual.data();
+      coded_dtype[0] = DType::kF32;
+    }
     metas.assign(2 * heads * meta_bytes, 0);
     if (meta_bytes > 0) {
       for (int kv = 0; kv < 2 && status.ok(); ++kv) {
         for (size_t h = 0; h < heads && status.ok(); ++h) {
-          const auto* base = static_cast<const uint8_t*>(tensors[kv]) + h * d * DTypeSize(dtype);
-          status = codec.SelectGroupMeta(base, dtype, tokens, row,
+          const auto* base =
+              static_cast<const uint8_t*>(coded[kv]) + h * d * DTypeSize(coded_dtype[kv]);
+          status = codec.SelectGroupMeta(base, coded_dtype[kv], tokens, row,
                                          {metas.data() + (kv * heads + h) * meta_bytes, meta_bytes});
         }
       }
@@ -250,6 +315,12 @@ Result<CheckpointStats> Checkpoint(KvSource& source, const CheckpointOptions& op
       entry.layer = layer;
       status = chunk_writer.Push(entry, std::move(buf), metas.size());
     }
+    if (means_bytes > 0 && status.ok()) {
+      ChunkEntry entry;
+      entry.type = ChunkType::kKeyMeans;
+      entry.layer = layer;
+      status = chunk_writer.Push(entry, std::move(means_buf), means_bytes);
+    }
     const size_t code_bytes = codec.code_bytes();
     for (int kv = 0; kv < 2 && status.ok(); ++kv) {
       for (uint64_t t0b = 0; t0b < tokens && status.ok(); t0b += header.token_block) {
@@ -260,9 +331,9 @@ Result<CheckpointStats> Checkpoint(KvSource& source, const CheckpointOptions& op
         if (!status.ok()) break;
         const auto tc = Clock::now();
         for (size_t h = 0; h < heads && status.ok(); ++h) {
-          const auto* x = static_cast<const uint8_t*>(tensors[kv]) +
-                          (t0b * row + h * d) * DTypeSize(dtype);
-          status = codec.Encode(x, dtype, count, row,
+          const auto* x = static_cast<const uint8_t*>(coded[kv]) +
+                          (t0b * row + h * d) * DTypeSize(coded_dtype[kv]);
+          status = codec.Encode(x, coded_dtype[kv], count, row,
                                 {metas.data() + (kv * heads + h) * meta_bytes, meta_bytes},
                                 {buf.data() + h * count * code_bytes, count * code_bytes},
                                 options.pool);

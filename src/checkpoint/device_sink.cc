@@ -17,6 +17,13 @@ Result<DevicePlan> MakeDevicePlan(const ContainerHeader& h) {
     plan.meta_at[l] = plan.meta_total;
     plan.meta_total += 2ull * h.geometry.kv_heads * GroupMetaBytesOf(h.codecs[h.layer_codec[l]]);
   }
+  plan.means_at.assign(h.geometry.layers, DevicePlan::kNoMeans);
+  const uint64_t layer_means = KeyMeanValues(h) * DTypeSize(h.key_mean_dtype);  // ValidateHeader
+  for (uint32_t l = 0; l < h.geometry.layers; ++l) {
+    if (!LayerHasKeyMeans(h, l)) continue;
+    plan.means_at[l] = plan.means_total;
+    plan.means_total += layer_means;
+  }
   return plan;
 }
 
@@ -39,6 +46,16 @@ Status PlanDeviceOps(const ContainerHeader& h, const DevicePlan& plan, const Chu
     op.bytes = e.size;
     op.meta_offset = plan.meta_at[e.layer];
     ops->push_back(op);
+  } else if (e.type == ChunkType::kKeyMeans) {
+    const uint64_t want = KeyMeanValues(h) * DTypeSize(h.key_mean_dtype);
+    if (plan.means_at[e.layer] == DevicePlan::kNoMeans || e.size != want) {
+      return Status::Corruption(std::string(name) + ": layer " + std::to_string(e.layer) +
+                                " key means have " + std::to_string(e.size) + " bytes");
+    }
+    op.kind = DeviceOp::kStoreMeans;
+    op.bytes = e.size;
+    op.means_offset = plan.means_at[e.layer];
+    ops->push_back(op);
   } else if (e.type == ChunkType::kExactRows) {
     // K then V, each range head-major (container.h).
     op.kind = DeviceOp::kExactRows;
@@ -57,6 +74,7 @@ Status PlanDeviceOps(const ContainerHeader& h, const DevicePlan& plan, const Chu
   } else {
     op.kind = DeviceOp::kCodes;
     if (meta_bytes > 0) op.meta_offset = plan.meta_at[e.layer] + e.kv * heads * meta_bytes;
+    if (e.kv == 0) op.means_offset = plan.means_at[e.layer];
     op.token_begin = e.token_begin;
     op.token_count = static_cast<uint32_t>(e.token_count);
     ops->push_back(op);

@@ -26,6 +26,11 @@ struct DevicePlan {
   std::vector<CodecParams> codecs;
   std::vector<uint64_t> meta_at;  // per layer: offset of its metadata
   uint64_t meta_total = 0;
+  // Key means (format version 4) in one device array [layer][kv_head][mean block][head_dim] of
+  // the header's key_mean_dtype: per layer the offset of its means, kNoMeans when it has none.
+  static constexpr uint64_t kNoMeans = ~uint64_t{0};
+  std::vector<uint64_t> means_at;
+  uint64_t means_total = 0;
   uint16_t exact_codec() const { return static_cast<uint16_t>(codecs.size() - 1); }
 };
 Result<DevicePlan> MakeDevicePlan(const ContainerHeader& header);
@@ -36,6 +41,7 @@ struct DeviceOp {
     kStoreMeta,  // copy `bytes` from the slot to the metadata array at meta_offset
     kCodes,      // decode a codes chunk (a raw codec: copy/convert) into (layer, kv)
     kExactRows,  // copy exact rows (codec exact_codec()) over (layer, kv)'s decoded rows
+    kStoreMeans, // copy `bytes` from the slot to the key-means array at means_offset
   };
   static constexpr uint64_t kNoMeta = ~uint64_t{0};
   Kind kind = kCodes;
@@ -45,11 +51,14 @@ struct DeviceOp {
   uint64_t src_offset = 0;    // bytes into the slot
   uint64_t bytes = 0;         // kStoreMeta
   uint64_t meta_offset = kNoMeta;  // kStoreMeta: destination; kCodes: the (layer, kv) masks
+  // kStoreMeans: destination; kCodes of centered keys: the layer's means (DevicePlan::means_at),
+  // added to each decoded vector before the conversion; else kNoMeta.
+  uint64_t means_offset = kNoMeta;
   uint64_t token_begin = 0;
   uint32_t token_count = 0;
 };
 
-// Corruption for a metadata chunk of the wrong size; otherwise the operations of chunk `e`.
+// Corruption for a metadata or key-means chunk of the wrong size; otherwise the operations of chunk `e`.
 Status PlanDeviceOps(const ContainerHeader& header, const DevicePlan& plan, const ChunkEntry& e,
                      std::string_view name, std::vector<DeviceOp>* ops);
 

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "checkpoint/chunk_loop.h"
+#include "checkpoint/key_means.h"
 #include "checkpoint/layout.h"
 #include "tqkv/aligned_buffer.h"
 #include "tqkv/checkpoint.h"
@@ -67,6 +68,7 @@ class HostDecodeSink final : public ChunkSink {
   Status Consume(size_t slot, size_t index, std::span<const uint8_t> payload) override;
   Status LayerDone(uint32_t layer) override {
     metas_.clear();
+    means_ = KeyMeans{};
     return tensors_.LayerDone(layer);
   }
 
@@ -81,6 +83,7 @@ class HostDecodeSink final : public ChunkSink {
   const RestoreOptions& options_;
   std::string name_;
   std::vector<uint8_t> metas_;  // the current layer's group metadata
+  KeyMeans means_;              // the current layer's key means and coefficients
 };
 
 // Overwrites the decoded rows: the container puts this chunk after the layer's codes.
@@ -108,6 +111,10 @@ Status HostDecodeSink::Consume(size_t, size_t index, std::span<const uint8_t> pa
     return Status::Ok();
   }
   if (e.type == ChunkType::kExactRows) return DecodeExactRows(e, payload.data());
+  if (e.type == ChunkType::kKeyMeans) {
+    means_ = KeyMeansAsF32(h_, payload);
+    return Status::Ok();
+  }
   const Codec& codec = *codecs_.codecs[codecs_.layer_codec[e.layer]];
   const size_t heads = h_.geometry.kv_heads, d = h_.geometry.head_dim, row = heads * d;
   const size_t out_size = DTypeSize(options_.dtype);
@@ -118,9 +125,21 @@ Status HostDecodeSink::Consume(size_t, size_t index, std::span<const uint8_t> pa
   }
   const size_t code_bytes = codec.code_bytes();
   auto* dst = static_cast<uint8_t*>(tensors_.Tensor(e.layer, e.kv)) + e.token_begin * row * out_size;
+  const bool centered = e.kv == 0 && LayerHasKeyMeans(h_, e.layer);
+  if (centered && means_.means.empty()) {
+    return Status::Corruption(name_ + ": layer " + std::to_string(e.layer) +
+                              " keys without key means");
+  }
   for (size_t hd = 0; hd < heads; ++hd) {
     const uint8_t* meta =
         meta_bytes ? metas_.data() + (static_cast<size_t>(e.kv) * heads + hd) * meta_bytes : nullptr;
+    if (centered) {
+      TQKV_RETURN_IF_ERROR(DecodeCenteredKeys(
+          h_, codec, means_, static_cast<uint32_t>(hd), e.token_begin, e.token_count,
+          {payload.data() + hd * e.token_count * code_bytes, e.token_count * code_bytes},
+          {meta, meta_bytes}, dst + hd * d * out_size, options_.dtype, row, options_.pool));
+      continue;
+    }
     TQKV_RETURN_IF_ERROR(codec.Decode(
         {payload.data() + hd * e.token_count * code_bytes, e.token_count * code_bytes},
         e.token_count, {meta, meta_bytes}, dst + hd * d * out_size, options_.dtype, row,

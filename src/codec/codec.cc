@@ -127,6 +127,13 @@ Result<std::unique_ptr<Codec>> Codec::Create(const CodecSpec& spec, uint32_t hea
   return FromParams(params);
 }
 
+Status Codec::DecodeAdd(std::span<const uint8_t>, size_t, std::span<const uint8_t>,
+                        std::span<const float>, std::span<const float>, void*, DType, size_t,
+                        ThreadPool*) const {
+  return Status::InvalidArgument("DecodeAdd: codec " + CodecLabel(params()) +
+                                 " has no offset decode (TurboQuant only)");
+}
+
 Result<std::unique_ptr<Codec>> Codec::FromParams(const CodecParams& params) {
   TQKV_RETURN_IF_ERROR(ValidateCodecParams(params));
   if (params.kind == CodecKind::kRaw) return codec::MakeRawCodec(params);

@@ -146,6 +146,25 @@ class TurboQuantCodec final : public Codec {
 
   Status Decode(std::span<const uint8_t> codes, size_t n, std::span<const uint8_t> meta, void* out,
                 DType dtype, size_t stride, ThreadPool* pool) const override {
+    return DecodeImpl(codes, n, meta, nullptr, nullptr, out, dtype, stride, pool);
+  }
+  Status DecodeAdd(std::span<const uint8_t> codes, size_t n, std::span<const uint8_t> meta,
+                   std::span<const float> mean, std::span<const float> scale, void* out,
+                   DType dtype, size_t stride, ThreadPool* pool) const override {
+    if (mean.size() != params_.head_dim || scale.size() != n) {
+      return Status::InvalidArgument("DecodeAdd: " + std::to_string(mean.size()) + " mean and " +
+                                     std::to_string(scale.size()) + " scale values for head_dim " +
+                                     std::to_string(params_.head_dim) + " and " +
+                                     std::to_string(n) + " vectors");
+    }
+    return DecodeImpl(codes, n, meta, mean.data(), scale.data(), out, dtype, stride, pool);
+  }
+
+ private:
+  // mean/scale: null, or x_ij += scale_i · mean_j on each decoded vector before the conversion.
+  Status DecodeImpl(std::span<const uint8_t> codes, size_t n, std::span<const uint8_t> meta,
+                    const float* mean, const float* scale, void* out, DType dtype, size_t stride,
+                    ThreadPool* pool) const {
     TQKV_RETURN_IF_ERROR(CheckVectors("Decode", out, dtype, n, stride, params_.head_dim));
     TQKV_RETURN_IF_ERROR(CheckSpan("Decode input", codes.size(), n, code_bytes_));
     TQKV_RETURN_IF_ERROR(plan_.CheckMask("Decode", meta));
@@ -188,6 +207,13 @@ class TurboQuantCodec final : public Codec {
         if (params_.qjl) {
           for (size_t i = 0; i < cnt; ++i) QjlAdd(code + i * code_bytes_, xs + i * xs_stride);
         }
+        if (mean != nullptr) {
+          for (size_t i = 0; i < cnt; ++i) {
+            float* x = xs + i * xs_stride;
+            const float a = scale[start + i];
+            for (size_t j = 0; j < d; ++j) x[j] += a * mean[j];  // no fma: -ffp-contract=off
+          }
+        }
         if (!direct) {
           if (stride == d) {
             k.from_f32(xs, cnt * d, dtype, dst + start * out_pitch);
@@ -202,7 +228,6 @@ class TurboQuantCodec final : public Codec {
     return Status::Ok();
   }
 
- private:
   // If any subset's stored norm is NaN, stores NaN as every subset's norm.
   void PoisonIfAnyNaN(uint8_t* code) const {
     const size_t nb = DTypeSize(params_.norm_dtype);

@@ -25,7 +25,7 @@ template <int E>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     DecodeKernel(GpuCodecParams p, const uint8_t* __restrict__ codes,
                  const uint8_t* __restrict__ masks, uint32_t heads, uint64_t token_begin,
-                 uint32_t token_count, GpuDst dst) {
+                 uint32_t token_count, GpuDst dst, GpuKeyMeans means) {
   __shared__ float sbuf[kWarpsPerBlock][E * 32];
   const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   float* buf = sbuf[warp];
@@ -80,6 +80,15 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     __syncwarp();
     const uint8_t* mask = p.num_subsets == 2 ? masks + static_cast<size_t>(head) * p.meta_bytes
                                              : nullptr;
+    if (means.means != nullptr) {  // mean-removed keys: add α·μ, in f32, no fma
+      const uint8_t* mrow = KeyMeanRow(means, token_begin + tok, head, p.head_dim);
+      const float alpha = KeyMeanAlpha(means, token_begin + tok, head);
+      for (uint32_t c = lane; c < p.head_dim; c += 32) {
+        float* slot = buf + ChannelSlot(mask, c, k_out);
+        *slot = __fadd_rn(*slot, __fmul_rn(alpha, LoadKeyMean(mrow, means.dtype, c)));
+      }
+      __syncwarp();
+    }
     const uint64_t row = DstElementOffset(dst, token_begin + tok, head, 0);
     if (dst.dtype != kGpuF32 && (p.head_dim & 1u) == 0) {
       // Two channels per lane, one 4-byte store: 128 coalesced bytes per warp instruction.
@@ -107,14 +116,14 @@ uint32_t Blocks(uint64_t vectors) {
 
 cudaError_t LaunchDecode(const GpuCodecParams& p, const uint8_t* codes, const uint8_t* masks,
                          uint32_t heads, uint64_t token_begin, uint32_t token_count,
-                         const GpuDst& dst, cudaStream_t stream) {
+                         const GpuDst& dst, cudaStream_t stream, const GpuKeyMeans& means) {
   const uint64_t n = static_cast<uint64_t>(heads) * token_count;
   if (n == 0) return cudaSuccess;
   const dim3 grid(Blocks(n)), block(kWarpsPerBlock * 32);
   switch (RegsForHeadDim(p.head_dim)) {
-    case 2: DecodeKernel<2><<<grid, block, 0, stream>>>(p, codes, masks, heads, token_begin, token_count, dst); break;
-    case 4: DecodeKernel<4><<<grid, block, 0, stream>>>(p, codes, masks, heads, token_begin, token_count, dst); break;
-    default: DecodeKernel<8><<<grid, block, 0, stream>>>(p, codes, masks, heads, token_begin, token_count, dst); break;
+    case 2: DecodeKernel<2><<<grid, block, 0, stream>>>(p, codes, masks, heads, token_begin, token_count, dst, means); break;
+    case 4: DecodeKernel<4><<<grid, block, 0, stream>>>(p, codes, masks, heads, token_begin, token_count, dst, means); break;
+    default: DecodeKernel<8><<<grid, block, 0, stream>>>(p, codes, masks, heads, token_begin, token_count, dst, means); break;
   }
   return cudaGetLastError();
 }

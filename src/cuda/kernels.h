@@ -15,10 +15,13 @@ namespace tqkv::cuda {
 // decode.cu: decodes a codes chunk, head-major [head][token][code_bytes] for `heads` heads and
 // `token_count` tokens starting at absolute token `token_begin`, into `dst` (canonical or paged).
 // masks: [head][meta_bytes] outlier masks of this (layer, kv) for split codecs, else null.
+// means: the layer's key means when these are mean-removed keys (means null otherwise): channel
+// c of the decoded f32 vector gets α·μ_c added (layout.h) before the conversion.
 // p.kind must be kGpuTurboQuant; p.table a device pointer.
 cudaError_t LaunchDecode(const GpuCodecParams& p, const uint8_t* codes, const uint8_t* masks,
                          uint32_t heads, uint64_t token_begin, uint32_t token_count,
-                         const GpuDst& dst, cudaStream_t stream);
+                         const GpuDst& dst, cudaStream_t stream,
+                         const GpuKeyMeans& means = GpuKeyMeans{});
 
 // encode.cu: encodes `tokens` tokens of `heads` heads from x ([token][head][head_dim] of in_dtype)
 // into codes, head-major [head][token][code_bytes]. Bit-identical to Codec::Encode.

@@ -232,6 +232,37 @@ TQKV_HD void StoreNormBytes(float v, uint32_t norm_dtype, uint8_t* p) {
   }
 }
 
+// Mean-removed keys (docs/format.md §5): one layer's key-means chunk in device memory, the means
+// [kv_head][mean block][head_dim] at `means`, then the coefficients [kv_head][token] at
+// `alphas`, all of dtype (kGpuF32 or kGpuF16); means null for none. Passed by value to the
+// decode kernel.
+struct GpuKeyMeans {
+  const uint8_t* means;
+  const uint8_t* alphas;
+  uint32_t dtype;
+  uint32_t block;   // tokens per mean
+  uint64_t blocks;  // mean blocks per head
+  uint64_t tokens;  // the session's tokens: coefficients per head
+};
+static_assert(sizeof(GpuKeyMeans) == 40, "GpuKeyMeans is passed by value to kernels");
+
+// The mean row of (absolute token, head): head_dim values of m.dtype.
+TQKV_HD const uint8_t* KeyMeanRow(const GpuKeyMeans& m, uint64_t token, uint32_t head,
+                                  uint32_t head_dim) {
+  const uint64_t size = m.dtype == kGpuF16 ? 2 : 4;
+  return m.means + ((static_cast<uint64_t>(head) * m.blocks + token / m.block) * head_dim) * size;
+}
+// The coefficient α of (absolute token, head).
+TQKV_HD float KeyMeanAlpha(const GpuKeyMeans& m, uint64_t token, uint32_t head) {
+  const uint64_t size = m.dtype == kGpuF16 ? 2 : 4;
+  return LoadNormBytes(m.alphas + (static_cast<uint64_t>(head) * m.tokens + token) * size, m.dtype);
+}
+// Channel c of a mean row as f32. The decoders add α·μ_c (the product rounded, then the sum) to
+// the decoded f32 value before the conversion.
+TQKV_HD float LoadKeyMean(const uint8_t* row, uint32_t dtype, uint32_t c) {
+  return LoadNormBytes(row + c * (dtype == kGpuF16 ? 2u : 4u), dtype);
+}
+
 // The quiet NaN norm bytes every codec writes for a non-finite vector (kernels.h).
 inline constexpr uint32_t kNanNormF32 = 0x7FC00000u;
 inline constexpr uint16_t kNanNormF16 = 0x7E00u;

@@ -153,7 +153,8 @@ Result<PackedCodec> PackCodecParams(const CodecParams& params) {
 }
 
 void EmulateDecodeVector(const GpuCodecParams& p, const uint8_t* code, const uint8_t* mask,
-                         void* out, uint32_t out_dtype) {
+                         void* out, uint32_t out_dtype, const uint8_t* mean_row,
+                         uint32_t mean_dtype, float alpha) {
   const uint32_t d = p.head_dim;
   if (p.kind == kGpuRaw) {
     for (uint32_t c = 0; c < d; ++c) StoreElement(out, out_dtype, c, LoadElement(code, p.raw_dtype, c));
@@ -195,9 +196,14 @@ void EmulateDecodeVector(const GpuCodecParams& p, const uint8_t* code, const uin
     base += m;
   }
   const uint32_t k = p.num_subsets == 2 ? p.subsets[0].dim : 0;
-  for (uint32_t c = 0; c < d; ++c) {
-    StoreElement(out, out_dtype, c, slots[ChannelSlot(p.num_subsets == 2 ? mask : nullptr, c, k)]);
+  const uint8_t* m = p.num_subsets == 2 ? mask : nullptr;
+  if (mean_row != nullptr) {
+    for (uint32_t c = 0; c < d; ++c) {
+      const float am = alpha * LoadKeyMean(mean_row, mean_dtype, c);
+      slots[ChannelSlot(m, c, k)] += am;
+    }
   }
+  for (uint32_t c = 0; c < d; ++c) StoreElement(out, out_dtype, c, slots[ChannelSlot(m, c, k)]);
 }
 
 void EmulateEncodeVector(const GpuCodecParams& p, const void* x, uint32_t in_dtype,

@@ -28,9 +28,12 @@ Result<PackedCodec> PackCodecParams(const CodecParams& params);
 
 // Host emulation of the decode kernel for one vector: the kernels' arithmetic in scalar form, read
 // only through `p` (offsets, scales, table) and the layout.h helpers. mask: the (kv, head) outlier
-// mask or null. out: head_dim elements of `out_dtype` in channel order.
+// mask or null. out: head_dim elements of `out_dtype` in channel order. mean_row: for
+// mean-removed keys the vector's KeyMeanRow (head_dim values of mean_dtype) and alpha its
+// KeyMeanAlpha, else null.
 void EmulateDecodeVector(const GpuCodecParams& p, const uint8_t* code, const uint8_t* mask,
-                         void* out, uint32_t out_dtype);
+                         void* out, uint32_t out_dtype, const uint8_t* mean_row = nullptr,
+                         uint32_t mean_dtype = kGpuF32, float alpha = 0.0f);
 // Host emulation of the encode kernel for one vector (x: head_dim elements of in_dtype).
 void EmulateEncodeVector(const GpuCodecParams& p, const void* x, uint32_t in_dtype,
                          const uint8_t* mask, uint8_t* code);

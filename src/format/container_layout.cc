@@ -175,6 +175,19 @@ Status ValidateHeader(const ContainerHeader& h) {
                  " of " + std::to_string(h.codecs.size()));
     }
   }
+  if (h.key_mean_block != 0) {
+    if (h.key_mean_dtype != DType::kF32 && h.key_mean_dtype != DType::kF16) {
+      return bad("key mean dtype " + std::to_string(static_cast<unsigned>(h.key_mean_dtype)) +
+                 " (f32 or f16)");
+    }
+    if (h.tokens == 0) return bad("key means without tokens");
+    // blocks <= tokens, so tokens × (head_dim + 1) × kv_heads × 4 bounds the chunk's bytes.
+    uint64_t bytes = 0;
+    if (MulOverflows(h.tokens, uint64_t{g.head_dim} + 1, &bytes) ||
+        MulOverflows(bytes, g.kv_heads, &bytes) || MulOverflows(bytes, 4, &bytes)) {
+      return bad("key-means chunk size overflows 64 bits");
+    }
+  }
   if (h.engine_state.size() > kMaxEngineStateBytes) {
     return bad("engine state of " + std::to_string(h.engine_state.size()) + " bytes (at most " +
                std::to_string(kMaxEngineStateBytes) + ")");
@@ -227,6 +240,10 @@ std::vector<uint8_t> EncodeHeaderBody(const ContainerHeader& h) {
   if (version >= 3) {
     w.U32(static_cast<uint32_t>(h.engine_state.size()));
     w.Bytes(h.engine_state);
+  }
+  if (version >= 4) {
+    w.U32(h.key_mean_block);
+    w.U8(static_cast<uint8_t>(h.key_mean_dtype));
   }
   return out;
 }
@@ -305,6 +322,12 @@ Result<ContainerHeader> DecodeHeaderBody(std::span<const uint8_t> body, uint64_t
     auto state = r.Bytes(len, "engine state");
     h.engine_state.assign(state.begin(), state.end());
   }
+  if (version >= 4) {
+    const uint64_t block_at = r.offset();
+    h.key_mean_block = r.U32("key mean block");
+    if (r.ok() && h.key_mean_block == 0) r.Fail("key mean block", block_at, "at least 1", "0");
+    h.key_mean_dtype = static_cast<DType>(r.U8("key mean dtype"));
+  }
   if (!r.ok()) return r.status();
   if (r.remaining() != 0) {
     return CorruptionAt(name, "header body end", r.offset(), "end of header",
@@ -374,6 +397,7 @@ std::string DescribeChunk(ChunkType type, uint32_t layer, uint8_t kv, uint64_t t
   std::string s = "layer " + std::to_string(layer);
   if (type == ChunkType::kGroupMeta) return s + " group-meta";
   if (type == ChunkType::kExactRows) return s + " exact-rows";
+  if (type == ChunkType::kKeyMeans) return s + " key-means";
   if (type != ChunkType::kCodes) {
     return s + " type " + std::to_string(static_cast<unsigned>(type));
   }
@@ -395,6 +419,10 @@ ChunkKey ChunkSequence::current() const {
     k.type = ChunkType::kExactRows;
     return k;
   }
+  if (phase_ == kMeans) {
+    k.type = ChunkType::kKeyMeans;
+    return k;
+  }
   k.type = ChunkType::kCodes;
   k.kv = phase_ == kK ? 0 : 1;
   k.token_begin = token_begin_;
@@ -405,6 +433,8 @@ ChunkKey ChunkSequence::current() const {
 void ChunkSequence::Advance() {
   if (done()) return;
   if (phase_ == kMeta) {
+    phase_ = kMeans;
+  } else if (phase_ == kMeans) {
     phase_ = kK;
     token_begin_ = 0;
   } else if (phase_ == kExact) {
@@ -423,6 +453,11 @@ void ChunkSequence::Settle() {
     if (phase_ == kMeta) {
       const CodecParams& c = header_->codecs[header_->layer_codec[layer_]];
       if (GroupMetaBytesOf(c) > 0) return;
+      phase_ = kMeans;
+      continue;
+    }
+    if (phase_ == kMeans) {
+      if (LayerHasKeyMeans(*header_, layer_)) return;
       phase_ = kK;
       token_begin_ = 0;
       continue;
@@ -448,7 +483,8 @@ Result<uint64_t> CountChunks(const ContainerHeader& h) {
   if (HasExactRows(h)) ++per_layer;  // the exact-rows chunk
   uint64_t total = 0;
   for (uint32_t l = 0; l < h.geometry.layers; ++l) {
-    const uint64_t meta = GroupMetaBytesOf(h.codecs[h.layer_codec[l]]) > 0 ? 1 : 0;
+    const uint64_t meta = (GroupMetaBytesOf(h.codecs[h.layer_codec[l]]) > 0 ? 1 : 0) +
+                          (LayerHasKeyMeans(h, l) ? 1 : 0);
     if (__builtin_add_overflow(total, per_layer + meta, &total) || per_layer + meta < meta) {
       return Status::InvalidArgument("chunk count overflows");
     }
@@ -490,6 +526,19 @@ Result<uint64_t> ExpectedChunkBytes(const ContainerHeader& header, const ChunkEn
         return Status::InvalidArgument("code chunk size overflows");
       }
       return bytes;
+    case ChunkType::kKeyMeans: {
+      if (!LayerHasKeyMeans(header, entry.layer)) {
+        return Status::InvalidArgument("layer " + std::to_string(entry.layer) +
+                                       " has no key means");
+      }
+      uint64_t values = 0;
+      if (__builtin_mul_overflow(header.tokens, uint64_t{header.geometry.head_dim} + 1, &values) ||
+          __builtin_mul_overflow(values, uint64_t{header.geometry.kv_heads}, &values) ||
+          __builtin_mul_overflow(values, uint64_t{4}, &values)) {
+        return Status::InvalidArgument("key-means chunk size overflows");
+      }
+      return KeyMeanValues(header) * DTypeSize(header.key_mean_dtype);
+    }
     case ChunkType::kExactRows: {
       const uint64_t rows = uint64_t{header.exact_head} + header.exact_tail;
       if (rows == 0) {

@@ -89,7 +89,8 @@ std::vector<uint8_t> EncodeHeaderBody(const ContainerHeader& header);
 // Parses a header body of exactly `body.size()` bytes that starts at file offset `base`. Every
 // count is checked against the bytes left before anything is allocated. Does not run
 // ValidateHeader beyond what parsing needs.
-// `version` (1 or 2) decides whether the exact-row counts follow the layer codecs.
+// `version` (1..3) decides which fields follow the layer codecs (exact rows from 2, key means
+// from 3).
 Result<ContainerHeader> DecodeHeaderBody(std::span<const uint8_t> body, uint64_t base,
                                          std::string_view name, uint32_t version);
 
@@ -132,7 +133,8 @@ inline std::string DescribeChunk(const ChunkEntry& e) {
 }
 
 // Walks the chunks of a (validated) header in container order: for each layer its meta chunk
-// (when the layer's codec has group metadata; kv 0, token_begin 0, token_count 0), then K chunks
+// (when the layer's codec has group metadata; kv 0, token_begin 0, token_count 0), its key-means
+// chunk (LayerHasKeyMeans; likewise), then K chunks
 // by token in token_block steps, then V chunks, then its exact-rows chunk (when the header has
 // exact rows; kv 0, token_begin 0, token_count 0).
 class ChunkSequence {
@@ -143,7 +145,7 @@ class ChunkSequence {
   void Advance();
 
  private:
-  enum Phase { kMeta = 0, kK = 1, kV = 2, kExact = 3 };
+  enum Phase { kMeta = 0, kMeans = 1, kK = 2, kV = 3, kExact = 4 };
   void Settle();
   const ContainerHeader* header_;
   uint32_t layer_ = 0;

@@ -23,6 +23,7 @@ ContainerDescription DescribeContainer(const ContainerReader& reader) {
 std::string_view ChunkTypeLabel(const ChunkEntry& e) {
   return e.type == ChunkType::kGroupMeta   ? "meta"
          : e.type == ChunkType::kExactRows ? "exact"
+         : e.type == ChunkType::kKeyMeans  ? "means"
          : e.kv                            ? "V"
                                            : "K";
 }
@@ -40,6 +41,9 @@ std::string ContainerDescriptionJson(const ContainerDescription& d, bool with_ch
   j["token_block"] = h.token_block;
   j["exact_tokens"] = {{"first", h.exact_head}, {"last", h.exact_tail}};
   j["engine_state_bytes"] = h.engine_state.size();
+  j["key_means"] = {{"block", h.key_mean_block},
+                    {"dtype", h.key_mean_block ? std::string(DTypeName(h.key_mean_dtype)) : "none"}};
+  j["format_version"] = ContainerVersionFor(h);
   j["file_bytes"] = d.file_bytes;
   j["fp16_bytes"] = d.fp16_bytes;
   j["ratio"] = d.ratio;

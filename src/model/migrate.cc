@@ -168,6 +168,9 @@ Status CheckOptions(const MigrateOptions& o) {
   if (o.center_keys > 0 && !o.only.empty()) {
     return Status::InvalidArgument("--center-keys and --only do not combine");
   }
+  if (o.center_keys > 0 && !o.key_means.empty()) {
+    return Status::InvalidArgument("--center-keys (analysis) and --key-means do not combine");
+  }
   return Status::Ok();
 }
 
@@ -208,6 +211,20 @@ Result<std::vector<Row>> BuildRows(const MigrateOptions& o, std::vector<LayerCod
       r.options.exact_tail = et.tail;
       rows.push_back(r);
     }
+  }
+  if (!o.key_means.empty()) {
+    std::vector<Row> all;
+    for (const Row& row : rows) {
+      for (const std::string& text : o.key_means) {
+        TQKV_ASSIGN_OR_RETURN(const KeyMeanSetting km, ParseKeyMeans(text));
+        Row r = row;
+        r.label += "+km" + FormatKeyMeans(km);
+        r.options.key_mean_block = km.block;
+        r.options.key_mean_dtype = km.dtype;
+        all.push_back(r);
+      }
+    }
+    rows = std::move(all);
   }
   if (rows.empty()) return Status::InvalidArgument("give at least one --codec");
   return rows;
@@ -327,6 +344,7 @@ Result<CheckpointStats> CheckpointRow(const Experiment& x, const Row& row, const
   RestoreOptions ro;
   ro.pool = &x.pool;
   const bool center = centering != nullptr;
+  if (center) copts.key_mean_block = 0;  // the analysis centers on its own
   std::unique_ptr<KvCacheBuffer> residual;
   if (center) {
     TQKV_ASSIGN_OR_RETURN(residual,

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -26,7 +27,18 @@ constexpr ModelGeometry kSmall128{2, 2, 128};
 
 using testing_util::MakeSession;
 
-// Decodes every codes chunk of the stored container directly with the stored codec params.
+// The values of a key-means payload as f32, read field by field (docs/format.md §5): the means
+// [head][block][head_dim], then the coefficients [head][token].
+std::vector<float> MeansOf(const ContainerHeader& h, const std::vector<uint8_t>& payload) {
+  std::vector<float> out;
+  for (size_t i = 0; i < payload.size(); i += DTypeSize(h.key_mean_dtype)) {
+    out.push_back(LoadAsFloat(payload.data() + i, h.key_mean_dtype, 0));
+  }
+  return out;
+}
+
+// Decodes every codes chunk of the stored container directly with the stored codec params; the
+// keys of a layer with key means one vector at a time to f32, plus the block's mean.
 std::unique_ptr<KvCacheBuffer> DirectDecode(Store& store, const std::string& key, DType dtype) {
   auto object = store.Open(key);
   EXPECT_TRUE(object.ok()) << object.status().ToString();
@@ -38,6 +50,7 @@ std::unique_ptr<KvCacheBuffer> DirectDecode(Store& store, const std::string& key
   std::vector<std::unique_ptr<Codec>> codecs;
   for (const auto& p : h.codecs) codecs.push_back(std::move(Codec::FromParams(p)).value());
   std::vector<uint8_t> meta, payload;
+  std::vector<float> means;
   const size_t heads = h.geometry.kv_heads, d = h.geometry.head_dim;
   for (const ChunkEntry& e : (*reader)->chunks()) {
     payload.resize(e.size);
@@ -47,12 +60,34 @@ std::unique_ptr<KvCacheBuffer> DirectDecode(Store& store, const std::string& key
       meta = payload;
       continue;
     }
+    if (e.type == ChunkType::kKeyMeans) {
+      means = MeansOf(h, payload);
+      continue;
+    }
     const size_t mb = codec.group_meta_bytes();
     auto* dst = static_cast<uint8_t*>((*out)->cache().tensor(e.layer, e.kv));
     for (size_t hd = 0; hd < heads; ++hd) {
       std::span<const uint8_t> m;
       if (mb) m = {meta.data() + (e.kv * heads + hd) * mb, mb};
       const size_t cb = codec.code_bytes();
+      if (e.kv == 0 && LayerHasKeyMeans(h, e.layer)) {
+        const uint64_t blocks = KeyMeanBlocks(h);
+        EXPECT_EQ(means.size(), (blocks * d + h.tokens) * heads);
+        std::vector<float> x(d);
+        for (uint64_t t = 0; t < e.token_count; ++t) {
+          const uint64_t tok = e.token_begin + t;
+          EXPECT_TRUE(codec.Decode({payload.data() + (hd * e.token_count + t) * cb, cb}, 1, m,
+                                   x.data(), DType::kF32, d)
+                          .ok());
+          const float* mu = means.data() + (hd * blocks + tok / h.key_mean_block) * d;
+          const float a = means[blocks * heads * d + hd * h.tokens + tok];
+          for (size_t i = 0; i < d; ++i) {
+            const float am = a * mu[i];
+            StoreFromFloat(dst, dtype, (tok * heads + hd) * d + i, x[i] + am);
+          }
+        }
+        continue;
+      }
       EXPECT_TRUE(codec
                       .Decode({payload.data() + hd * e.token_count * cb, e.token_count * cb},
                               e.token_count, m,
@@ -98,6 +133,13 @@ class CheckpointRoundTrip : public ::testing::TestWithParam<std::tuple<StoreCase
 TEST_P(CheckpointRoundTrip, RestoreEqualsDirectDecodeBitForBit) {
   const std::string spec_text = std::get<1>(GetParam());
   ThreadPool pool(2);
+  // Key means: off; the default (one block here); blocks of 24 (runs cross the chunks of 16).
+  struct Means {
+    uint32_t block;
+    DType dtype;
+  };
+  for (const Means means : {Means{0, DType::kF32}, Means{kDefaultKeyMeanBlock, DType::kF32},
+                            Means{24, DType::kF16}}) {
   for (const ModelGeometry& g : {kSmall64, kSmall128}) {
     const uint64_t tokens = 77;  // several chunks of 16 plus a short one
     auto session = MakeSession(g, tokens, DType::kF16, 7);
@@ -105,6 +147,8 @@ TEST_P(CheckpointRoundTrip, RestoreEqualsDirectDecodeBitForBit) {
     opts.codec = ParseCodecSpec(spec_text).value();
     opts.token_block = 16;
     opts.pool = &pool;
+    opts.key_mean_block = means.block;
+    opts.key_mean_dtype = means.dtype;
     auto st = Checkpoint(session->cache(), opts, *store_, "s/one");
     ASSERT_TRUE(st.ok()) << st.status().ToString();
     EXPECT_GT(st->bytes_written, 0u);
@@ -120,7 +164,8 @@ TEST_P(CheckpointRoundTrip, RestoreEqualsDirectDecodeBitForBit) {
       auto restored = Restore(*store_, "s/one", ro, &rs);
       ASSERT_TRUE(restored.ok()) << restored.status().ToString();
       EXPECT_TRUE(SameBytes(expected->cache(), (*restored)->cache()))
-          << spec_text << " d=" << g.head_dim << " " << DTypeName(dtype);
+          << spec_text << " d=" << g.head_dim << " " << DTypeName(dtype) << " key means "
+          << means.block;
       EXPECT_EQ(rs.tokens, tokens);
       EXPECT_EQ(rs.geometry, g);
     }
@@ -129,6 +174,16 @@ TEST_P(CheckpointRoundTrip, RestoreEqualsDirectDecodeBitForBit) {
       ASSERT_TRUE(restored.ok());
       EXPECT_TRUE(SameBytes(session->cache(), (*restored)->cache()));
     }
+    {
+      auto object = store_->Open("s/one");
+      ASSERT_TRUE(object.ok());
+      auto reader = ContainerReader::Open(object->get(), "s/one");
+      ASSERT_TRUE(reader.ok());
+      const bool tq = spec_text.rfind("tq", 0) == 0;
+      EXPECT_EQ((*reader)->header().key_mean_block,
+                tq ? std::min<uint32_t>(means.block, tokens) : 0u);
+    }
+  }
   }
 }
 
@@ -153,6 +208,7 @@ TEST(Checkpoint, StoredCodesAreTheCodecsCodesVerbatim) {
   CheckpointOptions opts;
   opts.codec = ParseCodecSpec("tq3").value();
   opts.token_block = 40;
+  opts.key_mean_block = 0;
   ASSERT_TRUE(Checkpoint(session->cache(), opts, store, "k").ok());
   auto codec = Codec::Create(opts.codec, g.head_dim).value();
   auto object = store.Open("k").value();
@@ -170,6 +226,74 @@ TEST(Checkpoint, StoredCodesAreTheCodecsCodesVerbatim) {
     }
     EXPECT_EQ(payload, fresh) << "layer " << e.layer << " kv " << int(e.kv);
   }
+}
+
+TEST(Checkpoint, CenteredKeyCodesAreTheCodesOfTheResiduals) {
+  MemoryStore store;
+  const ModelGeometry g = kSmall64;
+  const uint64_t tokens = 45;
+  auto session = MakeSession(g, tokens, DType::kF16, 9);
+  CheckpointOptions opts;
+  opts.codec = ParseCodecSpec("tq3").value();
+  opts.token_block = 32;
+  opts.key_mean_block = 20;  // blocks [0,20) [20,40) [40,45)
+  opts.key_mean_dtype = DType::kF32;
+  ASSERT_TRUE(Checkpoint(session->cache(), opts, store, "c").ok());
+  auto codec = Codec::Create(opts.codec, g.head_dim).value();
+  auto object = store.Open("c").value();
+  auto reader = ContainerReader::Open(object.get(), "c").value();
+  const ContainerHeader& h = reader->header();
+  ASSERT_EQ(h.key_mean_block, 20u);
+  ASSERT_EQ(KeyMeanBlocks(h), 3u);
+  const size_t heads = g.kv_heads, d = g.head_dim, row = heads * d, cb = codec->code_bytes();
+  std::vector<float> means;
+  int key_chunks = 0;
+  for (const ChunkEntry& e : reader->chunks()) {
+    std::vector<uint8_t> payload(e.size);
+    ASSERT_TRUE(reader->ReadChunk(e, payload).ok());
+    const auto* src = static_cast<const uint16_t*>(session->cache().tensor(e.layer, e.kv));
+    if (e.type == ChunkType::kKeyMeans) {
+      ASSERT_EQ(e.size, (3 * row + heads * tokens) * 4);
+      means = MeansOf(h, payload);
+      for (size_t hd = 0; hd < heads; ++hd) {  // the block means and coefficients, recomputed
+        for (uint64_t b = 0; b < 3; ++b) {
+          const uint64_t lo = b * 20, hi = std::min<uint64_t>(tokens, lo + 20);
+          const float* mu = &means[(hd * 3 + b) * d];
+          double mm = 0;
+          for (size_t i = 0; i < d; ++i) {
+            double acc = 0;
+            for (uint64_t t = lo; t < hi; ++t) acc += HalfToFloat(src[t * row + hd * d + i]);
+            EXPECT_EQ(mu[i], static_cast<float>(acc / double(hi - lo)));
+            mm += double(mu[i]) * mu[i];
+          }
+          for (uint64_t t = lo; t < hi; ++t) {
+            double dot = 0;
+            for (size_t i = 0; i < d; ++i) dot += double(HalfToFloat(src[t * row + hd * d + i])) * mu[i];
+            EXPECT_EQ(means[3 * row + hd * tokens + t], static_cast<float>(dot / mm));
+          }
+        }
+      }
+      continue;
+    }
+    if (e.kv != 0) continue;
+    ++key_chunks;
+    std::vector<uint8_t> fresh(e.size);
+    std::vector<float> r(d);
+    for (size_t hd = 0; hd < heads; ++hd) {
+      for (uint64_t t = 0; t < e.token_count; ++t) {
+        const uint64_t tok = e.token_begin + t;
+        for (size_t i = 0; i < d; ++i) {
+          const float am = means[3 * row + hd * tokens + tok] * means[(hd * 3 + tok / 20) * d + i];
+          r[i] = HalfToFloat(src[tok * row + hd * d + i]) - am;
+        }
+        ASSERT_TRUE(codec->Encode(r.data(), DType::kF32, 1, d, {},
+                                  {fresh.data() + (hd * e.token_count + t) * cb, cb})
+                        .ok());
+      }
+    }
+    EXPECT_EQ(payload, fresh) << "layer " << e.layer;
+  }
+  EXPECT_EQ(key_chunks, 3 * 2);
 }
 
 TEST(Checkpoint, StreamingRestoreHandsOutEveryLayerInOrder) {

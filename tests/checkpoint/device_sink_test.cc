@@ -12,6 +12,7 @@
 
 #include "checkpoint/chunk_loop.h"
 #include "checkpoint/device_sink.h"
+#include "checkpoint/key_means.h"
 #include "checkpoint/session_util.h"
 #include "tqkv/checkpoint.h"
 #include "tqkv/codec.h"
@@ -27,6 +28,7 @@ class FakeDevice final : public RestoreDevice {
  public:
   FakeDevice(const ContainerHeader& h, const DevicePlan& plan) : h_(h), plan_(plan) {
     meta_.assign(plan.meta_total, 0);
+    means_.assign(plan.means_total, 0);
     tensors_.assign(2 * h.geometry.layers,
                     std::vector<uint8_t>(h.tokens * h.geometry.token_elems() * 2, 0));
     for (const CodecParams& p : plan.codecs) codecs_.push_back(std::move(Codec::FromParams(p)).value());
@@ -63,7 +65,7 @@ class FakeDevice final : public RestoreDevice {
   }
 
   const std::vector<uint8_t>& tensor(uint32_t layer, int kv) const { return tensors_[2 * layer + kv]; }
-  int uploads = 0, runs = 0;
+  int uploads = 0, runs = 0, centered_ops = 0, means_stored = 0;
   std::vector<uint32_t> layers_ready;
 
  private:
@@ -73,6 +75,11 @@ class FakeDevice final : public RestoreDevice {
       std::memcpy(meta_.data() + op.meta_offset, dev + op.src_offset, op.bytes);
       return Status::Ok();
     }
+    if (op.kind == DeviceOp::kStoreMeans) {
+      std::memcpy(means_.data() + op.means_offset, dev + op.src_offset, op.bytes);
+      ++means_stored;
+      return Status::Ok();
+    }
     const Codec& codec = *codecs_[op.codec];
     const size_t heads = h_.geometry.kv_heads, d = h_.geometry.head_dim, row = heads * d;
     const size_t n = op.token_count, code = codec.code_bytes(), mb = codec.group_meta_bytes();
@@ -80,6 +87,17 @@ class FakeDevice final : public RestoreDevice {
     for (size_t hd = 0; hd < heads; ++hd) {
       std::span<const uint8_t> meta;
       if (op.meta_offset != DeviceOp::kNoMeta) meta = {meta_.data() + op.meta_offset + hd * mb, mb};
+      if (op.means_offset != DeviceOp::kNoMeta) {
+        ++centered_ops;
+        const uint64_t layer_bytes = KeyMeanValues(h_) * DTypeSize(h_.key_mean_dtype);
+        const KeyMeans means =
+            KeyMeansAsF32(h_, {means_.data() + op.means_offset, layer_bytes});
+        TQKV_RETURN_IF_ERROR(DecodeCenteredKeys(h_, codec, means, static_cast<uint32_t>(hd),
+                                                op.token_begin, n,
+                                                {dev + op.src_offset + hd * n * code, n * code},
+                                                meta, out + hd * d * 2, DType::kF16, row, nullptr));
+        continue;
+      }
       TQKV_RETURN_IF_ERROR(codec.Decode({dev + op.src_offset + hd * n * code, n * code}, n, meta,
                                         out + hd * d * 2, DType::kF16, row, nullptr));
     }
@@ -91,7 +109,7 @@ class FakeDevice final : public RestoreDevice {
   std::vector<std::unique_ptr<Codec>> codecs_;
   std::vector<std::vector<uint8_t>> host_, dev_;
   std::vector<bool> held_;
-  std::vector<uint8_t> meta_;
+  std::vector<uint8_t> meta_, means_;
   std::vector<std::vector<uint8_t>> tensors_;
 };
 
@@ -106,6 +124,7 @@ class DeviceSinkTest : public ::testing::Test {
     opts.token_block = 32;
     opts.exact_head = 2;
     opts.exact_tail = 3;
+    opts.key_mean_block = 16;  // 5 mean blocks, two code chunks: runs cross both boundaries
     ASSERT_TRUE(Checkpoint(session_->cache(), opts, store_, "s").ok());
     auto obj = store_.Open("s");
     ASSERT_TRUE(obj.ok());
@@ -224,6 +243,31 @@ TEST_F(DeviceSinkTest, PlanPlacesMetadataAndExactRows) {
   wrong.size += 1;
   std::vector<DeviceOp> ops;
   EXPECT_TRUE(PlanDeviceOps(h, plan_, wrong, "s", &ops).IsCorruption());
+}
+
+TEST_F(DeviceSinkTest, PlanPlacesKeyMeansOfTurboQuantLayers) {
+  ASSERT_TRUE(RunOnFake("s").ok());
+  const ContainerHeader& h = reader_->header();
+  ASSERT_EQ(h.key_mean_block, 16u);
+  // (blocks x head_dim + tokens) x heads x f16: means and coefficients
+  const uint64_t layer_bytes = (5 * 64 + 70) * 2 * 2;
+  EXPECT_EQ(plan_.means_at[0], 0u);
+  EXPECT_EQ(plan_.means_at[1], DevicePlan::kNoMeans);  // fp16 layer: keys stored as they are
+  EXPECT_EQ(plan_.means_at[2], layer_bytes);
+  EXPECT_EQ(plan_.means_total, 2 * layer_bytes);
+  // Two TurboQuant layers x 3 K chunks x 2 heads decoded with their means.
+  EXPECT_EQ(device_->centered_ops, 2 * 3 * 2);
+  EXPECT_EQ(device_->means_stored, 2);
+  for (const ChunkEntry& e : reader_->chunks()) {
+    if (e.type != ChunkType::kKeyMeans) continue;
+    ChunkEntry wrong = e;
+    wrong.size -= 4;
+    std::vector<DeviceOp> ops;
+    EXPECT_TRUE(PlanDeviceOps(h, plan_, wrong, "s", &ops).IsCorruption());
+    wrong = e;
+    wrong.layer = 1;
+    EXPECT_TRUE(PlanDeviceOps(h, plan_, wrong, "s", &ops).IsCorruption());
+  }
 }
 
 }  // namespace

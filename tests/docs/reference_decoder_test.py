@@ -47,6 +47,14 @@ CASES = [
     ("tq3 + layer 1 tq2.5", 128, "F32", ["--codec", "tq3", "--layer-codec", "1:tq2.5"], ["f16"]),
     ("tq3 + exact tokens 2,3", 128, "F16", ["--codec", "tq3", "--exact-tokens", "2,3"], ["f16", "f32"]),
     ("bf16 + exact tokens 1,1", 32, "F32", ["--codec", "bf16", "--exact-tokens", "1,1"], ["f16"]),
+    # Key means (format version 4; the rows above use the default, one 20-token block here).
+    ("tq3, key means off (version 1)", 64, "F32", ["--codec", "tq3", "--key-means", "off"], ["f16"]),
+    ("tq3, key means per 8 tokens, f32", 64, "F16",
+     ["--codec", "tq3", "--key-means", "8,f32"], ["f16", "f32"]),
+    ("tq2.5, key means per 6 tokens + exact tokens 1,2", 64, "BF16",
+     ["--codec", "tq2.5", "--key-means", "6", "--exact-tokens", "1,2"], ["bf16", "f32"]),
+    ("fp16 + layer 1 tq3, key means per session", 32, "F32",
+     ["--codec", "fp16", "--layer-codec", "1:tq3", "--key-means", "session"], ["f16"]),
 ]
 
 LAYERS, HEADS, TOKENS = 2, 2, 20

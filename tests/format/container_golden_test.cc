@@ -1,4 +1,4 @@
-// Golden files: the fuzz seeds under fuzz/corpus/container/ are version-1, -2 and -3 containers
+// Golden files: the fuzz seeds under fuzz/corpus/container/ are version-1 to -4 containers
 // written by an earlier build. They must still parse, and today's writer must still produce them byte for byte
 // (a layout change without a format_version bump fails here). TQKV_WRITE_GOLDEN=1 rewrites them.
 #include <gtest/gtest.h>
@@ -39,6 +39,15 @@ std::vector<Golden> Goldens() {
   ContainerHeader engine_exact = exact;
   engine_exact.engine_state = {0x42};
   g.push_back({"v3_engine_state_exact.tqkv", engine_exact});
+  // Version 4: key means over 2-token blocks in f16 (layer 0, TurboQuant), none for layer 1 (raw),
+  // no exact rows; and with an engine state too.
+  ContainerHeader means = MakeHeader({2, 1, 16}, 3, 2, {TqParams(16, 3), RawParams(16)}, {0, 1});
+  means.key_mean_block = 2;
+  means.key_mean_dtype = DType::kF16;
+  g.push_back({"v4_key_means.tqkv", means});
+  ContainerHeader means_engine = means;
+  means_engine.engine_state = {0x07};
+  g.push_back({"v4_key_means_engine_state.tqkv", means_engine});
   return g;
 }
 

@@ -470,8 +470,11 @@ TEST(ContainerReaderTest, VersionMustMatchTheHeader) {
   }
 }
 
-TEST(ContainerReaderTest, ExactRowsFileEveryInformativeBitFlipIsCaught) {
-  WrittenContainer w = WriteContainer(SmallExactHeader());
+// The version-2 (exact rows) and version-3 (key means) twins of the small container.
+TEST(ContainerReaderTest, ExactRowsAndKeyMeansFilesEveryInformativeBitFlipIsCaught) {
+  for (const ContainerHeader& header : {SmallExactHeader(), SmallCenteredHeader()}) {
+  SCOPED_TRACE(ContainerVersionFor(header));
+  WrittenContainer w = WriteContainer(header);
   ASSERT_TRUE(w.status.ok());
   auto parsed = format::ParseAndVerifyContainer(w.file, "t.tqkv");
   ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
@@ -501,6 +504,55 @@ TEST(ContainerReaderTest, ExactRowsFileEveryInformativeBitFlipIsCaught) {
     f[i] ^= mask;
     if (HasFailure()) return;
   }
+  }
+}
+
+// Version 3's header fields and key-means chunks: what the writer refuses and the reader flags.
+TEST(ContainerReaderTest, KeyMeansHeaderAndChunks) {
+  const ContainerHeader h = SmallCenteredHeader();
+  ASSERT_EQ(ContainerVersionFor(h), 4u);
+  WrittenContainer w = WriteContainer(h);
+  ASSERT_TRUE(w.status.ok()) << w.status.ToString();
+  auto parsed = format::ParseAndVerifyContainer(w.file, "c.tqkv");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(parsed->header.key_mean_block, 16u);
+  EXPECT_EQ(parsed->header.key_mean_dtype, DType::kF16);
+  // Layer 0 is raw: no key means. Layer 1: meta, means (176 bytes), 3 K, 3 V, exact.
+  std::vector<std::string> kinds;
+  for (const ChunkEntry& e : parsed->chunks) {
+    if (e.type == ChunkType::kKeyMeans) {
+      EXPECT_EQ(e.layer, 1u);
+      EXPECT_EQ(e.size, 176u);
+    }
+    kinds.push_back(format::DescribeChunk(e));
+  }
+  EXPECT_EQ(kinds.size(), 16u);
+  EXPECT_EQ(kinds[7], "layer 1 group-meta");
+  EXPECT_EQ(kinds[8], "layer 1 key-means");
+  EXPECT_EQ(kinds[9], "layer 1 K tokens [0, +16)");
+  // The writer refuses what a reader would call corrupt.
+  for (auto bad : {+[](ContainerHeader& x) { x.key_mean_dtype = DType::kBF16; },
+                   +[](ContainerHeader& x) { x.tokens = 0, x.exact_head = x.exact_tail = 0; }}) {
+    ContainerHeader x = h;
+    bad(x);
+    EXPECT_EQ(WriteContainer(x).status.code(), StatusCode::kInvalidArgument);
+  }
+  // A version-3 body with key_mean_block 0 or an unknown mean dtype, re-signed: Corruption.
+  const uint64_t body_end = format::kPreambleBytes + format::LoadU32(w.file.data() + 20);
+  for (auto [at, value] : {std::pair<uint64_t, uint8_t>{body_end - 5, 0},  // block's low byte
+                           std::pair<uint64_t, uint8_t>{body_end - 1, 2}}) {    // dtype bf16
+    std::vector<uint8_t> f = w.file;
+    if (at == body_end - 5) format::StoreU32(f.data() + at, 0);
+    f[at] = value;
+    Resign(f);
+    Status s = OpenAndReadAll(f);
+    EXPECT_TRUE(s.IsCorruption()) << s.ToString();
+    EXPECT_NE(s.message().find("key mean"), std::string::npos) << s.ToString();
+  }
+  // The key-means chunk is covered by its checksum.
+  std::vector<uint8_t> f = w.file;
+  f[parsed->chunks[8].offset + 3] ^= 0x10;
+  EXPECT_TRUE(OpenAndReadAll(f).IsCorruption());
 }
 
 TEST(ContainerReaderTest, UnsupportedVersions) {

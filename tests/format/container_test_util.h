@@ -147,6 +147,16 @@ inline ContainerHeader SmallExactHeader() {
   return h;
 }
 
+// SmallExactHeader with key means over 16-token blocks in f16 (format version 4): layer 1
+// (TurboQuant) gets a key-means chunk of (3 × 16 + 40) × 1 head × 2 bytes = 176; layer 0 (raw)
+// none.
+inline ContainerHeader SmallCenteredHeader() {
+  ContainerHeader h = SmallExactHeader();
+  h.key_mean_block = 16;
+  h.key_mean_dtype = DType::kF16;
+  return h;
+}
+
 // Deterministic payload bytes (never all-zero, so a misplaced zero page is caught).
 inline std::vector<uint8_t> Payload(size_t n, uint64_t seed) {
   std::vector<uint8_t> v(n);
@@ -167,6 +177,12 @@ inline std::vector<ChunkEntry> ExpectedKeys(const ContainerHeader& h) {
     if (GroupMetaBytesOf(h.codecs[h.layer_codec[l]]) > 0) {
       ChunkEntry e;
       e.type = ChunkType::kGroupMeta;
+      e.layer = l;
+      keys.push_back(e);
+    }
+    if (h.key_mean_block > 0 && h.codecs[h.layer_codec[l]].kind == CodecKind::kTurboQuant) {
+      ChunkEntry e;
+      e.type = ChunkType::kKeyMeans;
       e.layer = l;
       keys.push_back(e);
     }
@@ -197,6 +213,11 @@ inline uint64_t ChunkBytes(const ContainerHeader& h, const ChunkEntry& e) {
   if (e.type == ChunkType::kExactRows) {
     return 2ull * (h.exact_head + h.exact_tail) * h.geometry.kv_heads * h.geometry.head_dim *
            DTypeSize(h.source_dtype);
+  }
+  if (e.type == ChunkType::kKeyMeans) {  // means [head][block][d], then coefficients [head][token]
+    const uint64_t blocks = (h.tokens + h.key_mean_block - 1) / h.key_mean_block;
+    return (blocks * h.geometry.head_dim + h.tokens) * h.geometry.kv_heads *
+           DTypeSize(h.key_mean_dtype);
   }
   return e.token_count * h.geometry.kv_heads * CodeBytesOf(c);
 }

@@ -55,7 +55,7 @@ TEST(DescribeContainer, FiguresAndLabels) {
   EXPECT_EQ(d.chunks.size(), x.chunks);
   std::set<std::string> labels;
   for (const ChunkEntry& e : d.chunks) labels.insert(std::string(ChunkTypeLabel(e)));
-  EXPECT_EQ(labels, (std::set<std::string>{"K", "V", "exact"}));
+  EXPECT_EQ(labels, (std::set<std::string>{"K", "V", "exact", "means"}));
 }
 
 TEST(DescribeContainer, JsonWithAndWithoutChunks) {
@@ -69,6 +69,9 @@ TEST(DescribeContainer, JsonWithAndWithoutChunks) {
   EXPECT_EQ(j["layers"], 3);
   EXPECT_EQ(j["source_dtype"], "f16");
   EXPECT_EQ(j["exact_tokens"]["first"], 0);
+  EXPECT_EQ(j["key_means"]["block"], 20);  // the default 128, one block for 20 tokens
+  EXPECT_EQ(j["key_means"]["dtype"], "f16");
+  EXPECT_EQ(j["format_version"], 4);
   EXPECT_EQ(j["file_bytes"], x.d.file_bytes);
   EXPECT_EQ(j["layer_codec"].size(), 3u);
   const auto c = nlohmann::json::parse(ContainerDescriptionJson(x.d, true));

@@ -3,6 +3,7 @@
 // channel slots) must reproduce the CPU codec bit for bit, for every preset and head_dim.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstring>
 #include <random>
@@ -87,6 +88,63 @@ TEST_P(EmulationTest, EncodeAndDecodeMatchCpuCodecBitForBit) {
         ASSERT_EQ(0, std::memcmp(want.data() + i * d * es, got.data() + i * d * es, d * es))
             << c.spec << " d=" << d << " output " << DTypeName(out) << " vector " << i;
       }
+    }
+  }
+}
+
+// Mean-removed keys: the kernel's α·μ addition (read through KeyMeanRow / KeyMeanAlpha from a
+// key-means chunk of 2 heads, 3 blocks of 40 tokens) equals Codec::DecodeAdd bit for bit.
+TEST_P(EmulationTest, CenteredDecodeMatchesCpuDecodeAdd) {
+  const Case c = GetParam();
+  auto codec = Codec::Create(*ParseCodecSpec(c.spec), c.head_dim);
+  ASSERT_TRUE(codec.ok());
+  if ((*codec)->params().kind != CodecKind::kTurboQuant) GTEST_SKIP() << "keys of raw layers are stored as they are";
+  auto packed = PackCodecParams((*codec)->params());
+  ASSERT_TRUE(packed.ok());
+  const cuda::GpuCodecParams& p = packed->params;
+  const uint32_t heads = 2, block = 40;
+  const uint64_t tokens = 96, blocks = 3;
+  const size_t d = c.head_dim, cb = p.code_bytes;
+  const std::vector<float> xf = gpu_test::TestVectors(tokens, c.head_dim, 3 + d);
+  std::vector<uint8_t> meta((*codec)->group_meta_bytes());
+  ASSERT_TRUE((*codec)->SelectGroupMeta(xf.data(), DType::kF32, tokens, d, meta).ok());
+  std::vector<uint8_t> codes(tokens * cb);
+  ASSERT_TRUE((*codec)->Encode(xf.data(), DType::kF32, tokens, d, meta, codes).ok());
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 30.0f);
+  for (DType md : {DType::kF16, DType::kF32}) {
+    const size_t ms = DTypeSize(md);
+    std::vector<float> values((blocks * d + tokens) * heads);
+    std::vector<uint8_t> chunk(values.size() * ms);
+    for (size_t i = 0; i < values.size(); ++i) {
+      float v = i < blocks * d * heads ? nd(rng) : 1.0f + nd(rng) / 100.0f;
+      if (md == DType::kF16) v = HalfToFloat(FloatToHalf(v));
+      values[i] = v;
+      StoreFromFloat(chunk.data(), md, i, v);
+    }
+    const cuda::GpuKeyMeans gm{chunk.data(), chunk.data() + blocks * d * heads * ms,
+                               cuda::ToGpuDType(md), block, blocks, tokens};
+    const uint32_t head = 1;  // the codes stand for head 1's keys
+    for (DType out : {DType::kF32, DType::kF16, DType::kBF16}) {
+      const size_t es = DTypeSize(out);
+      std::vector<uint8_t> want(tokens * d * es), got(tokens * d * es, 0xEE);
+      for (uint64_t b = 0; b < blocks; ++b) {
+        const uint64_t lo = b * block, n = std::min<uint64_t>(tokens, lo + block) - lo;
+        ASSERT_TRUE((*codec)
+                        ->DecodeAdd({codes.data() + lo * cb, n * cb}, n, meta,
+                                    {values.data() + (head * blocks + b) * d, d},
+                                    {values.data() + blocks * d * heads + head * tokens + lo, n},
+                                    want.data() + lo * d * es, out, d)
+                        .ok());
+      }
+      for (uint64_t t = 0; t < tokens; ++t) {
+        EmulateDecodeVector(p, codes.data() + t * cb, meta.empty() ? nullptr : meta.data(),
+                            got.data() + t * d * es, cuda::ToGpuDType(out),
+                            cuda::KeyMeanRow(gm, t, head, p.head_dim), gm.dtype,
+                            cuda::KeyMeanAlpha(gm, t, head));
+      }
+      ASSERT_EQ(want, got) << c.spec << " d=" << d << " means " << DTypeName(md) << " output "
+                           << DTypeName(out);
     }
   }
 }

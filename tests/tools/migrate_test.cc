@@ -329,7 +329,8 @@ TEST(Migrate, SmolLm2CenteredKeysAreCloser) {
   const std::string base = "migrate --model " + SmolLm2Path() + " --prompt-file " + kPrompt +
                            " --tokens 300 --steps 20 --codec fp16 --codec tq3 --threads 2"
                            " --store file://" + dir.path() + "/store";
-  CmdResult plain = Tqkv(base + " --json " + dir.path() + "/p.json");
+  // Plain rows without and with the container's key means (format version 4).
+  CmdResult plain = Tqkv(base + " --key-means off --key-means 64 --json " + dir.path() + "/p.json");
   ASSERT_EQ(plain.status, 0) << plain.out;
   CmdResult cent = Tqkv(base + " --center-keys 64 --json " + dir.path() + "/c.json");
   ASSERT_EQ(cent.status, 0) << cent.out;
@@ -340,8 +341,17 @@ TEST(Migrate, SmolLm2CenteredKeysAreCloser) {
   ASSERT_EQ(c["results"].size(), 2u);
   ExpectExact(c["results"][0], 20);
   EXPECT_FALSE(c["results"][0].contains("center_keys_block"));
-  const auto& pr = p["results"][1];
+  ASSERT_EQ(p["results"].size(), 4u);
+  const auto& pr = p["results"][2];
+  const auto& kr = p["results"][3];
   const auto& cr = c["results"][1];
+  EXPECT_EQ(pr["codec"], "tq3+kmoff");
+  EXPECT_EQ(kr["codec"], "tq3+km64");
+  ExpectExact(p["results"][1], 20);  // fp16: key means apply to TurboQuant layers only
+  EXPECT_GT(kr["k_cosine_mean"].get<double>(), pr["k_cosine_mean"].get<double>() + 0.003);
+  EXPECT_EQ(kr["v_cosine_mean"], pr["v_cosine_mean"]);
+  EXPECT_GT(kr["bits_per_value"].get<double>(), pr["bits_per_value"].get<double>());
+  EXPECT_LT(kr["kl_mean"].get<double>(), pr["kl_mean"].get<double>());
   EXPECT_EQ(cr["codec"], "tq3 (keys centered/64)");
   EXPECT_EQ(cr["center_keys_block"], 64);
   EXPECT_GT(cr["key_residual_energy"].get<double>(), 0.05);
@@ -353,10 +363,12 @@ TEST(Migrate, SmolLm2CenteredKeysAreCloser) {
   EXPECT_NEAR(cr["bits_per_value"].get<double>() - pr["bits_per_value"].get<double>(), extra_bits,
               1e-9);
   EXPECT_LT(cr["kl_mean"].get<double>(), pr["kl_mean"].get<double>());
-  // Not combined with --only.
-  CmdResult both = Tqkv(base + " --center-keys 64 --only k");
-  EXPECT_NE(both.status, 0);
-  EXPECT_NE(both.out.find("do not combine"), std::string::npos) << both.out;
+  // Not combined with --only, nor with the container's key means.
+  for (const char* other : {" --only k", " --key-means 64"}) {
+    CmdResult both = Tqkv(base + " --center-keys 64" + other);
+    EXPECT_NE(both.status, 0);
+    EXPECT_NE(both.out.find("do not combine"), std::string::npos) << both.out;
+  }
 }
 
 }  // namespace

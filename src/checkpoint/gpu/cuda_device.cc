@@ -89,6 +89,8 @@ Status CudaRestoreDevice::Init(const Config& config, const std::string& name) {
   }
   TQKV_ASSIGN_OR_RETURN(void* dmeta, Malloc(c_.plan->meta_total));
   dmeta_ = static_cast<uint8_t*>(dmeta);
+  TQKV_ASSIGN_OR_RETURN(void* dmeans, Malloc(c_.plan->means_total));
+  dmeans_ = static_cast<uint8_t*>(dmeans);
   TQKV_RETURN_IF_ERROR(AllocateOutputs());
   // Device slots hold whole 4 KiB blocks: cuFile reads round up to them (see GdsRead).
   dev_slot_bytes_ = AlignUp(c_.slot_bytes, kContainerAlignment);
@@ -242,6 +244,10 @@ Status CudaRestoreDevice::RunOp(const Slot& s, const DeviceOp& op) {
       TQKV_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dmeta_ + op.meta_offset, src, op.bytes,
                                                 cudaMemcpyDeviceToDevice, decode_));
       return Status::Ok();
+    case DeviceOp::kStoreMeans:
+      TQKV_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dmeans_ + op.means_offset, src, op.bytes,
+                                                cudaMemcpyDeviceToDevice, decode_));
+      return Status::Ok();
     case DeviceOp::kExactRows:  // after the layer's codes on the same stream: overwrites them
       TQKV_CUDA_RETURN_IF_ERROR(cuda::LaunchRawCopy(p, src, heads, op.token_begin, op.token_count,
                                                     DstOf(op.layer, op.kv), decode_));
@@ -251,11 +257,19 @@ Status CudaRestoreDevice::RunOp(const Slot& s, const DeviceOp& op) {
       TQKV_CUDA_RETURN_IF_ERROR(cudaEventRecord(dt.first, decode_));
       const uint8_t* masks = op.meta_offset == DeviceOp::kNoMeta ? nullptr : dmeta_ + op.meta_offset;
       const cuda::GpuDst dst = DstOf(op.layer, op.kv);
+      cuda::GpuKeyMeans means{};
+      if (op.means_offset != DeviceOp::kNoMeta) {
+        const ContainerHeader& h = *c_.header;
+        const uint8_t* base = dmeans_ + op.means_offset;
+        const uint64_t blocks = KeyMeanBlocks(h);
+        means = {base, base + blocks * h.geometry.token_elems() * DTypeSize(h.key_mean_dtype),
+                 cuda::ToGpuDType(h.key_mean_dtype), h.key_mean_block, blocks, h.tokens};
+      }
       TQKV_CUDA_RETURN_IF_ERROR(
           p.kind == cuda::kGpuRaw
               ? cuda::LaunchRawCopy(p, src, heads, op.token_begin, op.token_count, dst, decode_)
               : cuda::LaunchDecode(p, src, masks, heads, op.token_begin, op.token_count, dst,
-                                   decode_));
+                                   decode_, means));
       TQKV_CUDA_RETURN_IF_ERROR(cudaEventRecord(dt.second, decode_));
       decode_times_.push_back(dt);
       return Status::Ok();

@@ -110,6 +110,7 @@ class CudaRestoreDevice final : public RestoreDevice {
   std::vector<EventPair> copy_times_, decode_times_;
   cudaEvent_t start_ = nullptr;
   uint8_t* dmeta_ = nullptr;
+  uint8_t* dmeans_ = nullptr;  // DevicePlan::means_total bytes: every layer's key means
   int32_t* dblocks_ = nullptr;
   bool gds_ = false;
   GdsFile gds_file_;

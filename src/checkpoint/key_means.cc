@@ -1,0 +1,130 @@
+#include "checkpoint/key_means.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+
+#include "format/container_layout.h"
+#include "tqkv/codec.h"
+
+namespace tqkv {
+namespace {
+
+// `v` as stored in `dtype` (f32 or f16), or 0 when it is not finite there.
+float Storable(double v, DType dtype) {
+  const float f = static_cast<float>(v);
+  const float s = dtype == DType::kF16 ? HalfToFloat(FloatToHalf(f)) : f;
+  return std::isfinite(s) ? s : 0.0f;
+}
+
+void Put(uint8_t* p, DType dtype, float v) {
+  if (dtype == DType::kF16) {
+    format::StoreU16(p, FloatToHalf(v));
+  } else {
+    format::StoreU32(p, std::bit_cast<uint32_t>(v));
+  }
+}
+
+bool FiniteRow(const void* k, DType dtype, size_t at, size_t d) {
+  for (size_t i = 0; i < d; ++i) {
+    if (!std::isfinite(LoadAsFloat(k, dtype, at + i))) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+void ComputeKeyMeans(const ContainerHeader& h, const void* k, DType dtype, std::span<uint8_t> out) {
+  const size_t heads = h.geometry.kv_heads, d = h.geometry.head_dim, row = heads * d;
+  const uint64_t blocks = KeyMeanBlocks(h);
+  const DType md = h.key_mean_dtype;
+  const size_t msize = DTypeSize(md);
+  uint8_t* alphas = out.data() + blocks * row * msize;
+  std::vector<double> acc(d);
+  std::vector<float> mu(d);
+  for (size_t hd = 0; hd < heads; ++hd) {
+    for (uint64_t b = 0; b < blocks; ++b) {
+      const uint64_t lo = b * h.key_mean_block;
+      const uint64_t hi = std::min<uint64_t>(h.tokens, lo + h.key_mean_block);
+      std::fill(acc.begin(), acc.end(), 0.0);
+      uint64_t count = 0;
+      for (uint64_t t = lo; t < hi; ++t) {
+        const size_t at = t * row + hd * d;
+        if (!FiniteRow(k, dtype, at, d)) continue;  // decodes to NaN anyway; must not poison μ
+        for (size_t i = 0; i < d; ++i) acc[i] += LoadAsFloat(k, dtype, at + i);
+        ++count;
+      }
+      double mm = 0;
+      for (size_t i = 0; i < d; ++i) {
+        mu[i] = count ? Storable(acc[i] / static_cast<double>(count), md) : 0.0f;
+        mm += static_cast<double>(mu[i]) * mu[i];
+        Put(out.data() + ((hd * blocks + b) * d + i) * msize, md, mu[i]);
+      }
+      for (uint64_t t = lo; t < hi; ++t) {
+        const size_t at = t * row + hd * d;
+        float a = 0.0f;
+        if (mm > 0 && FiniteRow(k, dtype, at, d)) {
+          double dot = 0;
+          for (size_t i = 0; i < d; ++i) dot += static_cast<double>(LoadAsFloat(k, dtype, at + i)) * mu[i];
+          a = Storable(dot / mm, md);
+        }
+        Put(alphas + (hd * h.tokens + t) * msize, md, a);
+      }
+    }
+  }
+}
+
+KeyMeans KeyMeansAsF32(const ContainerHeader& h, std::span<const uint8_t> payload) {
+  const bool half = h.key_mean_dtype == DType::kF16;
+  std::vector<float> all(payload.size() / (half ? 2 : 4));
+  for (size_t i = 0; i < all.size(); ++i) {
+    all[i] = half ? HalfToFloat(format::LoadU16(payload.data() + 2 * i))
+                  : std::bit_cast<float>(format::LoadU32(payload.data() + 4 * i));
+  }
+  const size_t nm = std::min<size_t>(all.size(), KeyMeanBlocks(h) * h.geometry.token_elems());
+  KeyMeans m;
+  m.means.assign(all.begin(), all.begin() + nm);
+  m.alphas.assign(all.begin() + nm, all.end());
+  return m;
+}
+
+void CenterKeys(const ContainerHeader& h, const void* k, DType dtype, const KeyMeans& m, float* out) {
+  const size_t heads = h.geometry.kv_heads, d = h.geometry.head_dim, row = heads * d;
+  const uint64_t blocks = KeyMeanBlocks(h);
+  for (uint64_t t = 0; t < h.tokens; ++t) {
+    const uint64_t b = t / h.key_mean_block;
+    for (size_t hd = 0; hd < heads; ++hd) {
+      const float* mu = m.means.data() + (hd * blocks + b) * d;
+      const float a = m.alphas[hd * h.tokens + t];
+      const size_t at = t * row + hd * d;
+      for (size_t i = 0; i < d; ++i) out[at + i] = LoadAsFloat(k, dtype, at + i) - a * mu[i];
+    }
+  }
+}
+
+Status DecodeCenteredKeys(const ContainerHeader& h, const Codec& codec, const KeyMeans& m,
+                          uint32_t head, uint64_t token_begin, size_t n,
+                          std::span<const uint8_t> codes, std::span<const uint8_t> meta, void* out,
+                          DType dtype, size_t stride, ThreadPool* pool) {
+  const size_t d = h.geometry.head_dim, code_bytes = codec.code_bytes();
+  const uint64_t blocks = KeyMeanBlocks(h);
+  if (m.means.size() != blocks * h.geometry.kv_heads * d ||
+      m.alphas.size() != h.tokens * h.geometry.kv_heads || token_begin + n > h.tokens) {
+    return Status::Internal("key means of the wrong size");
+  }
+  const std::span<const float> means(m.means), alphas(m.alphas);
+  auto* dst = static_cast<uint8_t*>(out);
+  for (size_t i = 0; i < n;) {
+    const uint64_t t = token_begin + i;
+    const uint64_t b = t / h.key_mean_block;
+    const size_t run = static_cast<size_t>(std::min<uint64_t>(n - i, (b + 1) * h.key_mean_block - t));
+    TQKV_RETURN_IF_ERROR(codec.DecodeAdd(codes.subspan(i * code_bytes, run * code_bytes), run, meta,
+                                         means.subspan((head * blocks + b) * d, d),
+                                         alphas.subspan(head * h.tokens + t, run),
+                                         dst + i * stride * DTypeSize(dtype), dtype, stride, pool));
+    i += run;
+  }
+  return Status::Ok();
+}
+
+}  // namespace tqkv
