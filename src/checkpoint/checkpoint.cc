@@ -237,14 +237,21 @@ Result<CheckpointStats> Checkpoint(KvSource& source, const CheckpointOptions& op
   const auto refuse = [&](const Status& s) {
     return s.WithContext("checkpoint " + std::string(key));
   };
-  if (Status s = format::ValidateHeader(header); !s.ok()) return refuse(s);
   AlignedBuffer layer_k, layer_v;
   auto layer_bytes = SizeProduct("layer tensor (tokens x KV heads x head_dim x dtype)",
                                  {tokens, heads, d, DTypeSize(dtype)});
   if (!layer_bytes.ok()) return refuse(layer_bytes.status());
+  if (Status s = format::ValidateHeader(header); !s.ok()) return refuse(s);
   if (cache_source == nullptr) {
     Status s = layer_k.TryReserve(*layer_bytes);
     if (s.ok()) s = layer_v.TryReserve(*layer_bytes);
+    if (!s.ok()) return refuse(s);
+  }
+  AlignedBuffer residual_buf;  // a layer's mean-removed keys, f32
+  if (header.key_mean_block != 0) {
+    auto bytes = SizeProduct("mean-removed keys (tokens x KV heads x head_dim x f32)",
+                             {tokens, heads, d, 4});
+    Status s = bytes.ok() ? residual_buf.TryReserve(*bytes) : bytes.status();
     if (!s.ok()) return refuse(s);
   }
 
@@ -261,7 +268,6 @@ Result<CheckpointStats> Checkpoint(KvSource& source, const CheckpointOptions& op
   ChunkWriterThread chunk_writer(writer.get(), 2);
   Status status;
   std::vector<uint8_t> metas;
-  std::vector<float> residual;  // a layer's mean-removed keys, f32
   for (uint32_t layer = 0; layer < g.layers && status.ok(); ++layer) {
     const void* tensors[2];
     if (cache_source != nullptr) {
@@ -288,10 +294,10 @@ Result<CheckpointStats> Checkpoint(KvSource& source, const CheckpointOptions& op
       means_buf = chunk_writer.TakeBuffer();
       means_buf.Reserve(means_bytes);
       ComputeKeyMeans(header, tensors[0], dtype, {means_buf.data(), means_bytes});
-      residual.resize(tokens * row);
+      auto* residual = reinterpret_cast<float*>(residual_buf.data());
       CenterKeys(header, tensors[0], dtype, KeyMeansAsF32(header, {means_buf.data(), means_bytes}),
-                 residual.data());
-      coded[0] = residual.data();
+                 residual);
+      coded[0] = residual;
       coded_dtype[0] = DType::kF32;
     }
     metas.assign(2 * heads * meta_bytes, 0);
