@@ -199,13 +199,12 @@ std::string FormatKeyMeans(const KeyMeanSetting& s) {
   return s.block != 0 && s.dtype == DType::kF32 ? block + ",f32" : block;
 }
 
-Result<CheckpointStats> Checkpoint(KvSource& source, const CheckpointOptions& options, Store& store,
-                                   std::string_view key) {
-  const auto t0 = Clock::now();
-  const ModelGeometry g = source.geometry();
-  TQKV_RETURN_IF_ERROR(ValidateGeometry(g).WithContext("checkpoint"));
-  TQKV_ASSIGN_OR_RETURN(SessionCodecs codecs,
-                        ResolveSessionCodecs(options.codec, options.layer_overrides, g));
+namespace {
+
+// The container header of a session: geometry, codecs, exact rows, engine state, key means.
+ContainerHeader PlanHeader(const KvSource& source, const CheckpointOptions& options,
+                           const SessionCodecs& codecs) {
+  const ModelGeometry& g = source.geometry();
   ContainerHeader header;
   header.model = source.model();
   header.geometry = g;
@@ -226,10 +225,153 @@ Result<CheckpointStats> Checkpoint(KvSource& source, const CheckpointOptions& op
         std::min<uint64_t>(options.key_mean_block, header.tokens));  // larger: one per session
     header.key_mean_dtype = options.key_mean_dtype;
   }
+  return header;
+}
 
+ChunkEntry LayerChunk(ChunkType type, uint32_t layer) {
+  ChunkEntry e;
+  e.type = type;
+  e.layer = layer;
+  return e;
+}
+
+// Encodes one layer and queues its chunks in container order: group metadata, key means, K and
+// V codes, exact rows (docs/format.md §5).
+class LayerWriter {
+ public:
+  LayerWriter(const ContainerHeader& header, const SessionCodecs& codecs,
+              ChunkWriterThread& chunks, AlignedBuffer& residual, ThreadPool* pool)
+      : h_(header), codecs_(codecs), chunks_(chunks), residual_(residual), pool_(pool) {}
+
+  Status Write(uint32_t layer, const void* const tensors[2]) {
+    const Codec& codec = *codecs_.codecs[codecs_.layer_codec[layer]];
+    const auto te = Clock::now();
+    // What gets encoded: the tensors, or for K of a layer with key means its residual (f32).
+    Coded coded{{tensors[0], tensors[1]}, {h_.source_dtype, h_.source_dtype}};
+    AlignedBuffer means;
+    size_t means_bytes = 0;
+    if (LayerHasKeyMeans(h_, layer)) {
+      means_bytes = KeyMeanValues(h_) * DTypeSize(h_.key_mean_dtype);
+      means = chunks_.TakeBuffer();
+      means.Reserve(means_bytes);
+      ComputeKeyMeans(h_, tensors[0], h_.source_dtype, {means.data(), means_bytes});
+      auto* residual = reinterpret_cast<float*>(residual_.data());
+      CenterKeys(h_, tensors[0], h_.source_dtype,
+                 KeyMeansAsF32(h_, {means.data(), means_bytes}), residual);
+      coded = {{residual, tensors[1]}, {DType::kF32, h_.source_dtype}};
+    }
+    Status status = WriteGroupMeta(layer, codec, coded);
+    encode_seconds_ += Since(te);
+    if (means_bytes > 0 && status.ok()) {
+      status =
+          chunks_.Push(LayerChunk(ChunkType::kKeyMeans, layer), std::move(means), means_bytes);
+    }
+    if (status.ok()) status = WriteCodes(layer, codec, coded);
+    if (status.ok()) status = WriteExactRows(layer, tensors);
+    return status;
+  }
+  double encode_seconds() const { return encode_seconds_; }
+
+ private:
+  struct Coded {
+    const void* data[2];
+    DType dtype[2];
+  };
+  size_t Row() const { return size_t{h_.geometry.kv_heads} * h_.geometry.head_dim; }
+  const uint8_t* HeadBase(const Coded& c, int kv, uint64_t token, size_t head) const {
+    return static_cast<const uint8_t*>(c.data[kv]) +
+           (token * Row() + head * h_.geometry.head_dim) * DTypeSize(c.dtype[kv]);
+  }
+  std::span<uint8_t> Meta(int kv, size_t head, size_t meta_bytes) {
+    return {metas_.data() + (kv * h_.geometry.kv_heads + head) * meta_bytes, meta_bytes};
+  }
+
+  // One outlier mask per (K or V, KV head), chosen over all of the layer's tokens.
+  Status WriteGroupMeta(uint32_t layer, const Codec& codec, const Coded& coded) {
+    const size_t heads = h_.geometry.kv_heads, meta_bytes = codec.group_meta_bytes();
+    metas_.assign(2 * heads * meta_bytes, 0);
+    if (meta_bytes == 0) return Status::Ok();
+    for (int kv = 0; kv < 2; ++kv) {
+      for (size_t h = 0; h < heads; ++h) {
+        TQKV_RETURN_IF_ERROR(codec.SelectGroupMeta(HeadBase(coded, kv, 0, h), coded.dtype[kv],
+                                                   h_.tokens, Row(), Meta(kv, h, meta_bytes)));
+      }
+    }
+    AlignedBuffer buf = chunks_.TakeBuffer();
+    TQKV_RETURN_IF_ERROR(buf.TryReserve(metas_.size()));
+    std::memcpy(buf.data(), metas_.data(), metas_.size());
+    return chunks_.Push(LayerChunk(ChunkType::kGroupMeta, layer), std::move(buf), metas_.size());
+  }
+
+  Status WriteCodes(uint32_t layer, const Codec& codec, const Coded& coded) {
+    const size_t heads = h_.geometry.kv_heads, code_bytes = codec.code_bytes();
+    const size_t meta_bytes = codec.group_meta_bytes();
+    for (int kv = 0; kv < 2; ++kv) {
+      for (uint64_t t0 = 0; t0 < h_.tokens; t0 += h_.token_block) {
+        const uint64_t count = std::min<uint64_t>(h_.token_block, h_.tokens - t0);
+        const size_t payload = heads * count * code_bytes;
+        AlignedBuffer buf = chunks_.TakeBuffer();
+        TQKV_RETURN_IF_ERROR(buf.TryReserve(payload));
+        const auto tc = Clock::now();
+        for (size_t h = 0; h < heads; ++h) {
+          TQKV_RETURN_IF_ERROR(codec.Encode(
+              HeadBase(coded, kv, t0, h), coded.dtype[kv], count, Row(), Meta(kv, h, meta_bytes),
+              {buf.data() + h * count * code_bytes, count * code_bytes}, pool_));
+        }
+        encode_seconds_ += Since(tc);
+        ChunkEntry entry = LayerChunk(ChunkType::kCodes, layer);
+        entry.kv = static_cast<uint8_t>(kv);
+        entry.token_begin = t0;
+        entry.token_count = count;
+        TQKV_RETURN_IF_ERROR(chunks_.Push(entry, std::move(buf), payload));
+      }
+    }
+    return Status::Ok();
+  }
+
+  // K then V; per range head-major [kv_head][token][head_dim], source dtype.
+  Status WriteExactRows(uint32_t layer, const void* const tensors[2]) {
+    const uint64_t exact_rows = uint64_t{h_.exact_head} + h_.exact_tail;
+    if (exact_rows == 0) return Status::Ok();
+    const size_t heads = h_.geometry.kv_heads;
+    const size_t vec = size_t{h_.geometry.head_dim} * DTypeSize(h_.source_dtype);
+    const size_t payload = 2 * exact_rows * heads * vec;
+    AlignedBuffer buf = chunks_.TakeBuffer();
+    TQKV_RETURN_IF_ERROR(buf.TryReserve(payload));
+    const Coded source{{tensors[0], tensors[1]}, {h_.source_dtype, h_.source_dtype}};
+    uint8_t* out = buf.data();
+    for (int kv = 0; kv < 2; ++kv) {
+      for (const TokenRange& range : ExactRanges(h_)) {
+        for (size_t h = 0; h < heads; ++h) {
+          for (uint64_t t = range.begin; t < range.begin + range.count; ++t, out += vec) {
+            std::memcpy(out, HeadBase(source, kv, t, h), vec);
+          }
+        }
+      }
+    }
+    return chunks_.Push(LayerChunk(ChunkType::kExactRows, layer), std::move(buf), payload);
+  }
+
+  const ContainerHeader& h_;
+  const SessionCodecs& codecs_;
+  ChunkWriterThread& chunks_;
+  AlignedBuffer& residual_;
+  ThreadPool* pool_;
+  std::vector<uint8_t> metas_;
+  double encode_seconds_ = 0;
+};
+
+}  // namespace
+
+Result<CheckpointStats> Checkpoint(KvSource& source, const CheckpointOptions& options, Store& store,
+                                   std::string_view key) {
+  const auto t0 = Clock::now();
+  const ModelGeometry g = source.geometry();
+  TQKV_RETURN_IF_ERROR(ValidateGeometry(g).WithContext("checkpoint"));
+  TQKV_ASSIGN_OR_RETURN(SessionCodecs codecs,
+                        ResolveSessionCodecs(options.codec, options.layer_overrides, g));
+  const ContainerHeader header = PlanHeader(source, options, codecs);
   const DType dtype = source.dtype();
-  const size_t heads = g.kv_heads, d = g.head_dim;
-  const size_t row = heads * d;  // elements per token
   const uint64_t tokens = header.tokens;
   const auto* cache_source = dynamic_cast<const CacheSource*>(&source);
   // Whatever can be refused is refused before the store sees the key, so nothing is left in it:
@@ -239,7 +381,7 @@ Result<CheckpointStats> Checkpoint(KvSource& source, const CheckpointOptions& op
   };
   AlignedBuffer layer_k, layer_v;
   auto layer_bytes = SizeProduct("layer tensor (tokens x KV heads x head_dim x dtype)",
-                                 {tokens, heads, d, DTypeSize(dtype)});
+                                 {tokens, g.kv_heads, g.head_dim, DTypeSize(dtype)});
   if (!layer_bytes.ok()) return refuse(layer_bytes.status());
   if (Status s = format::ValidateHeader(header); !s.ok()) return refuse(s);
   if (cache_source == nullptr) {
@@ -250,7 +392,7 @@ Result<CheckpointStats> Checkpoint(KvSource& source, const CheckpointOptions& op
   AlignedBuffer residual_buf;  // a layer's mean-removed keys, f32
   if (header.key_mean_block != 0) {
     auto bytes = SizeProduct("mean-removed keys (tokens x KV heads x head_dim x f32)",
-                             {tokens, heads, d, 4});
+                             {tokens, g.kv_heads, g.head_dim, 4});
     Status s = bytes.ok() ? residual_buf.TryReserve(*bytes) : bytes.status();
     if (!s.ok()) return refuse(s);
   }
@@ -264,10 +406,9 @@ Result<CheckpointStats> Checkpoint(KvSource& source, const CheckpointOptions& op
   std::unique_ptr<ContainerWriter> writer = std::move(created).value();
 
   CheckpointStats stats;
-  double encode_seconds = 0;
   ChunkWriterThread chunk_writer(writer.get(), 2);
+  LayerWriter layers(header, codecs, chunk_writer, residual_buf, options.pool);
   Status status;
-  std::vector<uint8_t> metas;
   for (uint32_t layer = 0; layer < g.layers && status.ok(); ++layer) {
     const void* tensors[2];
     if (cache_source != nullptr) {
@@ -281,104 +422,7 @@ Result<CheckpointStats> Checkpoint(KvSource& source, const CheckpointOptions& op
       tensors[0] = layer_k.data();
       tensors[1] = layer_v.data();
     }
-    const Codec& codec = *codecs.codecs[codecs.layer_codec[layer]];
-    const size_t meta_bytes = codec.group_meta_bytes();
-    const auto te = Clock::now();
-    // What gets encoded: the tensors, or for K of a layer with key means its residual (f32).
-    const void* coded[2] = {tensors[0], tensors[1]};
-    DType coded_dtype[2] = {dtype, dtype};
-    AlignedBuffer means_buf;
-    size_t means_bytes = 0;
-    if (LayerHasKeyMeans(header, layer)) {
-      means_bytes = KeyMeanValues(header) * DTypeSize(header.key_mean_dtype);
-      means_buf = chunk_writer.TakeBuffer();
-      means_buf.Reserve(means_bytes);
-      ComputeKeyMeans(header, tensors[0], dtype, {means_buf.data(), means_bytes});
-      auto* residual = reinterpret_cast<float*>(residual_buf.data());
-      CenterKeys(header, tensors[0], dtype, KeyMeansAsF32(header, {means_buf.data(), means_bytes}),
-                 residual);
-      coded[0] = residual;
-      coded_dtype[0] = DType::kF32;
-    }
-    metas.assign(2 * heads * meta_bytes, 0);
-    if (meta_bytes > 0) {
-      for (int kv = 0; kv < 2 && status.ok(); ++kv) {
-        for (size_t h = 0; h < heads && status.ok(); ++h) {
-          const auto* base =
-              static_cast<const uint8_t*>(coded[kv]) + h * d * DTypeSize(coded_dtype[kv]);
-          status = codec.SelectGroupMeta(base, coded_dtype[kv], tokens, row,
-                                         {metas.data() + (kv * heads + h) * meta_bytes, meta_bytes});
-        }
-      }
-      encode_seconds += Since(te);
-      if (!status.ok()) break;
-      AlignedBuffer buf = chunk_writer.TakeBuffer();
-      status = buf.TryReserve(metas.size());
-      if (!status.ok()) break;
-      std::memcpy(buf.data(), metas.data(), metas.size());
-      ChunkEntry entry;
-      entry.type = ChunkType::kGroupMeta;
-      entry.layer = layer;
-      status = chunk_writer.Push(entry, std::move(buf), metas.size());
-    }
-    if (means_bytes > 0 && status.ok()) {
-      ChunkEntry entry;
-      entry.type = ChunkType::kKeyMeans;
-      entry.layer = layer;
-      status = chunk_writer.Push(entry, std::move(means_buf), means_bytes);
-    }
-    const size_t code_bytes = codec.code_bytes();
-    for (int kv = 0; kv < 2 && status.ok(); ++kv) {
-      for (uint64_t t0b = 0; t0b < tokens && status.ok(); t0b += header.token_block) {
-        const uint64_t count = std::min<uint64_t>(header.token_block, tokens - t0b);
-        const size_t payload = heads * count * code_bytes;
-        AlignedBuffer buf = chunk_writer.TakeBuffer();
-        status = buf.TryReserve(payload);
-        if (!status.ok()) break;
-        const auto tc = Clock::now();
-        for (size_t h = 0; h < heads && status.ok(); ++h) {
-          const auto* x = static_cast<const uint8_t*>(coded[kv]) +
-                          (t0b * row + h * d) * DTypeSize(coded_dtype[kv]);
-          status = codec.Encode(x, coded_dtype[kv], count, row,
-                                {metas.data() + (kv * heads + h) * meta_bytes, meta_bytes},
-                                {buf.data() + h * count * code_bytes, count * code_bytes},
-                                options.pool);
-        }
-        encode_seconds += Since(tc);
-        if (!status.ok()) break;
-        ChunkEntry entry;
-        entry.type = ChunkType::kCodes;
-        entry.layer = layer;
-        entry.kv = static_cast<uint8_t>(kv);
-        entry.token_begin = t0b;
-        entry.token_count = count;
-        status = chunk_writer.Push(entry, std::move(buf), payload);
-      }
-    }
-    const uint64_t exact_rows = uint64_t{header.exact_head} + header.exact_tail;
-    if (exact_rows > 0 && status.ok()) {
-      // K then V; per range head-major [kv_head][token][head_dim], source dtype.
-      const size_t vec = d * DTypeSize(dtype);
-      const size_t payload = 2 * exact_rows * heads * vec;
-      AlignedBuffer buf = chunk_writer.TakeBuffer();
-      status = buf.TryReserve(payload);
-      if (!status.ok()) break;
-      uint8_t* out = buf.data();
-      for (int kv = 0; kv < 2; ++kv) {
-        const auto* base = static_cast<const uint8_t*>(tensors[kv]);
-        for (const TokenRange& range : ExactRanges(header)) {
-          for (size_t h = 0; h < heads; ++h) {
-            for (uint64_t t = range.begin; t < range.begin + range.count; ++t, out += vec) {
-              std::memcpy(out, base + (t * row + h * d) * DTypeSize(dtype), vec);
-            }
-          }
-        }
-      }
-      ChunkEntry entry;
-      entry.type = ChunkType::kExactRows;
-      entry.layer = layer;
-      status = chunk_writer.Push(entry, std::move(buf), payload);
-    }
+    status = layers.Write(layer, tensors);
   }
   Status closed = chunk_writer.Close();
   if (status.ok()) status = closed;
@@ -390,7 +434,7 @@ Result<CheckpointStats> Checkpoint(KvSource& source, const CheckpointOptions& op
     return status.WithContext("checkpoint " + std::string(key));
   }
   stats.write_seconds = chunk_writer.write_seconds() + Since(tw);
-  stats.encode_seconds = encode_seconds;
+  stats.encode_seconds = layers.encode_seconds();
   stats.bytes_written = writer->BytesWritten();
   stats.fp16_bytes = g.SessionBytes(tokens, DType::kF16);
   stats.seconds = Since(t0);

@@ -154,7 +154,8 @@ Status EmulatedGpuRestore(Store& store, const std::string& key, DType dtype, uin
   for (const auto& e : chunks) max_chunk = std::max(max_chunk, AlignUp(e.size, kContainerAlignment));
   std::vector<AlignedBuffer> bufs(slots);
   for (auto& b : bufs) b.Reserve(max_chunk);
-  std::vector<uint8_t> metas;
+  std::vector<uint8_t> metas, means_chunk;
+  uint32_t means_layer = UINT32_MAX;
   for (size_t first = 0; first < chunks.size(); first += slots) {
     const size_t n = std::min(slots, chunks.size() - first);
     std::vector<ReadRequest> reqs;
@@ -176,6 +177,18 @@ Status EmulatedGpuRestore(Store& store, const std::string& key, DType dtype, uin
         metas.assign(data, data + e.size);
         continue;
       }
+      if (e.type == ChunkType::kKeyMeans) {  // before the layer's codes; the K codes add α·μ
+        means_chunk.assign(data, data + e.size);
+        means_layer = e.layer;
+        continue;
+      }
+      cuda::GpuKeyMeans means{};
+      if (e.kv == 0 && means_layer == e.layer) {
+        const uint64_t blocks = KeyMeanBlocks(h);
+        means = {means_chunk.data(),
+                 means_chunk.data() + blocks * g.token_elems() * DTypeSize(h.key_mean_dtype),
+                 cuda::ToGpuDType(h.key_mean_dtype), h.key_mean_block, blocks, h.tokens};
+      }
       cuda::GpuDst dst{};
       dst.base = out->tensors[2 * e.layer + e.kv].data();
       dst.block_ids = block_ids.data();
@@ -195,7 +208,11 @@ Status EmulatedGpuRestore(Store& store, const std::string& key, DType dtype, uin
               cuda::StoreElement(vec.data(), dst.dtype, c, cuda::LoadElement(code, p.raw_dtype, c));
             }
           } else {
-            cuda::EmulateDecodeVector(p, code, mask, vec.data(), dst.dtype);
+            const uint64_t tok = e.token_begin + t;
+            cuda::EmulateDecodeVector(
+                p, code, mask, vec.data(), dst.dtype,
+                means.means ? cuda::KeyMeanRow(means, tok, head, g.head_dim) : nullptr,
+                means.dtype, means.means ? cuda::KeyMeanAlpha(means, tok, head) : 0.0f);
           }
           for (uint32_t c = 0; c < g.head_dim; ++c) {
             std::memcpy(static_cast<uint8_t*>(dst.base) +

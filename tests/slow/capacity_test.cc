@@ -19,9 +19,10 @@ using tqkv::testing_util::CmdResult;
 using tqkv::testing_util::Json;
 using tqkv::testing_util::Tqkv;
 
+// The seed's codec is plain tq3: keys without their mean removed (--key-means off).
 TEST(SeedFigures, CapacityReproducesTheSeedFigures) {
-  CmdResult r = Tqkv("capacity --model qwen2.5-7b --tokens 10000 --codec tq3 --capacity 10TB "
-               "--per-gpu 16TB --gpus 1000 --json");
+  CmdResult r = Tqkv("capacity --model qwen2.5-7b --tokens 10000 --codec tq3 --key-means off "
+                     "--capacity 10TB --per-gpu 16TB --gpus 1000 --json");
   ASSERT_EQ(r.status, 0) << r.out;
   auto j = Json(r.out);
   EXPECT_EQ(j["fp16_session_bytes"], 573440000);
@@ -30,6 +31,24 @@ TEST(SeedFigures, CapacityReproducesTheSeedFigures) {
   EXPECT_NEAR(j["sessions_codec"].get<double>(), 85800, 0.01 * 85800);
   EXPECT_NEAR(j["per_gpu_bytes_codec"].get<double>(), 3.3e12, 0.02 * 3.3e12);  // seed rounds to 2 digits
   EXPECT_NEAR(j["cluster_bytes_codec"].get<double>(), 3.3e15, 0.02 * 3.3e15);
+}
+
+// Today's default removes the keys' mean per 128 tokens: it costs the means and coefficients
+// (f16) and at most a page of padding per layer over plain tq3 (docs/format.md §5).
+TEST(SeedFigures, CapacityCountsTheKeyMeans) {
+  const std::string base = "capacity --model qwen2.5-7b --tokens 10000 --codec tq3 --json";
+  CmdResult plain = Tqkv(base + " --key-means off");
+  CmdResult centered = Tqkv(base);
+  ASSERT_EQ(plain.status, 0) << plain.out;
+  ASSERT_EQ(centered.status, 0) << centered.out;
+  auto p = Json(plain.out), c = Json(centered.out);
+  // 28 layers x 4 KV heads x (79 blocks x 128 channels + 10,000 coefficients) x 2 bytes.
+  const double means = 28.0 * 4 * (79 * 128 + 10000) * 2;
+  const double extra =
+      c["codec_session_bytes"].get<double>() - p["codec_session_bytes"].get<double>();
+  EXPECT_GE(extra, means);
+  EXPECT_LE(extra, means + 28 * 4096);
+  EXPECT_LT(c["sessions_codec"].get<double>(), p["sessions_codec"].get<double>());
 }
 
 // Exact rows cost their bytes and no more than a page of padding per layer.
@@ -50,6 +69,7 @@ TEST(SeedFigures, CapacityWithExactTokensCountsTheirBytes) {
   EXPECT_LT(e["sessions_codec"].get<double>(), p["sessions_codec"].get<double>());
 }
 
+// The seed's figure holds for plain tq3; with the default key means the session is 121.1 MB.
 TEST(SeedFigures, TenThousandTokenQwenSessionIsUnder117MB) {
   tqkv::MemoryStore store;
   auto preset = tqkv::FindModelPreset("qwen2.5-7b").value();
@@ -58,11 +78,17 @@ TEST(SeedFigures, TenThousandTokenQwenSessionIsUnder117MB) {
   opts.codec = tqkv::ParseCodecSpec("tq3").value();
   tqkv::ThreadPool pool;
   opts.pool = &pool;
+  opts.key_mean_block = 0;
   auto st = tqkv::Checkpoint(*source, opts, store, "s");
   ASSERT_TRUE(st.ok()) << st.status().ToString();
   EXPECT_EQ(st->fp16_bytes, 573440000u);
   EXPECT_LE(st->bytes_written, 117000000u);
   EXPECT_EQ(store.Open("s").value()->Size(), st->bytes_written);
+  opts.key_mean_block = tqkv::CheckpointOptions{}.key_mean_block;  // the default
+  auto centered = tqkv::Checkpoint(*source, opts, store, "c");
+  ASSERT_TRUE(centered.ok()) << centered.status().ToString();
+  EXPECT_GT(centered->bytes_written, st->bytes_written);
+  EXPECT_LE(centered->bytes_written, 121200000u);
 }
 
 }  // namespace
