@@ -132,8 +132,8 @@ nb::dict CheckpointArrays(PyStore& ps, const std::string& key, const std::vector
                           const std::vector<RoArray>& v, Axes axes,
                           const std::optional<Int64Array>& block_ids, uint64_t tokens,
                           const std::string& codec, const std::vector<std::string>& layer_codecs,
-                          uint32_t exact_head, uint32_t exact_tail, const std::string& model,
-                          uint32_t token_block) {
+                          uint32_t exact_head, uint32_t exact_tail, const std::string& key_means,
+                          const std::string& model, uint32_t token_block) {
   LayerArrays la = ViewLayers(k, v, axes, block_ids, tokens);
   CheckpointOptions opts;
   opts.codec = ValueOrThrow(ParseCodecSpec(codec));
@@ -142,6 +142,9 @@ nb::dict CheckpointArrays(PyStore& ps, const std::string& key, const std::vector
   }
   opts.exact_head = exact_head;
   opts.exact_tail = exact_tail;
+  const KeyMeanSetting km = ValueOrThrow(ParseKeyMeans(key_means));
+  opts.key_mean_block = km.block;
+  opts.key_mean_dtype = km.dtype;
   opts.token_block = token_block;
   auto pool = Pool();
   opts.pool = pool.get();
@@ -179,6 +182,7 @@ nb::dict Header(PyStore& ps, const std::string& key) {
   d["source_dtype"] = std::string(DTypeName(h.source_dtype));
   d["exact_head"] = h.exact_head;
   d["exact_tail"] = h.exact_tail;
+  d["key_mean_block"] = h.key_mean_block;
   return d;
 }
 
@@ -262,7 +266,7 @@ void BindSession(nb::module_& m) {
   m.def("checkpoint", &CheckpointArrays, nb::arg("store"), nb::arg("key"), nb::arg("k"),
         nb::arg("v"), nb::arg("axes"), nb::arg("block_ids").none(), nb::arg("tokens"),
         nb::arg("codec"), nb::arg("layer_codecs"), nb::arg("exact_head"), nb::arg("exact_tail"),
-        nb::arg("model"), nb::arg("token_block"));
+        nb::arg("key_means"), nb::arg("model"), nb::arg("token_block"));
   m.def("restore_into", &RestoreArrays, nb::arg("store"), nb::arg("key"), nb::arg("k"),
         nb::arg("v"), nb::arg("axes"), nb::arg("block_ids").none(), nb::arg("tokens"),
         nb::arg("layer_ready").none(), nb::arg("drop_cache"), nb::arg("inflight_bytes"));

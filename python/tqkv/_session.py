@@ -52,14 +52,16 @@ def _block_ids(block_ids: Any) -> Optional[np.ndarray]:
 
 def checkpoint(store: StoreLike, key: str, k: Any, v: Any, *, codec: str = "tq3",
                layer_codecs: Optional[Mapping[int, str]] = None,
-               exact_tokens: Tuple[int, int] = (0, 0), layout: str = "nhd",
-               block_ids: Any = None, tokens: Optional[int] = None, model: str = "",
-               token_block: int = 0) -> Dict[str, Any]:
+               exact_tokens: Tuple[int, int] = (0, 0), key_means: str = "128",
+               layout: str = "nhd", block_ids: Any = None, tokens: Optional[int] = None,
+               model: str = "", token_block: int = 0) -> Dict[str, Any]:
     """Encodes the cache ``k``, ``v`` and publishes it atomically under ``key``.
 
     ``codec``: the spec of every layer (``tq3``, ``tq2.5``, ``fp16``, ... see tqkv.Codec);
     ``layer_codecs``: per-layer overrides, e.g. ``{0: "tq4", 27: "tq4"}``; ``exact_tokens``:
     ``(first, last)`` tokens also stored exactly (attention sinks, recent tokens);
+    ``key_means``: the keys' mean removed before encoding, per block of that many tokens (the
+    default, ``"128"``), ``"session"`` or ``"off"``, optionally ``",f32"`` (docs/format.md §5);
     ``layout``/``block_ids``: see the module docs; ``tokens``: for paged caches, the session
     length (default ``len(block_ids) * block_size``); ``model``: a name stored in the header.
     Returns the library's statistics (bytes_written, fp16_bytes, seconds, ...).
@@ -72,7 +74,8 @@ def checkpoint(store: StoreLike, key: str, k: Any, v: Any, *, codec: str = "tq3"
     overrides = [f"{layer}:{spec}" for layer, spec in sorted((layer_codecs or {}).items())]
     head, tail = exact_tokens
     return _tqkv.checkpoint(as_store(store)._s, key, kl, vl, _axes(layout), ids, int(tokens),
-                            codec, overrides, int(head), int(tail), model, int(token_block))
+                            codec, overrides, int(head), int(tail), key_means, model,
+                            int(token_block))
 
 
 def _destination(store: Any, key: str, out: Any, dtype: Any, layout: str, block_ids: Any,

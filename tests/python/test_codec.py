@@ -79,7 +79,7 @@ def test_same_codes_as_the_library(tmp_path, preset):
     the same vectors: the codes (and the split codecs' metadata) are the C++ library's."""
     k, v = session_arrays(layers=1, tokens=300, heads=1, dim=128, dtype=np.float16, seed=2)
     store = tqkv.open_store(str(tmp_path))
-    tqkv.checkpoint(store, "s", k, v, codec=preset)
+    tqkv.checkpoint(store, "s", k, v, codec=preset, key_means="off")
     rk, rv = tqkv.restore(store, "s", dtype="float32")
     c = tqkv.Codec(preset, head_dim=128)
     for src, restored in ((k, rk), (v, rv)):
@@ -87,6 +87,27 @@ def test_same_codes_as_the_library(tmp_path, preset):
         meta = c.select_meta(x) if c.split else None
         y = c.decode(c.encode(x, meta=meta), meta=meta, dtype="float32")
         assert np.array_equal(y, restored[0, :, 0, :])
+
+
+@pytest.mark.parametrize("preset", ["tq3", "tq2.5"])
+def test_default_key_means_change_only_the_keys(tmp_path, preset):
+    """By default a checkpoint removes the keys' mean per 128 tokens: the values are the plain
+    codes' bit for bit, keys with a large shared component come back much closer than plain
+    codes bring them, and key_means="off" stores plain codes (the header says which)."""
+    k, v = session_arrays(layers=1, tokens=300, heads=1, dim=128, dtype=np.float16, seed=2)
+    k = k + np.float16(20.0)  # a shared component, as the K bias of Qwen2.5 gives
+    store = tqkv.open_store(str(tmp_path))
+    tqkv.checkpoint(store, "c", k, v, codec=preset)
+    tqkv.checkpoint(store, "p", k, v, codec=preset, key_means="off")
+    assert tqkv._tqkv.header(store._s, "c")["key_mean_block"] == 128
+    assert tqkv._tqkv.header(store._s, "p")["key_mean_block"] == 0
+    ck, cv = tqkv.restore(store, "c", dtype="float32")
+    pk, pv = tqkv.restore(store, "p", dtype="float32")
+    assert np.array_equal(cv, pv)
+    ref = k.astype(np.float32)
+    assert np.abs(ck - ref).mean() < 0.5 * np.abs(pk - ref).mean()
+    with pytest.raises(tqkv.InvalidArgumentError, match="key means"):
+        tqkv.checkpoint(store, "x", k, v, codec=preset, key_means="sometimes")
 
 
 def test_out_is_written_in_place_and_inputs_are_views():
