@@ -59,7 +59,7 @@ echo "== AddressSanitizer + UndefinedBehaviorSanitizer build + ctest"
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTQKV_SANITIZE=address,undefined \
   -DTQKV_BUILD_TOOLS=ON -DTQKV_ENABLE_CUDA=OFF >/dev/null
 ninja -C build-asan
-ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure -j "$jobs" -LE slow
 
 if [ -f fuzz/container_fuzz.cc ]; then
