@@ -21,6 +21,17 @@ CLI::Validator CountIn(uint64_t min, uint64_t max) {
       "COUNT in [" + std::to_string(min) + ", " + std::to_string(max) + "]");
 }
 
+Status ApplyCodecs(const std::string& codec, const std::vector<std::string>& layer_codecs,
+                   CheckpointOptions& opts) {
+  TQKV_ASSIGN_OR_RETURN(opts.codec, ParseCodecSpec(codec));
+  opts.layer_overrides.clear();
+  for (const auto& lc : layer_codecs) {
+    TQKV_ASSIGN_OR_RETURN(LayerCodec l, ParseLayerCodec(lc));
+    opts.layer_overrides.push_back(l);
+  }
+  return Status::Ok();
+}
+
 Status ApplyExactTokens(const std::string& text, CheckpointOptions& opts) {
   if (text.empty()) return Status::Ok();
   TQKV_ASSIGN_OR_RETURN(const ExactTokens et, ParseExactTokens(text));

@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include <string>
+#include <vector>
 
 #include "tqkv/checkpoint.h"
 #include "tqkv/status.h"
@@ -30,6 +31,10 @@ inline constexpr const char* kDurationHelp = "Durations: ms, s, m, h, d (none: s
 // CLI11 check of a count option with ParseCount (tqkv/units.h): decimal digits in [min, max], so
 // "-1" (which CLI11 would wrap into an unsigned) and "1e9" are refused before the command runs.
 CLI::Validator CountIn(uint64_t min, uint64_t max);
+
+// Sets opts.codec and opts.layer_overrides from --codec and the --layer-codec values (L:SPEC).
+Status ApplyCodecs(const std::string& codec, const std::vector<std::string>& layer_codecs,
+                   CheckpointOptions& opts);
 
 // Sets opts.exact_head / exact_tail from a --exact-tokens value ("" leaves them 0).
 Status ApplyExactTokens(const std::string& text, CheckpointOptions& opts);

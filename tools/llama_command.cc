@@ -115,11 +115,7 @@ void RegisterImport(CLI::App* llama) {
         slot.state = std::move(file);
       }
       CheckpointOptions opts;
-      TQKV_ASSIGN_OR_RETURN(opts.codec, ParseCodecSpec(o->codec));
-      for (const auto& lc : o->layer_codecs) {
-        TQKV_ASSIGN_OR_RETURN(LayerCodec l, ParseLayerCodec(lc));
-        opts.layer_overrides.push_back(l);
-      }
+      TQKV_RETURN_IF_ERROR(ApplyCodecs(o->codec, o->layer_codecs, opts));
       TQKV_RETURN_IF_ERROR(ApplyExactTokens(o->exact_tokens, opts));
       ThreadPool pool(o->threads);
       opts.pool = &pool;

@@ -95,11 +95,7 @@ void RegisterCheckpoint(CLI::App& app) {
       auto dtype = ParseDType(o->dtype);
       if (!dtype) return Status::InvalidArgument("unknown dtype " + o->dtype);
       CheckpointOptions opts;
-      TQKV_ASSIGN_OR_RETURN(opts.codec, ParseCodecSpec(o->codec));
-      for (const auto& lc : o->layer_codecs) {
-        TQKV_ASSIGN_OR_RETURN(LayerCodec l, ParseLayerCodec(lc));
-        opts.layer_overrides.push_back(l);
-      }
+      TQKV_RETURN_IF_ERROR(ApplyCodecs(o->codec, o->layer_codecs, opts));
       TQKV_RETURN_IF_ERROR(ApplyExactTokens(o->exact_tokens, opts));
       TQKV_RETURN_IF_ERROR(ApplyKeyMeans(o->key_means, opts));
       ThreadPool pool(o->threads);
@@ -212,11 +208,7 @@ void RegisterCompress(CLI::App& app) {
     Status s = [&]() -> Status {
       TQKV_ASSIGN_OR_RETURN(auto cache, ReadSafetensors(o->in));
       CheckpointOptions opts;
-      TQKV_ASSIGN_OR_RETURN(opts.codec, ParseCodecSpec(o->codec));
-      for (const auto& lc : o->layer_codecs) {
-        TQKV_ASSIGN_OR_RETURN(LayerCodec l, ParseLayerCodec(lc));
-        opts.layer_overrides.push_back(l);
-      }
+      TQKV_RETURN_IF_ERROR(ApplyCodecs(o->codec, o->layer_codecs, opts));
       TQKV_RETURN_IF_ERROR(ApplyExactTokens(o->exact_tokens, opts));
       TQKV_RETURN_IF_ERROR(ApplyKeyMeans(o->key_means, opts));
       ThreadPool pool(o->threads);
