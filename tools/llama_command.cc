@@ -103,7 +103,8 @@ void RegisterImport(CLI::App* llama) {
   cmd->add_option("--layer-codec", o->layer_codecs, "Per-layer override L:SPEC (repeatable)");
   cmd->add_option("--exact-tokens", o->exact_tokens, kExactTokensHelp);
   cmd->add_option("--model", o->model, "Model name stored in the header")->capture_default_str();
-  cmd->add_option("--threads", o->threads, "Encode threads (0: all cores)");
+  cmd->add_option("--threads", o->threads, "Encode threads (0: all cores)")
+      ->check(CountIn(0, ThreadPool::kMaxThreads));
   cmd->callback([o] {
     Status s = [&]() -> Status {
       TQKV_ASSIGN_OR_RETURN(std::vector<uint8_t> file, ReadFile(o->in));
@@ -147,7 +148,8 @@ void RegisterExport(CLI::App* llama) {
   o->target.Add(cmd, "Input .tqkv (or --store and --session)");
   cmd->add_option("--out", o->out, "Output slot file (or blob with --blob)")->required();
   cmd->add_flag("--blob", o->blob, "Write the bare sequence state even when the session has tokens");
-  cmd->add_option("--threads", o->threads, "Decode threads (0: all cores)");
+  cmd->add_option("--threads", o->threads, "Decode threads (0: all cores)")
+      ->check(CountIn(0, ThreadPool::kMaxThreads));
   cmd->callback([o] {
     Status s = [&]() -> Status {
       TQKV_ASSIGN_OR_RETURN(StoreAndKey sk, o->target.Open(false));
