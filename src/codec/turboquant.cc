@@ -207,13 +207,7 @@ class TurboQuantCodec final : public Codec {
         if (params_.qjl) {
           for (size_t i = 0; i < cnt; ++i) QjlAdd(code + i * code_bytes_, xs + i * xs_stride);
         }
-        if (mean != nullptr) {
-          for (size_t i = 0; i < cnt; ++i) {
-            float* x = xs + i * xs_stride;
-            const float a = scale[start + i];
-            for (size_t j = 0; j < d; ++j) x[j] += a * mean[j];  // no fma: -ffp-contract=off
-          }
-        }
+        if (mean != nullptr) k.add_scaled(mean, scale + start, cnt, d, xs, xs_stride);
         if (!direct) {
           if (stride == d) {
             k.from_f32(xs, cnt * d, dtype, dst + start * out_pitch);

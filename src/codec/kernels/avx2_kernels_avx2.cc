@@ -862,12 +862,27 @@ void SplitScatter(const float* in0, size_t m0, const float* in1, size_t m1, size
   }
 }
 
+// mul then add, never _mm256_fmadd_ps: the reference rounds the product first.
+void AddScaled(const float* mean, const float* scale, size_t n, size_t d, float* x,
+               size_t x_stride) {
+  for (size_t i = 0; i < n; ++i) {
+    float* xv = x + i * x_stride;
+    const __m256 a = _mm256_set1_ps(scale[i]);
+    size_t j = 0;
+    for (; j + 8 <= d; j += 8) {
+      const __m256 p = _mm256_mul_ps(a, _mm256_loadu_ps(mean + j));
+      _mm256_storeu_ps(xv + j, _mm256_add_ps(_mm256_loadu_ps(xv + j), p));
+    }
+    for (; j < d; ++j) xv[j] += scale[i] * mean[j];
+  }
+}
+
 }  // namespace
 
 namespace internal {
 const KernelTable& Avx2Table() {
   static const KernelTable table{"avx2", ToF32, FromF32, Encode, Decode, SplitGather,
-                                 SplitScatter};
+                                 SplitScatter, AddScaled};
   return table;
 }
 }  // namespace internal

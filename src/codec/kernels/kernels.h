@@ -94,6 +94,11 @@ struct KernelTable {
   // The inverse: channel c of vector i from in0/in1 as above (the same slack, for reads).
   void (*split_scatter)(const float* in0, size_t m0, const float* in1, size_t m1, size_t n,
                         const uint8_t* mask, size_t d, float* x, size_t x_stride);
+  // Mean-removed keys: x_i[j] += scale[i] * mean[j] for n vectors of d floats (vector i at
+  // x + i * x_stride); the product is rounded, then added (no fma), so every table agrees bit
+  // for bit with the reference and with the CUDA decoder.
+  void (*add_scaled)(const float* mean, const float* scale, size_t n, size_t d, float* x,
+                     size_t x_stride);
 };
 inline constexpr size_t kSplitSlack = 8;
 

@@ -234,11 +234,20 @@ void SplitScatter(const float* in0, size_t m0, const float* in1, size_t m1, size
   }
 }
 
+void AddScaled(const float* mean, const float* scale, size_t n, size_t d, float* x,
+               size_t x_stride) {
+  for (size_t i = 0; i < n; ++i) {
+    float* xv = x + i * x_stride;
+    const float a = scale[i];
+    for (size_t j = 0; j < d; ++j) xv[j] += a * mean[j];  // -ffp-contract=off: no fma
+  }
+}
+
 }  // namespace
 
 const KernelTable& ScalarKernels() {
   static const KernelTable table{"scalar", ToF32, FromF32, Encode, Decode, SplitGather,
-                                 SplitScatter};
+                                 SplitScatter, AddScaled};
   return table;
 }
 
