@@ -174,6 +174,9 @@ class ContainerReader {
   // Reads the extents of `reads` in one ReadBatch (io_uring keeps them in flight), then verifies
   // each with VerifyChunkExtent; returns the first error (InvalidArgument as VerifyChunkExtent).
   virtual Status ReadChunks(std::span<const ChunkRead> reads) = 0;
+  // ReadChunks without the verification: the bytes are not to be used before VerifyChunkExtent
+  // accepts them (a pipeline that checksums on another thread while the next batch is read).
+  virtual Status ReadChunkExtents(std::span<const ChunkRead> reads) = 0;
 
   // Verifies a payload alone (entry.size bytes, no padding) against its entry.
   virtual Status VerifyChunk(const ChunkEntry& entry, std::span<const uint8_t> payload) const = 0;

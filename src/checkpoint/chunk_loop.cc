@@ -36,23 +36,34 @@ Status RunChunkLoop(ContainerReader& reader, ChunkSink& sink, const ChunkLoopOpt
                         sink.AllocateSlots(stats.slots, stats.slot_bytes));
   if (slots.size() != stats.slots) return Status::Internal("chunk loop: sink allocated no slots");
   std::vector<size_t> chunk_of(slots.size(), 0);
-  const SlotReadFn read = options.read ? options.read : [&](std::span<const SlotRead> batch) {
-    std::vector<ChunkRead> reads;
-    for (const SlotRead& r : batch) reads.push_back({r.index, r.dst});
-    return reader.ReadChunks(reads);
+  // The default path reads on the reader thread and checksums on the verifier's; a custom read
+  // (cuFile) verifies its own host copy.
+  auto reads_of = [&](const std::vector<size_t>& batch, size_t first) {
+    std::vector<SlotRead> reads;
+    for (size_t i = 0; i < batch.size(); ++i) {
+      reads.push_back({batch[i], first + i,
+                       slots[batch[i]].first(static_cast<size_t>(reader.ChunkExtent(first + i)))});
+    }
+    return reads;
   };
-  SlotReader slot_reader(
-      slots.size(), chunks.size(),
-      [&](const std::vector<size_t>& batch, size_t first) -> Status {
-        std::vector<SlotRead> reads;
-        for (size_t i = 0; i < batch.size(); ++i) {
-          chunk_of[batch[i]] = first + i;
-          reads.push_back({batch[i], first + i,
-                           slots[batch[i]].first(static_cast<size_t>(reader.ChunkExtent(first + i)))});
-        }
-        return read(reads);
-      },
-      options.reader_thread_init);
+  SlotReader::ReadFn read = [&](const std::vector<size_t>& batch, size_t first) -> Status {
+    for (size_t i = 0; i < batch.size(); ++i) chunk_of[batch[i]] = first + i;
+    const std::vector<SlotRead> reads = reads_of(batch, first);
+    if (options.read) return options.read(reads);
+    std::vector<ChunkRead> cr;
+    for (const SlotRead& r : reads) cr.push_back({r.index, r.dst});
+    return reader.ReadChunkExtents(cr);
+  };
+  SlotReader::ReadFn verify;
+  if (!options.read) {
+    verify = [&](const std::vector<size_t>& batch, size_t first) -> Status {
+      for (const SlotRead& r : reads_of(batch, first)) {
+        TQKV_RETURN_IF_ERROR(reader.VerifyChunkExtent(r.index, r.dst));
+      }
+      return Status::Ok();
+    };
+  }
+  SlotReader slot_reader(slots.size(), chunks.size(), read, verify, options.reader_thread_init);
 
   std::deque<size_t> held;  // consumed slots not yet given back to the reader
   auto retire_oldest = [&]() -> Status {
@@ -94,6 +105,7 @@ Status RunChunkLoop(ContainerReader& reader, ChunkSink& sink, const ChunkLoopOpt
     if (st.ok()) st = r;
   }
   stats.read_busy_seconds = slot_reader.busy_seconds();
+  stats.verify_seconds = slot_reader.verify_seconds();
   if (stats_out != nullptr) *stats_out = stats;
   return st;
 }

@@ -58,8 +58,9 @@ struct SlotRead {
   size_t index = 0;
   std::span<uint8_t> dst;
 };
-// Fills and verifies a batch of slots. The default is ContainerReader::ReadChunks; a transport
-// that moves bytes by other means (cuFile) must end with ContainerReader::VerifyChunkExtent.
+// Fills and verifies a batch of slots. The default reads with ContainerReader::ReadChunkExtents
+// and verifies on a second thread; a transport that moves bytes by other means (cuFile) must end
+// with ContainerReader::VerifyChunkExtent.
 using SlotReadFn = std::function<Status(std::span<const SlotRead> batch)>;
 
 struct ChunkLoopOptions {
@@ -72,7 +73,8 @@ struct ChunkLoopOptions {
 struct ChunkLoopStats {
   size_t slots = 0;
   size_t slot_bytes = 0;
-  double read_busy_seconds = 0;     // reader thread inside reads and verification
+  double read_busy_seconds = 0;     // reader thread inside reads (and a custom read's checks)
+  double verify_seconds = 0;        // verifier thread inside checksums of the default path
   double consume_seconds = 0;       // inside ChunkSink::Consume
   RestoreClock::time_point first_layer_done{};
 };

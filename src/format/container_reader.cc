@@ -301,6 +301,7 @@ class ContainerReaderImpl final : public ContainerReader {
   uint64_t MaxChunkExtent() const override { return max_extent_; }
   Status VerifyChunkExtent(size_t i, std::span<const uint8_t> extent) const override;
   Status ReadChunks(std::span<const ChunkRead> reads) override;
+  Status ReadChunkExtents(std::span<const ChunkRead> reads) override;
   Status VerifyChunk(const ChunkEntry& entry, std::span<const uint8_t> payload) const override;
   Status ReadChunk(const ChunkEntry& entry, std::span<uint8_t> dst) override;
 
@@ -323,6 +324,12 @@ Status ContainerReaderImpl::VerifyChunkExtent(size_t i, std::span<const uint8_t>
 }
 
 Status ContainerReaderImpl::ReadChunks(std::span<const ChunkRead> reads) {
+  TQKV_RETURN_IF_ERROR(ReadChunkExtents(reads));
+  for (const ChunkRead& r : reads) TQKV_RETURN_IF_ERROR(VerifyChunkExtent(r.index, r.dst));
+  return Status::Ok();
+}
+
+Status ContainerReaderImpl::ReadChunkExtents(std::span<const ChunkRead> reads) {
   std::vector<ReadRequest> reqs;
   reqs.reserve(reads.size());
   for (const ChunkRead& r : reads) {
@@ -331,9 +338,7 @@ Status ContainerReaderImpl::ReadChunks(std::span<const ChunkRead> reads) {
     }
     reqs.push_back({c_.chunks[r.index].offset, r.dst});
   }
-  TQKV_RETURN_IF_ERROR(in_->ReadBatch(reqs));
-  for (const ChunkRead& r : reads) TQKV_RETURN_IF_ERROR(VerifyChunkExtent(r.index, r.dst));
-  return Status::Ok();
+  return in_->ReadBatch(reqs);
 }
 
 Result<size_t> ContainerReaderImpl::Find(const ChunkEntry& entry) const {
