@@ -88,7 +88,7 @@ void RegisterImport(CLI::App* llama) {
   auto* cmd = llama->add_subcommand(
       "import", "Compress a llama.cpp slot file (ggsq) or sequence state blob into a session");
   struct Opts {
-    std::string in, codec = "tq3", model = "llama.cpp", exact_tokens;
+    std::string in, codec = "tq3", model = "llama.cpp", exact_tokens, key_means;
     std::vector<std::string> layer_codecs;
     uint32_t head_dim = 0;
     size_t threads = 0;
@@ -102,6 +102,7 @@ void RegisterImport(CLI::App* llama) {
   cmd->add_option("--codec", o->codec, "Codec spec (fp16 keeps the state bit-exact)")->capture_default_str();
   cmd->add_option("--layer-codec", o->layer_codecs, "Per-layer override L:SPEC (repeatable)");
   cmd->add_option("--exact-tokens", o->exact_tokens, kExactTokensHelp);
+  cmd->add_option("--key-means", o->key_means, kKeyMeansHelp);
   cmd->add_option("--model", o->model, "Model name stored in the header")->capture_default_str();
   cmd->add_option("--threads", o->threads, "Encode threads (0: all cores)")
       ->check(CountIn(0, ThreadPool::kMaxThreads));
@@ -118,6 +119,7 @@ void RegisterImport(CLI::App* llama) {
       CheckpointOptions opts;
       TQKV_RETURN_IF_ERROR(ApplyCodecs(o->codec, o->layer_codecs, opts));
       TQKV_RETURN_IF_ERROR(ApplyExactTokens(o->exact_tokens, opts));
+      TQKV_RETURN_IF_ERROR(ApplyKeyMeans(o->key_means, opts));
       ThreadPool pool(o->threads);
       opts.pool = &pool;
       TQKV_ASSIGN_OR_RETURN(StoreAndKey sk, o->target.Open(true));

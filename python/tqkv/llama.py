@@ -91,8 +91,10 @@ def _run(args: Sequence[str]) -> str:
 
 def save_blob(blob: bytes, store: str, key: str, head_dim: int, codec: str = "tq3",
               tokens: Optional[Sequence[int]] = None, exact_tokens: Optional[str] = None,
-              model: str = "llama.cpp", threads: int = 0) -> None:
-    """Stores a sequence state blob (with a slot file's tokens when given) as session `key`."""
+              model: str = "llama.cpp", threads: int = 0, key_means: Optional[str] = None) -> None:
+    """Stores a sequence state blob (with a slot file's tokens when given) as session `key`.
+    key_means: `tqkv llama import --key-means` (off, session or a block B[,f16|f32]); None keeps
+    the default (128-token blocks)."""
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "state.bin")
         with open(path, "wb") as f:
@@ -105,6 +107,8 @@ def save_blob(blob: bytes, store: str, key: str, head_dim: int, codec: str = "tq
                 "--head-dim", str(head_dim), "--model", model, "--threads", str(threads)]
         if exact_tokens:
             args += ["--exact-tokens", exact_tokens]
+        if key_means:
+            args += ["--key-means", key_means]
         _run(args)
 
 
@@ -119,15 +123,16 @@ def load_blob(store: str, key: str, threads: int = 0) -> bytes:
 
 
 def save_sequence(llm: "llama_cpp.Llama", store: str, key: str, codec: str = "tq3",
-                  seq_id: int = 0, exact_tokens: Optional[str] = None) -> int:
+                  seq_id: int = 0, exact_tokens: Optional[str] = None,
+                  key_means: Optional[str] = None) -> int:
     """Compresses the context's sequence `seq_id` into session `key` of `store` (a directory or
     any store URI, docs/store.md), with the tokens the Llama object evaluated (sequence 0).
-    Returns the size of llama.cpp's own state blob in bytes."""
+    key_means as in save_blob. Returns the size of llama.cpp's own state blob in bytes."""
     blob = get_sequence_state(llm, seq_id)
     tokens = [int(t) for t in llm.input_ids[: llm.n_tokens]] if seq_id == 0 else None
     save_blob(blob, store, key, head_dim_of(llm), codec=codec, tokens=tokens,
               exact_tokens=exact_tokens, model=os.path.basename(llm.model_path),
-              threads=llm.context_params.n_threads)
+              threads=llm.context_params.n_threads, key_means=key_means)
     return len(blob)
 
 

@@ -14,8 +14,21 @@ context in another process continue as the uncompressed original does? (docs/lla
    cache differs.
 3. Compare: top-1 agreement, KL(ref || restored) mean and max, max |logit diff|, and the K/V cosine
    of the restored rows against the original (per vector, mean per layer, then over layers).
+4. With --llama-kv q8_0,q5_0,...: llama.cpp's own KV cache types as the yardstick. For each type a
+   fresh context with type_k = type_v = that type and flash attention (llama.cpp needs it for a
+   quantized V) prefills the same N tokens with the same batches and teacher-forces the same steps;
+   plus one control row, f16 with flash attention. Unlike the tqkv rows, the prefill itself runs
+   on the quantized cache there (tqkv compresses a cache computed exactly): not the identical
+   experiment.
 The JSON has the keys of `tqkv migrate` (model, prompt_tokens, steps, results[codec, top1,
-kl_mean, kl_max, max_logit_diff, k_cosine_mean, v_cosine_mean]) plus sizes and times.
+kl_mean, kl_max, max_logit_diff, k_cosine_mean, v_cosine_mean]) plus sizes, times and
+bits_per_value (.tqkv bytes x 8 / (2 x layers x kv_heads x head_dim x N); for llama.cpp's types
+the bits of their ggml blocks: q8_0 8.5, q5_0 5.5, q4_1 5.0, q4_0 4.5, f16 16).
+
+A --codecs entry is a codec spec with optional settings, each `@NAME=VALUE` (a ',' inside a value
+is written ':', since ',' separates entries): `@km=` is `tqkv llama import --key-means` (off,
+session, a block B, optionally :f16 or :f32), `@exact=` is --exact-tokens (FIRST:LAST). Example:
+`--codecs fp16,tq3,tq3@km=off,tq3@exact=4:128,tq4@km=session:f32`.
 """
 
 from __future__ import annotations
@@ -37,11 +50,35 @@ else:  # run as a file (python/tqkv/llama_migrate.py): no package needed
     import llama as tl  # noqa: E402
 
 
-def _open(model, n_ctx, threads, flash_attn, n_batch):
+# llama.cpp's KV cache types for --llama-kv: (ggml type id, bits per value of its block layout:
+# ggml-common.h block_q8_0 = f16 scale + 32 i8 = 34 bytes per 32 values, q5_0 = f16 + 4 + 16 = 22,
+# q4_1 = 2 f16 + 16 = 20, q4_0 = f16 + 16 = 18).
+LLAMA_KV_TYPES = {"f16": (1, 16.0), "q8_0": (8, 8.5), "q5_0": (6, 5.5), "q4_1": (3, 5.0),
+                  "q4_0": (2, 4.5)}
+
+
+def parse_entry(entry, default_exact=""):
+    """A --codecs entry `SPEC[@km=V][@exact=F:L]` -> (spec, key_means or None, exact_tokens or
+    None); ':' inside a value stands for ','."""
+    spec, *opts = entry.split("@")
+    if not spec:
+        raise ValueError(f"codec entry {entry!r}: no codec spec")
+    settings = {"km": None, "exact": default_exact or None}
+    for opt in opts:
+        name, eq, value = opt.partition("=")
+        if not eq or name not in settings or not value:
+            raise ValueError(f"codec entry {entry!r}: expected @km=VALUE or @exact=FIRST:LAST, "
+                             f"got @{opt}")
+        settings[name] = value.replace(":", ",")
+    return spec, settings["km"], settings["exact"]
+
+
+def _open(model, n_ctx, threads, flash_attn, n_batch, kv_type=None):
     import llama_cpp
+    extra = {} if kv_type is None else {"type_k": kv_type, "type_v": kv_type}
     return llama_cpp.Llama(model_path=model, n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_batch,
                            n_threads=threads, n_threads_batch=threads, flash_attn=flash_attn,
-                           verbose=False)
+                           verbose=False, **extra)
 
 
 def _last_logits(llm):
@@ -49,6 +86,11 @@ def _last_logits(llm):
     n_vocab = llm.n_vocab()
     ptr = llama_cpp.llama_get_logits_ith(llm._ctx.ctx, -1)
     return np.ctypeslib.as_array(ptr, shape=(n_vocab,)).astype(np.float32).copy()
+
+
+def llama_cpp_model_int(llm, fn):
+    import llama_cpp
+    return int(getattr(llama_cpp, fn)(llm._model.model))
 
 
 def teacher_force(llm, feed):
@@ -66,6 +108,12 @@ def _tokenize(llm, path, need):
     if len(toks) < need:
         raise SystemExit(f"{path}: {len(toks)} tokens, need {need} (no text is repeated)")
     return toks[:need]
+
+
+def _sha256(path):
+    import hashlib
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
 
 
 def _kl(ref, got):
@@ -123,14 +171,44 @@ def _worker(spec_path):
         del llm
 
 
-def run(args):
-    codecs = [c for c in args.codecs.split(",") if c]
+def _llama_kv_rows(args, n_ctx, prompt, ref, emit):
+    """The --llama-kv rows: llama.cpp's own cache types, prefilled and teacher-forced in-process."""
+    names = [t for t in args.llama_kv.split(",") if t]
+    rows = []
+    for name in ["f16", *[t for t in names if t != "f16"]]:
+        ggml_type, bits = LLAMA_KV_TYPES[name]
+        t0 = time.perf_counter()
+        llm = _open(args.model, n_ctx, args.threads, True, args.n_batch, kv_type=ggml_type)
+        llm.eval(prompt[:args.tokens])
+        prefill_s = time.perf_counter() - t0
+        state_bytes = len(tl.get_sequence_state(llm, 0))
+        got = teacher_force(llm, prompt[args.tokens:args.tokens + args.steps])
+        del llm
+        kl = _kl(ref, got)
+        rows.append({
+            "codec": f"llama.cpp {name}" + (" + flash attention" if name == "f16" else ""),
+            "kind": "llama.cpp", "llama_kv_type": name, "flash_attn": True,
+            "top1": int((ref.argmax(-1) == got.argmax(-1)).sum()),
+            "kl_mean": float(kl.mean()), "kl_max": float(kl.max()),
+            "max_logit_diff": float(np.abs(ref - got).max()),
+            "bits_per_value": bits, "state_bytes": state_bytes, "prefill_s": prefill_s,
+        })
+        emit(rows)
+    return rows
+
+
+def run(args, emit=lambda report: None):
+    entries = [c for c in args.codecs.split(",") if c]
+    settings = {c: parse_entry(c, args.exact_tokens) for c in entries}
+    codecs = entries
     n, steps = args.tokens, args.steps
     n_ctx = n + steps + 16
     store = args.store
     os.makedirs(store, exist_ok=True)
     cli = tl.cli_path()
     t_start = time.perf_counter()
+    load_start = os.getloadavg()
+    started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
 
     llm = _open(args.model, n_ctx, args.threads, args.flash_attn, args.n_batch)
     prompt = _tokenize(llm, args.prompt_file, n + steps)
@@ -139,6 +217,9 @@ def run(args):
     prefill_s = time.perf_counter() - t0
     blob = tl.get_sequence_state(llm, 0)
     head_dim = tl.head_dim_of(llm)
+    n_layer = llama_cpp_model_int(llm, "llama_model_n_layer")
+    n_head_kv = llama_cpp_model_int(llm, "llama_model_n_head_kv")
+    values = 2 * n_layer * n_head_kv * head_dim * n
     tmp = tempfile.mkdtemp(prefix="llama_migrate_")
     # llama.cpp's own save, for the size and time figures.
     import llama_cpp
@@ -155,12 +236,12 @@ def run(args):
     fp16_key = "llama-migrate-fp16-ref"
     keys = {}
     for codec in [*codecs, "__ref__"]:
-        spec = "fp16" if codec == "__ref__" else codec
+        spec, key_means, exact = ("fp16", None, None) if codec == "__ref__" else settings[codec]
         key = fp16_key if codec == "__ref__" else f"llama-migrate-{len(keys)}"
         t0 = time.perf_counter()
         tl.save_blob(blob, store, key, head_dim, codec=spec, tokens=prompt[:n],
-                     exact_tokens=args.exact_tokens or None, model=os.path.basename(args.model),
-                     threads=args.threads)
+                     exact_tokens=exact, model=os.path.basename(args.model),
+                     threads=args.threads, key_means=key_means)
         saves[codec] = time.perf_counter() - t0
         keys[codec] = key
         if codec != "__ref__":
@@ -188,8 +269,11 @@ def run(args):
         kl = _kl(ref, got)
         kc, vc = _cosines(ref_kv, decompress(job["key"]))
         size = os.path.getsize(os.path.join(store, job["key"] + ".tqkv"))
+        spec, key_means, exact = settings[job["codec"]]
         results.append({
-            "codec": job["codec"],
+            "codec": job["codec"], "kind": "tqkv", "spec": spec,
+            "key_means": key_means or "default", "exact_tokens": exact or "",
+            "bits_per_value": size * 8 / values,
             "top1": int((ref.argmax(-1) == got.argmax(-1)).sum()),
             "kl_mean": float(kl.mean()), "kl_max": float(kl.max()),
             "max_logit_diff": float(np.abs(ref - got).max()),
@@ -199,13 +283,25 @@ def run(args):
     report = {
         "engine": "llama.cpp (llama-cpp-python " + llama_cpp.__version__ + ")",
         "model": os.path.basename(args.model), "prompt_file": args.prompt_file,
+        "prompt_sha256": _sha256(args.prompt_file),
         "prompt_tokens": n, "steps": steps, "head_dim": head_dim, "flash_attn": args.flash_attn,
         "threads": args.threads, "n_batch": args.n_batch,
         "state_bytes": len(blob), "slot_file_bytes": os.path.getsize(slot_path),
         "llama_save_file_s": llama_save_s, "prefill_s": prefill_s,
         "exact_tokens": args.exact_tokens or "",
-        "results": results, "wall_s": time.perf_counter() - t_start,
+        "n_layer": n_layer, "n_head_kv": n_head_kv, "started": started,
+        "loadavg_start": list(load_start), "results": results,
     }
+
+    def report_now(kv_rows=()):
+        report["results"] = results + list(kv_rows)
+        report["wall_s"] = time.perf_counter() - t_start
+        report["loadavg_end"] = list(os.getloadavg())
+        emit(report)
+
+    report_now()  # the tqkv rows are written before the (slow) llama.cpp rows start
+    if args.llama_kv:
+        report_now(_llama_kv_rows(args, n_ctx, prompt, ref, report_now))
     if not args.keep:
         for key in keys.values():
             try:
@@ -222,8 +318,12 @@ def main(argv=None):
     p.add_argument("--prompt-file")
     p.add_argument("--tokens", type=int, default=2048)
     p.add_argument("--steps", type=int, default=50)
-    p.add_argument("--codecs", default="fp16,tq3,tq4")
-    p.add_argument("--exact-tokens", default="")
+    p.add_argument("--codecs", default="fp16,tq3,tq4",
+                   help="entries SPEC[@km=V][@exact=F:L], comma-separated (see the top of this file)")
+    p.add_argument("--exact-tokens", default="", help="FIRST,LAST for every entry without @exact")
+    p.add_argument("--llama-kv", default="",
+                   help="also llama.cpp's own KV types, e.g. q8_0,q5_0,q4_1,q4_0 (flash attention; "
+                        "plus an f16 + flash attention control row)")
     p.add_argument("--store", default=None)
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     p.add_argument("--n-batch", type=int, default=512)
@@ -238,13 +338,27 @@ def main(argv=None):
         p.error("--model and --prompt-file are required")
     if args.store is None:
         args.store = tempfile.mkdtemp(prefix="llama_migrate_store_")
-    report = run(args)
-    text = json.dumps(report, indent=2, sort_keys=True)
+    for c in args.codecs.split(","):
+        if c:
+            try:
+                parse_entry(c)
+            except ValueError as e:
+                p.error(str(e))
+    for t in args.llama_kv.split(","):
+        if t and t not in LLAMA_KV_TYPES:
+            p.error(f"--llama-kv: unknown type {t} (know {', '.join(LLAMA_KV_TYPES)})")
+
+    def write(report):  # a file is rewritten as rows come in, so a long run keeps what it measured
+        if args.json != "-":
+            with open(args.json + ".part", "w") as f:
+                f.write(json.dumps(report, indent=2, sort_keys=True) + "\n")
+            os.replace(args.json + ".part", args.json)
+
+    report = run(args, write)
     if args.json == "-":
-        print(text)
+        print(json.dumps(report, indent=2, sort_keys=True))
     else:
-        with open(args.json, "w") as f:
-            f.write(text + "\n")
+        write(report)
     return 0
 
 

@@ -1,0 +1,144 @@
+#!/usr/bin/env python3
+"""Mean KL (log scale) against bits per value, one panel per llama_migrate.py JSON (a model, prompt
+and N), one marker per configuration: tqkv presets (key means by default, off, exact tokens) and
+llama.cpp's own KV cache types. Written by hand as SVG (no plotting library needed).
+
+    scripts/llama_accuracy_chart.py OUT.svg 'TITLE=run.json' ['TITLE=run2.json' ...]
+
+Rows with KL 0 (the exact fp16 session) cannot sit on a log axis and are left out; the
+"f16 + flash attention" control of --llama-kv is drawn as a dashed line: llama.cpp's own
+difference between two exact attention kernels, below which a codec's error is noise.
+"""
+
+import json
+import math
+import sys
+from xml.sax.saxutils import escape
+
+W, H = 470, 330            # one panel
+ML, MR, MT, MB = 62, 14, 34, 46
+X_MIN, X_MAX = 1.5, 9.0    # bits per value
+STYLES = {                 # kind -> (shape, fill, stroke, legend)
+    "tqkv": ("circle", "#1f77b4", "#1f77b4", "tqkv, key means (default)"),
+    "tqkv-km-off": ("triangle", "white", "#1f77b4", "tqkv, key means off"),
+    "tqkv-exact": ("square", "#2ca02c", "#2ca02c", "tqkv, exact tokens 4,128"),
+    "tqkv-km-session": ("triangle", "#9467bd", "#9467bd", "tqkv, one key mean per session"),
+    "llama.cpp": ("diamond", "#d62728", "#d62728", "llama.cpp KV type (flash attention)"),
+}
+
+
+def style_of(row):
+    if row.get("kind") == "llama.cpp":
+        return "llama.cpp"
+    if row.get("exact_tokens"):
+        return "tqkv-exact"
+    km = row.get("key_means", "default")
+    if km == "off":
+        return "tqkv-km-off"
+    if km == "session":
+        return "tqkv-km-session"
+    return "tqkv"
+
+
+def label_of(row):
+    if row.get("kind") == "llama.cpp":
+        return row["llama_kv_type"]
+    return row.get("spec", row["codec"])
+
+
+def marker(shape, x, y, fill, stroke, r=4.5):
+    if shape == "circle":
+        return f'<circle cx="{x:.1f}" cy="{y:.1f}" r="{r}" fill="{fill}" stroke="{stroke}" stroke-width="1.5"/>'
+    if shape == "square":
+        return (f'<rect x="{x - r:.1f}" y="{y - r:.1f}" width="{2 * r}" height="{2 * r}" '
+                f'fill="{fill}" stroke="{stroke}" stroke-width="1.5"/>')
+    if shape == "triangle":
+        pts = f"{x:.1f},{y - r - 1:.1f} {x - r - 0.5:.1f},{y + r:.1f} {x + r + 0.5:.1f},{y + r:.1f}"
+    else:  # diamond
+        pts = f"{x:.1f},{y - r - 1.5:.1f} {x + r + 1:.1f},{y:.1f} {x:.1f},{y + r + 1.5:.1f} {x - r - 1:.1f},{y:.1f}"
+    return f'<polygon points="{pts}" fill="{fill}" stroke="{stroke}" stroke-width="1.5"/>'
+
+
+def panel(title, report, ox, oy, y_lo, y_hi):
+    out = [f'<g transform="translate({ox},{oy})">',
+           f'<text x="{W / 2}" y="18" text-anchor="middle" font-size="13" font-weight="bold">'
+           f'{escape(title)}</text>']
+    pw, ph = W - ML - MR, H - MT - MB
+
+    def px(b):
+        return ML + (b - X_MIN) / (X_MAX - X_MIN) * pw
+
+    def py(kl):
+        return MT + (y_hi - math.log10(kl)) / (y_hi - y_lo) * ph
+
+    out.append(f'<rect x="{ML}" y="{MT}" width="{pw}" height="{ph}" fill="none" stroke="#444"/>')
+    for b in range(2, int(X_MAX) + 1):
+        x = px(b)
+        out.append(f'<line x1="{x:.1f}" y1="{MT}" x2="{x:.1f}" y2="{MT + ph}" stroke="#eee"/>')
+        out.append(f'<text x="{x:.1f}" y="{MT + ph + 15}" text-anchor="middle" font-size="11">{b}</text>')
+    for e in range(y_lo, y_hi + 1):
+        y = py(10.0 ** e)
+        out.append(f'<line x1="{ML}" y1="{y:.1f}" x2="{ML + pw}" y2="{y:.1f}" stroke="#eee"/>')
+        out.append(f'<text x="{ML - 5}" y="{y + 4:.1f}" text-anchor="end" font-size="11">1e{e}</text>')
+    out.append(f'<text x="{ML + pw / 2}" y="{H - 10}" text-anchor="middle" font-size="11">'
+               'bits per value (all bytes counted)</text>')
+    out.append(f'<text x="14" y="{MT + ph / 2}" text-anchor="middle" font-size="11" '
+               f'transform="rotate(-90 14 {MT + ph / 2})">mean KL vs f16 (log)</text>')
+    for row in report["results"]:
+        if row.get("llama_kv_type") == "f16":  # the control: a line
+            y = py(max(row["kl_mean"], 10.0 ** y_lo))
+            out.append(f'<line x1="{ML}" y1="{y:.1f}" x2="{ML + pw}" y2="{y:.1f}" stroke="#d62728" '
+                       'stroke-dasharray="5,4"/>')
+            out.append(f'<text x="{ML + pw - 4}" y="{y - 4:.1f}" text-anchor="end" font-size="10" '
+                       f'fill="#d62728">f16 + flash attention: {row["kl_mean"]:.2g}</text>')
+    for row in report["results"]:
+        if row["kl_mean"] <= 0 or row.get("llama_kv_type") == "f16":
+            continue
+        b = row["bits_per_value"]
+        if not X_MIN <= b <= X_MAX:
+            continue
+        shape, fill, stroke, _ = STYLES[style_of(row)]
+        x, y = px(b), py(max(row["kl_mean"], 10.0 ** y_lo))
+        out.append(marker(shape, x, y, fill, stroke))
+        top1 = f'{row["top1"]}/{report["steps"]}'
+        out.append(f'<text x="{x + 7:.1f}" y="{y - 5:.1f}" font-size="9.5" fill="#333">'
+                   f'{escape(label_of(row))} ({top1})</text>')
+    out.append("</g>")
+    return out
+
+
+def main(argv):
+    if len(argv) < 3:
+        sys.exit(__doc__)
+    panels = []
+    for arg in argv[2:]:
+        title, _, path = arg.rpartition("=")
+        with open(path) as f:
+            panels.append((title or path, json.load(f)))
+    kls = [r["kl_mean"] for _, rep in panels for r in rep["results"] if r["kl_mean"] > 0]
+    y_lo = math.floor(math.log10(min(kls)))
+    y_hi = math.ceil(math.log10(max(kls)))
+    cols = 2 if len(panels) > 1 else 1
+    rows = (len(panels) + cols - 1) // cols
+    legend_h = 44
+    svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{cols * W}" height="{rows * H + legend_h}" '
+           'font-family="sans-serif">', f'<rect width="100%" height="100%" fill="white"/>']
+    for i, (title, rep) in enumerate(panels):
+        svg += panel(title, rep, (i % cols) * W, (i // cols) * H, y_lo, y_hi)
+    y = rows * H + 14
+    x = 20
+    for shape, fill, stroke, text in STYLES.values():
+        svg.append(marker(shape, x, y, fill, stroke))
+        svg.append(f'<text x="{x + 9}" y="{y + 4}" font-size="11">{escape(text)}</text>')
+        x += 14 + 6.2 * len(text) + 18
+        if x > cols * W - 200:
+            x, y = 20, y + 18
+    svg.append(f'<text x="20" y="{rows * H + legend_h - 4}" font-size="10" fill="#555">Lower is '
+               'better; left is smaller. Labels: configuration (top-1 agreement over the steps).</text>')
+    svg.append("</svg>")
+    with open(argv[1], "w") as f:
+        f.write("\n".join(svg) + "\n")
+
+
+if __name__ == "__main__":
+    main(sys.argv)
