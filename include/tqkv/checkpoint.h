@@ -22,6 +22,7 @@
 namespace tqkv {
 
 class ThreadPool;
+struct LayoutTensors;  // kv_layout.h
 
 struct LayerCodec {
   uint32_t layer = 0;
@@ -124,6 +125,13 @@ struct RestoreStats {
 // Restores into `dst`, whose geometry, token count and dtype must match the stored session.
 Status RestoreInto(Store& store, std::string_view key, KvCache& dst, const RestoreOptions& options,
                    RestoreStats* stats = nullptr);
+// Restores into caller tensors in an engine's layout (kv_layout.h: transposed, paged), whose
+// geometry, token count and dtype must match the stored session and whose layout must fit
+// dst.tensor_elems (else InvalidArgument). Layouts with contiguous channels (DecodesInPlace) are
+// decoded into directly, exact rows and mean-removed keys included; others through one layer of
+// staging. options.layer_ready as above.
+Status RestoreInto(Store& store, std::string_view key, const LayoutTensors& dst,
+                   const RestoreOptions& options, RestoreStats* stats = nullptr);
 // Allocates and restores the whole session.
 Result<std::unique_ptr<KvCacheBuffer>> Restore(Store& store, std::string_view key,
                                                const RestoreOptions& options,

@@ -33,6 +33,22 @@ struct KvLayout {
   // The canonical layout for `geometry`: token_stride kv_heads * head_dim, head_stride head_dim.
   static KvLayout Canonical(const ModelGeometry& geometry);
   bool IsCanonical(const ModelGeometry& geometry) const;
+
+  // Element offset of (token, head, channel 0); the layout must be valid for the token.
+  int64_t Offset(uint64_t token, size_t head) const {
+    const int64_t row = block_tokens == 0
+                            ? static_cast<int64_t>(token) * token_stride
+                            : block_ids[token / block_tokens] * block_stride +
+                                  static_cast<int64_t>(token % block_tokens) * token_stride;
+    return row + static_cast<int64_t>(head) * head_stride;
+  }
+  // How many of the `count` tokens from `token` on lie in token's block (all when not paged):
+  // a run whose vectors are token_stride elements apart.
+  uint64_t RunTokens(uint64_t token, uint64_t count) const {
+    if (block_tokens == 0) return count;
+    const uint64_t left = block_tokens - token % block_tokens;
+    return left < count ? left : count;
+  }
 };
 
 // InvalidArgument unless every element of `tokens` tokens lies inside a tensor of
@@ -49,6 +65,22 @@ void GatherLayer(const void* src, const KvLayout& layout, const ModelGeometry& g
                  uint64_t tokens, DType dtype, void* canonical);
 void ScatterLayer(const void* canonical, const KvLayout& layout, const ModelGeometry& geometry,
                   uint64_t tokens, DType dtype, void* dst);
+
+// Per-layer K and V tensors in caller memory, all in one layout: layer l's are k[l] and v[l], each
+// `tensor_elems` elements of `dtype` (ValidateKvLayout bounds every element by it).
+struct LayoutTensors {
+  ModelGeometry geometry;
+  DType dtype = DType::kF16;
+  uint64_t tokens = 0;
+  KvLayout layout;
+  uint64_t tensor_elems = 0;
+  std::vector<void*> k, v;
+};
+
+// Whether RestoreInto (checkpoint.h) decodes straight into tensors of `layout`: each head's
+// channels contiguous (dim_stride 1) and, within a run of tokens, vectors at least head_dim
+// elements apart. Otherwise it decodes a layer into a staging buffer and scatters it.
+bool DecodesInPlace(const KvLayout& layout, const ModelGeometry& geometry, uint64_t tokens);
 
 // A session held in caller memory in `layout`, as a KvSource for Checkpoint(): each ReadLayer
 // gathers one layer into the canonical layout (memory: one layer, not the session).

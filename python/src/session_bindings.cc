@@ -1,7 +1,8 @@
-// Checkpoint and restore of per-layer K/V arrays (include/tqkv/checkpoint.h, kv_layout.h). The
-// canonical contiguous layout is viewed as a KvCache without a copy; other layouts (transposed,
-// paged) go through one layer of staging (LayoutKvSource, ScatterLayer). The GIL is released
-// while the library works and taken back only for the caller's layer_ready callback.
+// Checkpoint and restore of per-layer K/V arrays (include/tqkv/checkpoint.h, kv_layout.h).
+// Restore decodes into the caller's arrays in their layout (RestoreInto of LayoutTensors; staged
+// only when the channels are strided). Checkpoint views the canonical contiguous layout as a
+// KvCache without a copy; other layouts are gathered a layer at a time (LayoutKvSource). The GIL
+// is released while the library works and taken back only for the caller's layer_ready callback.
 #include <optional>
 
 #include <nanobind/stl/optional.h>
@@ -25,13 +26,7 @@ struct Axes {
 };
 
 // Per-layer K and V arrays seen through one KvLayout.
-struct LayerArrays {
-  ModelGeometry geometry;
-  DType dtype = DType::kF16;
-  uint64_t tokens = 0;
-  KvLayout layout;
-  std::vector<void*> k, v;
-};
+using LayerArrays = LayoutTensors;
 
 using RwArray = nb::ndarray<nb::device::cpu>;
 
@@ -81,8 +76,8 @@ LayerArrays ViewLayers(const std::vector<Array>& k, const std::vector<Array>& v,
     }
   }
   if (out.tokens > 0 && out.geometry.token_elems() == 0) ThrowInvalid("k[0]: empty heads");
-  const uint64_t extent = ExtentElems(a0);
-  ThrowIfError(ValidateKvLayout(l, out.geometry, out.tokens, extent).WithContext("k[0]"));
+  out.tensor_elems = ExtentElems(a0);
+  ThrowIfError(ValidateKvLayout(l, out.geometry, out.tokens, out.tensor_elems).WithContext("k[0]"));
   for (int kv = 0; kv < 2; ++kv) {
     const auto& arrays = kv == 0 ? k : v;
     for (size_t i = 0; i < arrays.size(); ++i) {
@@ -218,40 +213,16 @@ nb::dict RestoreArrays(PyStore& ps, const std::string& key, const std::vector<Rw
   if (inflight_bytes) opts.inflight_bytes = inflight_bytes;
   opts.expect_geometry = &la.geometry;
   LayerReady ready{std::move(layer_ready), std::nullopt};
+  opts.layer_ready = [&](uint32_t layer) { return ready(layer); };
   RestoreStats stats;
   Status s;
-  const bool canonical = la.layout.IsCanonical(la.geometry);
   {
     nb::gil_scoped_release release;
-    if (canonical) {  // decoded straight into the caller's arrays
-      KvCache cache("", la.geometry, la.dtype, la.tokens);
-      for (uint32_t l = 0; l < la.geometry.layers; ++l) cache.SetLayer(l, la.k[l], la.v[l]);
-      opts.layer_ready = [&](uint32_t layer) { return ready(layer); };
-      s = RestoreInto(*ps.store, key, cache, opts, &stats);
-    } else {
-      s = [&]() -> Status {
-        // Tokens must match before a layer is scattered with the caller's layout.
-        TQKV_ASSIGN_OR_RETURN(auto object, ps.store->Open(key));
-        TQKV_ASSIGN_OR_RETURN(auto reader, ContainerReader::Open(object.get(), key));
-        if (reader->header().tokens != la.tokens) {
-          return Status::InvalidArgument(key + " holds " + std::to_string(reader->header().tokens) +
-                                         " tokens, the destination has room for " +
-                                         std::to_string(la.tokens));
-        }
-        return RestoreStreaming(
-            *ps.store, key, opts,
-            [&](uint32_t layer, const void* kd, const void* vd) -> Status {
-              ScatterLayer(kd, la.layout, la.geometry, la.tokens, la.dtype, la.k[layer]);
-              ScatterLayer(vd, la.layout, la.geometry, la.tokens, la.dtype, la.v[layer]);
-              return ready(layer);
-            },
-            &stats);
-      }();
-    }
+    s = RestoreInto(*ps.store, key, la, opts, &stats);
   }
   if (ready.error) throw std::move(*ready.error);
   ThrowIfError(s);
-  return RestoreStatsDict(stats, !canonical);
+  return RestoreStatsDict(stats, !DecodesInPlace(la.layout, la.geometry, la.tokens));
 }
 
 }  // namespace

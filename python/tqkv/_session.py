@@ -9,8 +9,10 @@ array with a leading layer axis (its per-layer views are used; nothing is copied
 - ``"paged"``: ``[blocks, block_size, kv_heads, head_dim]`` block pools (vLLM) with
   ``block_ids`` saying which block holds tokens ``[i * block_size, (i + 1) * block_size)``.
 
-Non-canonical layouts (and strided views) pass through one layer of staging: memory for one
-layer, not for the session.
+Restore decodes straight into the caller's arrays in every layout whose last axis is contiguous
+(all three above, and views of them); arrays with strided channels go through one layer of
+staging (``stats["staged"]``). Checkpoint reads the contiguous canonical layout in place and
+gathers other layouts one layer at a time (memory for one layer, not for the session).
 """
 from __future__ import annotations
 
@@ -111,8 +113,9 @@ def restore(store: StoreLike, key: str, *, out: Optional[Tuple[Any, Any]] = None
     type when installed, else raw uint16 — or float32), numpy or ``array="torch"``.
     With ``out=(k, v)``: the caller's writable arrays (per-layer sequences or one array each),
     whose geometry and token count must match the session (InvalidArgumentError saying what
-    differs) and whose dtype is the restored type; canonical contiguous ones are decoded into
-    directly, zero copy.
+    differs) and whose dtype is the restored type, in ``layout`` (``block_ids``/``tokens`` for
+    paged pools); decoded into directly, zero copy, whenever their last axis is contiguous
+    (``stats["staged"]`` is False).
     ``on_layer(layer, k_layer, v_layer)``: called as soon as each layer is decoded and verified,
     in order, from the restoring thread, so an engine can start on layer 0 early (raising in it
     stops the restore). ``stats``: a dict to fill with the library's figures.

@@ -1,10 +1,12 @@
 // Host restore: store -> container reader (verified chunks) -> CPU decode (pool) -> host tensors,
 // over the chunk loop (chunk_loop.h), whose reads run ahead of decoding on a reader thread so wall
 // time approaches max(read, decode).
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "checkpoint/chunk_loop.h"
@@ -13,24 +15,32 @@
 #include "tqkv/aligned_buffer.h"
 #include "tqkv/checkpoint.h"
 #include "tqkv/container.h"
+#include "tqkv/kv_layout.h"
 #include "tqkv/thread_pool.h"
 
 namespace tqkv {
 namespace {
 
-// Where decoded layers go: host tensors of a layer (a KvCache, or one reused layer for streaming).
+// Where decoded layers go: host tensors of a layer in some layout (a KvCache, caller tensors in
+// an engine's layout, or one reused canonical layer for streaming).
 class HostTensors {
  public:
+  explicit HostTensors(KvLayout layout) : layout_(std::move(layout)) {}
   virtual ~HostTensors() = default;
-  // Destination of layer `layer`'s tensor kv (0 = K, 1 = V), tokens * kv_heads * head_dim elements.
+  // Base of layer `layer`'s tensor kv (0 = K, 1 = V), laid out as layout().
   virtual void* Tensor(uint32_t layer, int kv) = 0;
   virtual Status LayerDone(uint32_t layer) = 0;
+  const KvLayout& layout() const { return layout_; }
+
+ private:
+  KvLayout layout_;
 };
 
 class CacheTensors final : public HostTensors {
  public:
   CacheTensors(KvCache& cache, const RestoreOptions& options)
-      : cache_(cache), layer_ready_(options.layer_ready) {}
+      : HostTensors(KvLayout::Canonical(cache.geometry())), cache_(cache),
+        layer_ready_(options.layer_ready) {}
   void* Tensor(uint32_t layer, int kv) override { return cache_.tensor(layer, kv); }
   Status LayerDone(uint32_t layer) override {
     return layer_ready_ ? layer_ready_(layer) : Status::Ok();
@@ -41,9 +51,25 @@ class CacheTensors final : public HostTensors {
   const std::function<Status(uint32_t)>& layer_ready_;
 };
 
+// Caller tensors in a layout the codecs can write into directly (DecodesInPlace).
+class LaidOutTensors final : public HostTensors {
+ public:
+  LaidOutTensors(const LayoutTensors& dst, const RestoreOptions& options)
+      : HostTensors(dst.layout), dst_(dst), layer_ready_(options.layer_ready) {}
+  void* Tensor(uint32_t layer, int kv) override { return kv == 0 ? dst_.k[layer] : dst_.v[layer]; }
+  Status LayerDone(uint32_t layer) override {
+    return layer_ready_ ? layer_ready_(layer) : Status::Ok();
+  }
+
+ private:
+  const LayoutTensors& dst_;
+  const std::function<Status(uint32_t)>& layer_ready_;
+};
+
 class CallbackTensors final : public HostTensors {
  public:
-  CallbackTensors(size_t tensor_bytes, const LayerCallback& cb) : cb_(cb) {
+  CallbackTensors(const ModelGeometry& g, size_t tensor_bytes, const LayerCallback& cb)
+      : HostTensors(KvLayout::Canonical(g)), cb_(cb) {
     k_.Reserve(tensor_bytes);
     v_.Reserve(tensor_bytes);
   }
@@ -55,7 +81,28 @@ class CallbackTensors final : public HostTensors {
   AlignedBuffer k_, v_;
 };
 
-// The host sink: decodes each verified chunk with the CPU codec into HostTensors.
+// One head's tokens [token, token + n) whose vectors lie token_stride apart in the destination.
+struct Run {
+  uint32_t head;
+  uint64_t token;
+  size_t n;
+};
+
+// The runs of [begin, begin + count) for every head: one per head, or one per block when paged.
+void SplitRuns(const KvLayout& l, size_t heads, uint64_t begin, uint64_t count,
+               std::vector<Run>& runs) {
+  runs.clear();
+  for (size_t hd = 0; hd < heads; ++hd) {
+    for (uint64_t t = begin; t < begin + count;) {
+      const uint64_t n = l.RunTokens(t, begin + count - t);
+      runs.push_back(Run{static_cast<uint32_t>(hd), t, static_cast<size_t>(n)});
+      t += n;
+    }
+  }
+}
+
+// The host sink: decodes each verified chunk with the CPU codec into HostTensors, one codec call
+// per run (SplitRuns) with the run's stride.
 class HostDecodeSink final : public ChunkSink {
  public:
   HostDecodeSink(const ContainerReader& reader, SessionCodecs codecs,
@@ -63,7 +110,11 @@ class HostDecodeSink final : public ChunkSink {
                  const RestoreOptions& options, std::string name)
       : reader_(reader), h_(reader.header()), codecs_(std::move(codecs)),
         exact_codec_(std::move(exact_codec)), tensors_(tensors), options_(options),
-        name_(std::move(name)) {}
+        name_(std::move(name)) {
+    // A layout with runs of one token may have any token stride; the codecs want >= head_dim.
+    stride_ = static_cast<size_t>(
+        std::max<int64_t>(tensors.layout().token_stride, h_.geometry.head_dim));
+  }
 
   Status Consume(size_t slot, size_t index, std::span<const uint8_t> payload) override;
   Status LayerDone(uint32_t layer) override {
@@ -74,6 +125,10 @@ class HostDecodeSink final : public ChunkSink {
 
  private:
   Status DecodeExactRows(const ChunkEntry& e, const uint8_t* src);
+  uint8_t* Destination(uint32_t layer, int kv, const Run& r) const {
+    return static_cast<uint8_t*>(tensors_.Tensor(layer, kv)) +
+           tensors_.layout().Offset(r.token, r.head) * DTypeSize(options_.dtype);
+  }
 
   const ContainerReader& reader_;
   const ContainerHeader& h_;
@@ -82,23 +137,26 @@ class HostDecodeSink final : public ChunkSink {
   HostTensors& tensors_;
   const RestoreOptions& options_;
   std::string name_;
+  size_t stride_ = 0;           // elements between a run's vectors
   std::vector<uint8_t> metas_;  // the current layer's group metadata
   KeyMeans means_;              // the current layer's key means and coefficients
+  std::vector<Run> runs_;
 };
 
 // Overwrites the decoded rows: the container puts this chunk after the layer's codes.
 Status HostDecodeSink::DecodeExactRows(const ChunkEntry& e, const uint8_t* src) {
-  const size_t heads = h_.geometry.kv_heads, d = h_.geometry.head_dim, row = heads * d;
-  const size_t out_size = DTypeSize(options_.dtype);
+  const size_t heads = h_.geometry.kv_heads;
   const size_t vec = exact_codec_->code_bytes();
   for (int kv = 0; kv < 2; ++kv) {
-    auto* tensor = static_cast<uint8_t*>(tensors_.Tensor(e.layer, kv));
     for (const TokenRange& range : ExactRanges(h_)) {
-      for (size_t hd = 0; hd < heads && range.count > 0; ++hd, src += range.count * vec) {
-        TQKV_RETURN_IF_ERROR(exact_codec_->Decode(
-            {src, range.count * vec}, range.count, {},
-            tensor + (range.begin * row + hd * d) * out_size, options_.dtype, row, nullptr));
+      SplitRuns(tensors_.layout(), heads, range.begin, range.count, runs_);
+      for (const Run& r : runs_) {
+        const uint8_t* codes = src + (r.head * range.count + (r.token - range.begin)) * vec;
+        TQKV_RETURN_IF_ERROR(exact_codec_->Decode({codes, r.n * vec}, r.n, {},
+                                                  Destination(e.layer, kv, r), options_.dtype,
+                                                  stride_, nullptr));
       }
+      src += heads * range.count * vec;
     }
   }
   return Status::Ok();
@@ -116,36 +174,53 @@ Status HostDecodeSink::Consume(size_t, size_t index, std::span<const uint8_t> pa
     return Status::Ok();
   }
   const Codec& codec = *codecs_.codecs[codecs_.layer_codec[e.layer]];
-  const size_t heads = h_.geometry.kv_heads, d = h_.geometry.head_dim, row = heads * d;
-  const size_t out_size = DTypeSize(options_.dtype);
+  const size_t heads = h_.geometry.kv_heads;
   const size_t meta_bytes = codec.group_meta_bytes();
   if (meta_bytes > 0 && metas_.size() != 2 * heads * meta_bytes) {
     return Status::Corruption(name_ + ": layer " + std::to_string(e.layer) +
                               " codes without group metadata");
   }
   const size_t code_bytes = codec.code_bytes();
-  auto* dst = static_cast<uint8_t*>(tensors_.Tensor(e.layer, e.kv)) + e.token_begin * row * out_size;
   const bool centered = e.kv == 0 && LayerHasKeyMeans(h_, e.layer);
   if (centered && means_.means.empty()) {
     return Status::Corruption(name_ + ": layer " + std::to_string(e.layer) +
                               " keys without key means");
   }
-  for (size_t hd = 0; hd < heads; ++hd) {
+  const auto decode = [&](const Run& r, ThreadPool* pool) -> Status {
     const uint8_t* meta =
-        meta_bytes ? metas_.data() + (static_cast<size_t>(e.kv) * heads + hd) * meta_bytes : nullptr;
+        meta_bytes ? metas_.data() + (static_cast<size_t>(e.kv) * heads + r.head) * meta_bytes
+                   : nullptr;
+    const std::span<const uint8_t> codes{
+        payload.data() + (r.head * e.token_count + (r.token - e.token_begin)) * code_bytes,
+        r.n * code_bytes};
+    void* dst = Destination(e.layer, e.kv, r);
     if (centered) {
-      TQKV_RETURN_IF_ERROR(DecodeCenteredKeys(
-          h_, codec, means_, static_cast<uint32_t>(hd), e.token_begin, e.token_count,
-          {payload.data() + hd * e.token_count * code_bytes, e.token_count * code_bytes},
-          {meta, meta_bytes}, dst + hd * d * out_size, options_.dtype, row, options_.pool));
-      continue;
+      return DecodeCenteredKeys(h_, codec, means_, r.head, r.token, r.n, codes,
+                                {meta, meta_bytes}, dst, options_.dtype, stride_, pool);
     }
-    TQKV_RETURN_IF_ERROR(codec.Decode(
-        {payload.data() + hd * e.token_count * code_bytes, e.token_count * code_bytes},
-        e.token_count, {meta, meta_bytes}, dst + hd * d * out_size, options_.dtype, row,
-        options_.pool));
+    return codec.Decode(codes, r.n, {meta, meta_bytes}, dst, options_.dtype, stride_, pool);
+  };
+  SplitRuns(tensors_.layout(), heads, e.token_begin, e.token_count, runs_);
+  if (runs_.size() <= heads) {  // one run per head: the codec spreads it over the pool
+    for (const Run& r : runs_) TQKV_RETURN_IF_ERROR(decode(r, options_.pool));
+    return Status::Ok();
   }
-  return Status::Ok();
+  // Paged: many short runs, spread over the pool themselves (each decoded on one thread).
+  std::mutex mu;
+  Status failed;
+  const uint64_t block = std::max<uint64_t>(1, tensors_.layout().block_tokens);
+  const size_t grain = static_cast<size_t>(std::max<uint64_t>(1, 256 / block));
+  ParallelFor(options_.pool, runs_.size(), grain, [&](size_t rb, size_t re) {
+    for (size_t i = rb; i < re; ++i) {
+      Status s = decode(runs_[i], nullptr);
+      if (!s.ok()) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (failed.ok()) failed = std::move(s);
+        return;
+      }
+    }
+  });
+  return failed;
 }
 
 Status CheckGeometry(const ContainerHeader& h, const ModelGeometry& want, const std::string& what) {
@@ -207,6 +282,12 @@ Status RunRestore(Store& store, std::string_view key, const RestoreOptions& opti
   return Status::Ok();
 }
 
+Status CheckTokens(const ContainerHeader& h, uint64_t room, std::string_view key) {
+  if (h.tokens == room) return Status::Ok();
+  return Status::InvalidArgument(std::string(key) + " holds " + std::to_string(h.tokens) +
+                                 " tokens, the destination has room for " + std::to_string(room));
+}
+
 }  // namespace
 
 Status RestoreInto(Store& store, std::string_view key, KvCache& dst, const RestoreOptions& options,
@@ -218,13 +299,47 @@ Status RestoreInto(Store& store, std::string_view key, KvCache& dst, const Resto
   return RunRestore(
       store, key, opts,
       [&](const ContainerHeader& h) -> Result<std::unique_ptr<HostTensors>> {
-        if (h.tokens != dst.tokens()) {
-          return Status::InvalidArgument(std::string(key) + " holds " + std::to_string(h.tokens) +
-                                         " tokens, the destination has room for " +
-                                         std::to_string(dst.tokens()));
-        }
+        TQKV_RETURN_IF_ERROR(CheckTokens(h, dst.tokens(), key));
         TQKV_RETURN_IF_ERROR(dst.Validate());
         return std::unique_ptr<HostTensors>(new CacheTensors(dst, opts));
+      },
+      stats);
+}
+
+Status RestoreInto(Store& store, std::string_view key, const LayoutTensors& dst,
+                   const RestoreOptions& options, RestoreStats* stats) {
+  const ModelGeometry& g = dst.geometry;
+  if (dst.k.size() != g.layers || dst.v.size() != g.layers) {
+    return Status::InvalidArgument("restore " + std::string(key) + ": " +
+                                   std::to_string(g.layers) + " layers but " +
+                                   std::to_string(dst.k.size()) + " K and " +
+                                   std::to_string(dst.v.size()) + " V tensors");
+  }
+  for (uint32_t l = 0; l < g.layers; ++l) {
+    if ((dst.k[l] == nullptr || dst.v[l] == nullptr) && dst.tokens > 0) {
+      return Status::InvalidArgument("restore " + std::string(key) + ": layer " +
+                                     std::to_string(l) + " has no tensor");
+    }
+  }
+  TQKV_RETURN_IF_ERROR(ValidateKvLayout(dst.layout, g, dst.tokens, dst.tensor_elems)
+                           .WithContext("restore " + std::string(key)));
+  RestoreOptions opts = options;
+  opts.dtype = dst.dtype;
+  if (opts.expect_geometry == nullptr) opts.expect_geometry = &g;
+  const bool in_place = DecodesInPlace(dst.layout, g, dst.tokens);
+  // Staging: a canonical layer, scattered into the caller's tensors once decoded.
+  const LayerCallback scatter = [&](uint32_t layer, const void* k, const void* v) -> Status {
+    ScatterLayer(k, dst.layout, g, dst.tokens, dst.dtype, dst.k[layer]);
+    ScatterLayer(v, dst.layout, g, dst.tokens, dst.dtype, dst.v[layer]);
+    return options.layer_ready ? options.layer_ready(layer) : Status::Ok();
+  };
+  return RunRestore(
+      store, key, opts,
+      [&](const ContainerHeader& h) -> Result<std::unique_ptr<HostTensors>> {
+        TQKV_RETURN_IF_ERROR(CheckTokens(h, dst.tokens, key));
+        if (in_place) return std::unique_ptr<HostTensors>(new LaidOutTensors(dst, opts));
+        const size_t bytes = h.tokens * g.token_elems() * DTypeSize(dst.dtype);
+        return std::unique_ptr<HostTensors>(new CallbackTensors(g, bytes, scatter));
       },
       stats);
 }
@@ -265,7 +380,7 @@ Status RestoreStreaming(Store& store, std::string_view key, const RestoreOptions
       store, key, options,
       [&](const ContainerHeader& h) -> Result<std::unique_ptr<HostTensors>> {
         const size_t bytes = h.tokens * h.geometry.token_elems() * DTypeSize(options.dtype);
-        return std::unique_ptr<HostTensors>(new CallbackTensors(bytes, on_layer));
+        return std::unique_ptr<HostTensors>(new CallbackTensors(h.geometry, bytes, on_layer));
       },
       stats);
 }

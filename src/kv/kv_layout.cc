@@ -9,20 +9,13 @@ namespace {
 
 using Wide = unsigned __int128;  // offsets of hostile strides must not wrap while checked
 
-// Element offset of (t, 0, 0); the layout is valid.
-inline int64_t RowOffset(const KvLayout& l, uint64_t t) {
-  if (l.block_tokens == 0) return static_cast<int64_t>(t) * l.token_stride;
-  return l.block_ids[t / l.block_tokens] * l.block_stride +
-         static_cast<int64_t>(t % l.block_tokens) * l.token_stride;
-}
-
 // Copies one layer between the layout and the canonical layout; to_canonical picks the direction.
 void CopyLayer(const KvLayout& l, const ModelGeometry& g, uint64_t tokens, DType dtype,
                const uint8_t* src, uint8_t* dst, bool to_canonical) {
   const size_t es = DTypeSize(dtype), heads = g.kv_heads, d = g.head_dim;
   const size_t vec = d * es;
   for (uint64_t t = 0; t < tokens; ++t) {
-    const int64_t row = RowOffset(l, t);
+    const int64_t row = l.Offset(t, 0);
     for (size_t h = 0; h < heads; ++h) {
       const size_t canon = (t * heads + h) * vec;                             // bytes
       const int64_t base = row + static_cast<int64_t>(h) * l.head_stride;  // elements
@@ -53,6 +46,13 @@ KvLayout KvLayout::Canonical(const ModelGeometry& g) {
 bool KvLayout::IsCanonical(const ModelGeometry& g) const {
   return block_tokens == 0 && dim_stride == 1 && head_stride == static_cast<int64_t>(g.head_dim) &&
          token_stride == static_cast<int64_t>(g.token_elems());
+}
+
+bool DecodesInPlace(const KvLayout& l, const ModelGeometry& g, uint64_t tokens) {
+  if (l.dim_stride != 1 && g.head_dim > 1) return false;
+  // Runs of one token need no stride between vectors.
+  const bool single = tokens <= 1 || l.block_tokens == 1;
+  return single || l.token_stride >= static_cast<int64_t>(g.head_dim);
 }
 
 Status ValidateKvLayout(const KvLayout& l, const ModelGeometry& g, uint64_t tokens,
