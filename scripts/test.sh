@@ -63,14 +63,16 @@ ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stac
   ctest --test-dir build-asan --output-on-failure -j "$jobs" -LE slow
 
 if [ -f fuzz/container_fuzz.cc ]; then
-  echo "== libFuzzer: container reader, ${TQKV_FUZZ_SECONDS:-60} s"
+  echo "== libFuzzer: container reader, ${TQKV_FUZZ_SECONDS:-60} s; llama.cpp state reader, ${TQKV_LLAMA_FUZZ_SECONDS:-30} s"
   CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DTQKV_BUILD_FUZZERS=ON -DTQKV_SANITIZE=address,undefined -DTQKV_BUILD_TOOLS=OFF \
     -DTQKV_BUILD_TESTS=OFF >/dev/null
-  ninja -C build-fuzz container_fuzz
-  mkdir -p build-fuzz/corpus
+  ninja -C build-fuzz container_fuzz llama_state_fuzz
+  mkdir -p build-fuzz/corpus build-fuzz/corpus-llama
   # The target decodes what it accepts: -timeout and -rss_limit_mb are its time and memory caps.
   ./build-fuzz/container_fuzz -max_total_time="${TQKV_FUZZ_SECONDS:-60}" -max_len=65536 \
     -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 build-fuzz/corpus fuzz/corpus/container
+  ./build-fuzz/llama_state_fuzz -max_total_time="${TQKV_LLAMA_FUZZ_SECONDS:-30}" -max_len=65536 \
+    -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 build-fuzz/corpus-llama fuzz/corpus/llama_state
 fi
 echo "== all tests passed"
