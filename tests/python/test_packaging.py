@@ -1,6 +1,7 @@
 """Packaging: the checked-in type stubs match the extension, help() explains the API, and (with
-TQKV_TEST_PIP_INSTALL=1, as scripts/test.sh runs it) `pip install .` into a fresh venv gives a
-working package and the tqkv command."""
+TQKV_TEST_PIP_INSTALL=1, as scripts/test.sh runs it) `pip install .` into a fresh venv, and a
+`pip wheel .` built in one fresh venv and installed into another, give a working package and the
+tqkv command."""
 import os
 import pathlib
 import subprocess
@@ -33,12 +34,17 @@ def test_public_api_is_documented():
     assert tqkv.CorruptionError.__doc__
 
 
-@pytest.mark.skipif(os.environ.get("TQKV_TEST_PIP_INSTALL") != "1",
-                    reason="set TQKV_TEST_PIP_INSTALL=1 (scripts/test.sh does)")
-def test_pip_install_in_a_fresh_venv(tmp_path):
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    py = venv / "bin" / "python"
+PIP_TESTS = pytest.mark.skipif(os.environ.get("TQKV_TEST_PIP_INSTALL") != "1",
+                               reason="set TQKV_TEST_PIP_INSTALL=1 (scripts/test.sh does)")
+
+
+def _fresh_venv(path):
+    subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
+    return path / "bin" / "python"
+
+
+def _build_env():
+    """The environment of a pip build of the checkout, starting from a fresh configure."""
     # A fresh configure each time (pyproject.toml's build-dir keeps the objects' relative paths
     # those of build/, so ccache serves them); an old CMake cache would name a deleted build env.
     subprocess.run(["rm", "-rf", str(REPO / "build-pip")], check=True)
@@ -51,8 +57,12 @@ def test_pip_install_in_a_fresh_venv(tmp_path):
             for var, name in (("CC", "CMAKE_C_COMPILER:"), ("CXX", "CMAKE_CXX_COMPILER:")):
                 if line.startswith(name):
                     env.setdefault(var, line.split("=", 1)[1])
-    subprocess.run([str(py), "-m", "pip", "install", "-q", str(REPO)], check=True, cwd=tmp_path,
-                   env=env)
+    return env
+
+
+def _check_installed(venv, workdir):
+    """The package installed in `venv` works (codec, checkpoint), is the installed copy with its
+    stubs, and the tqkv command it installed reads what it wrote."""
     script = (
         "import numpy as np, tqkv, sys\n"
         "c = tqkv.Codec('tq3', head_dim=128)\n"
@@ -63,12 +73,42 @@ def test_pip_install_in_a_fresh_venv(tmp_path):
         "k = np.ones((2, 8, 2, 128), np.float16)\n"
         "tqkv.checkpoint(s, 's', k, k)\n"
         "print(tqkv.__file__)\n")
-    out = subprocess.run([str(py), "-c", script, str(tmp_path / "kv")], check=True,
-                         capture_output=True, text=True, cwd=tmp_path).stdout
+    py = venv / "bin" / "python"
+    out = subprocess.run([str(py), "-c", script, str(workdir / "kv")], check=True,
+                         capture_output=True, text=True, cwd=workdir).stdout
     assert str(venv) in out  # the installed package, not the source tree
     cli = venv / "bin" / "tqkv"
-    info = subprocess.run([str(cli), "inspect", "--json", str(tmp_path / "kv" / "s.tqkv")],
+    info = subprocess.run([str(cli), "inspect", "--json", str(workdir / "kv" / "s.tqkv")],
                           check=True, capture_output=True, text=True).stdout
     assert '"tokens": 8' in info
     assert pathlib.Path(out.strip()).with_name("_tqkv.pyi").is_file()
     assert pathlib.Path(out.strip()).with_name("py.typed").is_file()
+
+
+@PIP_TESTS
+def test_pip_install_in_a_fresh_venv(tmp_path):
+    venv = tmp_path / "venv"
+    py = _fresh_venv(venv)
+    subprocess.run([str(py), "-m", "pip", "install", "-q", str(REPO)], check=True, cwd=tmp_path,
+                   env=_build_env())
+    _check_installed(venv, tmp_path)
+
+
+@PIP_TESTS
+def test_pip_wheel_installs_in_another_fresh_venv(tmp_path):
+    # Built in one venv, installed from the file alone into another: the wheel is self-contained
+    # (the extension, the .py files, the stubs, the tqkv command).
+    builder = _fresh_venv(tmp_path / "build-venv")
+    dist = tmp_path / "dist"
+    subprocess.run([str(builder), "-m", "pip", "wheel", "-q", str(REPO), "--no-deps", "-w",
+                    str(dist)], check=True, cwd=tmp_path, env=_build_env())
+    wheels = list(dist.glob("tqkv-*.whl"))
+    assert len(wheels) == 1, wheels
+    venv = tmp_path / "venv"
+    py = _fresh_venv(venv)
+    subprocess.run([str(py), "-m", "pip", "install", "-q", str(wheels[0])], check=True,
+                   cwd=tmp_path)
+    _check_installed(venv, tmp_path)
+    help_text = subprocess.run([str(venv / "bin" / "tqkv"), "--help"], check=True,
+                               capture_output=True, text=True).stdout
+    assert "restore" in help_text and "checkpoint" in help_text
