@@ -6,6 +6,7 @@
 #include <nanobind/ndarray.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -14,6 +15,11 @@
 #include "tqkv/store.h"
 #include "tqkv/thread_pool.h"
 #include "tqkv/types.h"
+
+namespace tqkv {
+struct LayoutTensors;  // kv_layout.h
+struct RestoreStats;   // checkpoint.h
+}  // namespace tqkv
 
 namespace tqkv::python {
 
@@ -89,6 +95,18 @@ std::shared_ptr<ThreadPool> Pool();
 struct PyStore {
   std::unique_ptr<Store> store;
 };
+
+// What CUDA arrays and device="cuda" get from a build without CUDA.
+inline constexpr const char* kNoCudaMessage =
+    "CUDA arrays need the CUDA build of tqkv (tqkv.built_with_cuda() is False here): "
+    "pip install . --config-settings=cmake.define.TQKV_ENABLE_CUDA=ON, or pass CPU arrays";
+
+// Restores `key` into CUDA arrays `dst` (pointers on `device`) through the library's GPU
+// restore, then one device copy per layer into their layout (gpu_bindings.cc); layer_ready(l)
+// after layer l is copied. InvalidArgument (kNoCudaMessage) without the CUDA build.
+Status RestoreToCudaArrays(Store& store, const std::string& key, const LayoutTensors& dst,
+                           int device, const std::function<Status(uint32_t)>& layer_ready,
+                           RestoreStats* stats);
 
 void BindCodec(nb::module_& m);
 void BindStore(nb::module_& m);

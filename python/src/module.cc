@@ -122,6 +122,7 @@ NB_MODULE(_tqkv, m) {
 #endif
       },
       "True when the package was built with the CUDA library (TQKV_ENABLE_CUDA).");
+  m.attr("NO_CUDA_MESSAGE") = py::kNoCudaMessage;
   py::BindCodec(m);
   py::BindStore(m);
   py::BindSession(m);

@@ -28,7 +28,7 @@ struct Axes {
 // Per-layer K and V arrays seen through one KvLayout.
 using LayerArrays = LayoutTensors;
 
-using RwArray = nb::ndarray<nb::device::cpu>;
+using RwArray = nb::ndarray<>;  // CPU, or CUDA (RestoreToCudaArrays)
 
 template <typename Array>
 uint64_t ExtentElems(const Array& a) {
@@ -214,15 +214,30 @@ nb::dict RestoreArrays(PyStore& ps, const std::string& key, const std::vector<Rw
   opts.expect_geometry = &la.geometry;
   LayerReady ready{std::move(layer_ready), std::nullopt};
   opts.layer_ready = [&](uint32_t layer) { return ready(layer); };
+  const int device_type = k[0].device_type(), device_id = k[0].device_id();
+  for (const auto* arrays : {&k, &v}) {
+    for (const RwArray& a : *arrays) {
+      if (a.device_type() != device_type || a.device_id() != device_id) {
+        ThrowInvalid("k and v: every array on the same device");
+      }
+    }
+  }
+  const bool cuda = device_type != nb::device::cpu::value;
+  if (cuda && device_type != nb::device::cuda::value) {
+    ThrowInvalid("out=: arrays in host or CUDA device memory only (DLPack device type " +
+                 std::to_string(device_type) + ")");
+  }
   RestoreStats stats;
   Status s;
   {
     nb::gil_scoped_release release;
-    s = RestoreInto(*ps.store, key, la, opts, &stats);
+    s = cuda ? RestoreToCudaArrays(*ps.store, key, la, device_id, opts.layer_ready, &stats)
+             : RestoreInto(*ps.store, key, la, opts, &stats);
   }
   if (ready.error) throw std::move(*ready.error);
   ThrowIfError(s);
-  return RestoreStatsDict(stats, !DecodesInPlace(la.layout, la.geometry, la.tokens));
+  // The CUDA path decodes into the GPU restore's tensors and copies them over.
+  return RestoreStatsDict(stats, cuda || !DecodesInPlace(la.layout, la.geometry, la.tokens));
 }
 
 }  // namespace

@@ -48,6 +48,22 @@ def is_torch(x: Any) -> bool:
     return type(x).__module__.startswith("torch") and hasattr(x, "__dlpack__")
 
 
+def is_cuda(x: Any) -> bool:
+    """Whether `x` lives in CUDA device memory (DLPack device type kDLCUDA or kDLCUDAManaged)."""
+    device = getattr(x, "__dlpack_device__", None)
+    if device is None or isinstance(x, np.ndarray):
+        return False
+    try:
+        return int(device()[0]) in (2, 13)
+    except Exception:  # not a DLPack producer after all
+        return False
+
+
+def is_cuda_device(device: Any) -> bool:
+    """Whether a torch-style device ("cuda", "cuda:1", torch.device) names a CUDA device."""
+    return device is not None and str(getattr(device, "type", device)).startswith("cuda")
+
+
 def to_core(x: Any) -> Any:
     """The array as the C++ core takes it: numpy bfloat16 viewed as uint16, everything else as is."""
     if isinstance(x, np.ndarray) and x.dtype.name == "bfloat16":

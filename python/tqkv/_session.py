@@ -70,6 +70,9 @@ def checkpoint(store: StoreLike, key: str, k: Any, v: Any, *, codec: str = "tq3"
     On failure nothing readable is left under ``key``.
     """
     kl, vl = _layers(k, "k"), _layers(v, "v")
+    if any(_arrays.is_cuda(t) for t in kl + vl):
+        raise _tqkv.InvalidArgumentError(
+            "checkpoint reads host memory: move CUDA tensors to the CPU first (tensor.cpu())")
     ids = _block_ids(block_ids)
     if tokens is None:
         tokens = 0 if ids is None or not kl else len(ids) * int(kl[0].shape[1])
@@ -85,12 +88,21 @@ def _destination(store: Any, key: str, out: Any, dtype: Any, layout: str, block_
     if out is not None:
         k, v = out
         kl, vl = _layers(k, "out[0]"), _layers(v, "out[1]")
+        if not _tqkv.built_with_cuda() and any(_arrays.is_cuda(t) for t in kl + vl):
+            raise _tqkv.InvalidArgumentError(_tqkv.NO_CUDA_MESSAGE)
         ids = _block_ids(block_ids)
         n = tokens if tokens is not None else (
             len(ids) * int(kl[0].shape[1]) if ids is not None and kl else 0)
         return k, v, kl, vl, int(n)
     if layout == "paged":
         raise _tqkv.InvalidArgumentError("a paged restore writes into out=(k_blocks, v_blocks)")
+    if _arrays.is_cuda_device(device):
+        if not _tqkv.built_with_cuda():
+            raise _tqkv.InvalidArgumentError(_tqkv.NO_CUDA_MESSAGE)
+        if array != "torch":
+            raise _tqkv.InvalidArgumentError(
+                "device='cuda' restores into torch tensors: pass array='torch' "
+                "(or out= CUDA arrays of any DLPack library)")
     h = _tqkv.header(store._s, key)
     per_layer = ((h["tokens"], h["kv_heads"], h["head_dim"]) if layout == "nhd"
                  else (h["kv_heads"], h["tokens"], h["head_dim"]))
@@ -119,6 +131,10 @@ def restore(store: StoreLike, key: str, *, out: Optional[Tuple[Any, Any]] = None
     ``on_layer(layer, k_layer, v_layer)``: called as soon as each layer is decoded and verified,
     in order, from the restoring thread, so an engine can start on layer 0 early (raising in it
     stops the restore). ``stats``: a dict to fill with the library's figures.
+    CUDA: ``device="cuda"`` (with ``array="torch"``) or ``out=`` CUDA arrays (torch, CuPy, any
+    DLPack producer) restore through the library's GPU restore and one device copy per layer
+    (``staged`` True) when the package is built with CUDA (``tqkv.CUDA``); otherwise they raise
+    InvalidArgumentError saying so.
     The GIL is released while the session is read and decoded.
     """
     st = as_store(store, create=False)
