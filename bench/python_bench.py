@@ -8,6 +8,10 @@
    call; best and median of --reps each.
 2. Codec: tqkv.Codec encode/decode GB/s (fp16-equivalent bytes, as `tqkv bench codec` counts)
    on a float16 array of --codec-gib GiB, against `tqkv bench codec` on as many vectors.
+3. Layouts (--bench layouts): the same session restored by tqkv.restore(out=) into the canonical
+   layout, the transposed one (layout="hnd") and vLLM-style paged blocks (16 tokens, shuffled
+   block ids), each decoded in place, and the canonical restore followed by a numpy copy into the
+   transposed layout (what staging costs); rounds alternate the four, best and median of --reps.
 
 Prints JSON. Usage: PYTHONPATH=build/python python3 bench/python_bench.py --cli build/tqkv
 """
@@ -57,6 +61,48 @@ def restore_bench(cli, tokens, codec, reps, workdir):
     }
 
 
+def layouts_bench(cli, tokens, codec, reps, workdir):
+    store_dir = os.path.join(workdir, "kv-layouts")
+    subprocess.run([cli, "checkpoint", "--model", "qwen2.5-7b", "--tokens", str(tokens),
+                    "--codec", codec, "--store", store_dir, "--session", "s"], check=True,
+                   capture_output=True)
+    store = tqkv.open_store(store_dir)
+    h = store.header("s")
+    layers, heads, d = h["layers"], h["kv_heads"], h["head_dim"]
+    bs = 16
+    nblocks = -(-tokens // bs)
+    ids = np.random.default_rng(2).permutation(nblocks)
+    dests = {  # zeros: touched beforehand, as the CLI's
+        "nhd": dict(out=tuple(np.zeros((layers, tokens, heads, d), np.float16) for _ in "kv")),
+        "hnd": dict(out=tuple(np.zeros((layers, heads, tokens, d), np.float16) for _ in "kv"),
+                    layout="hnd"),
+        "paged": dict(out=tuple(np.zeros((layers, nblocks, bs, heads, d), np.float16)
+                                for _ in "kv"), layout="paged", block_ids=ids, tokens=tokens),
+    }
+    copy_to = tuple(np.zeros((layers, heads, tokens, d), np.float16) for _ in "kv")
+    times = {name: [] for name in ("nhd", "hnd", "paged", "nhd_then_copy_to_hnd")}
+    staged = {}
+    for _ in range(reps):
+        for name, kwargs in dests.items():
+            stats = {}
+            t = time.perf_counter()
+            tqkv.restore(store, "s", stats=stats, **kwargs)
+            times[name].append(time.perf_counter() - t)
+            staged[name] = stats["staged"]
+        t = time.perf_counter()
+        k, v = tqkv.restore(store, "s", **dests["nhd"])
+        np.copyto(copy_to[0], k.transpose(0, 2, 1, 3))
+        np.copyto(copy_to[1], v.transpose(0, 2, 1, 3))
+        times["nhd_then_copy_to_hnd"].append(time.perf_counter() - t)
+    base = statistics.median(times["nhd"])
+    return {
+        "tokens": tokens, "codec": codec, "reps": reps, "block_size": bs, "staged": staged,
+        "wall_s": {n: {"best": min(x), "median": statistics.median(x), "all": x}
+                   for n, x in times.items()},
+        "median_vs_nhd": {n: statistics.median(x) / base for n, x in times.items()},
+    }
+
+
 def codec_bench(cli, gib, codec, reps, threads):
     d = 128
     n = int(gib * (1 << 30)) // (2 * d)
@@ -102,16 +148,20 @@ def main():
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--codec-gib", type=float, default=1.0)
     ap.add_argument("--workdir", default=None, help="default: a temporary directory")
+    ap.add_argument("--bench", default="restore,codec", help="restore, codec, layouts")
     args = ap.parse_args()
+    which = args.bench.split(",")
     threads = tqkv.get_num_threads()
+    result = {"machine_load_1min": os.getloadavg()[0], "threads": threads}
     with tempfile.TemporaryDirectory(dir=args.workdir) as work:
-        result = {
-            "machine_load_1min": os.getloadavg()[0],
-            "threads": threads,
-            "restore": restore_bench(args.cli, args.tokens, args.codec, args.reps, work),
-            "codec": codec_bench(args.cli, args.codec_gib, args.codec, max(3, args.reps // 2),
-                                 threads),
-        }
+        if "restore" in which:
+            result["restore"] = restore_bench(args.cli, args.tokens, args.codec, args.reps, work)
+        if "codec" in which:
+            result["codec"] = codec_bench(args.cli, args.codec_gib, args.codec,
+                                          max(3, args.reps // 2), threads)
+        if "layouts" in which:
+            result["layouts"] = layouts_bench(args.cli, args.tokens, args.codec, args.reps, work)
+    result["machine_load_1min_after"] = os.getloadavg()[0]
     print(json.dumps(result, indent=2))
 
 
