@@ -237,7 +237,7 @@ Status RunCell(const Options& o, const ModelGeometry& g, Cell& c, bench::Progres
   c.fp16_bytes = fp16_session;
   const size_t cores = std::max(1u, std::thread::hardware_concurrency());
   const size_t pool_threads = W < cores ? cores / W : 1;
-  TQKV_ASSIGN_OR_RETURN(CodecSpec spec, ParseCodecSpec(c.codec));
+  TQKV_ASSIGN_OR_RETURN(const KvCodecSpec spec, ParseKvCodecSpec(c.codec));
   const std::string io = StoreIo(c);
 
   // Phase 1: concurrent checkpoints.
@@ -247,7 +247,7 @@ Status RunCell(const Options& o, const ModelGeometry& g, Cell& c, bench::Progres
     auto source = MakeSyntheticSource(o.model, g, DType::kF16, c.tokens, o.seed + w);
     ThreadPool pool(pool_threads);
     CheckpointOptions opts;
-    opts.codec = spec;
+    SetCodec(opts, spec);
     opts.pool = pool_threads > 1 ? &pool : nullptr;
     TQKV_ASSIGN_OR_RETURN(CheckpointStats st, Checkpoint(*source, opts, *store, Key(c, w)));
     c.w[w].write_s = st.seconds - st.source_seconds;
@@ -260,7 +260,7 @@ Status RunCell(const Options& o, const ModelGeometry& g, Cell& c, bench::Progres
   if (IsGpu(c)) {
     TQKV_RETURN_IF_ERROR(RunGpuRestores(o, fp16_session, c, progress));
   } else {
-    TQKV_RETURN_IF_ERROR(RunHostRestores(o, g, spec, pool_threads, c, progress));
+    TQKV_RETURN_IF_ERROR(RunHostRestores(o, g, spec.k, pool_threads, c, progress));
   }
   double first = 1e300, last = 0;
   uint64_t bytes = 0;

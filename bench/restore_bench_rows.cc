@@ -25,7 +25,7 @@ Status CheckIo(const RowConfig& r) {
 }
 
 Status CheckRow(const RowConfig& r) {
-  TQKV_RETURN_IF_ERROR(ParseCodecSpec(r.codec).status());
+  TQKV_RETURN_IF_ERROR(ParseKvCodecSpec(r.codec).status());
   return CheckIo(r);
 }
 

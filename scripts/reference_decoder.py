@@ -484,6 +484,9 @@ def parse_header(body, version):
             raise Corrupt("engine state length")
         h["engine_state"] = bytes(r.take("%ds" % n)) if n else b""
     h["key_mean_block"], h["key_mean_dtype"] = (r.take("IB") if version >= 4 else (0, F32))
+    # format.md section 3: version 5 adds V's codec index per layer (else V uses K's)
+    h["layer_codec_v"] = ([r.take("H") for _ in range(h["layers"])] if version >= 5
+                          else list(h["layer_codec"]))
     if r.pos != len(body):
         raise Corrupt("trailing header bytes")
     return h
@@ -535,12 +538,20 @@ def mean_blocks(h):
     return -(-h["tokens"] // h["key_mean_block"]) if h["key_mean_block"] else 0
 
 
+def layer_decoder(h, decoders, layer, kv):
+    return decoders[h["layer_codec_v" if kv else "layer_codec"][layer]]
+
+
+def layer_meta_bytes(h, decoders, layer):
+    """The group-meta chunk: [K heads][K meta] then [V heads][V meta] (format.md section 5)."""
+    return h["kv_heads"] * sum(layer_decoder(h, decoders, layer, kv).meta_bytes() for kv in (0, 1))
+
+
 def chunk_keys(h, decoders):
     """Container order: (type, layer, kv, token_begin, token_count)."""
     keys = []
     for layer in range(h["layers"]):
-        dec = decoders[h["layer_codec"][layer]]
-        if dec.meta_bytes():
+        if layer_meta_bytes(h, decoders, layer):
             keys.append((1, layer, 0, 0, 0))
         if has_key_means(h, layer):
             keys.append((4, layer, 0, 0, 0))
@@ -556,10 +567,10 @@ def chunk_keys(h, decoders):
 
 
 def chunk_size(h, decoders, key):
-    typ, layer, _, _, count = key
-    dec = decoders[h["layer_codec"][layer]]
+    typ, layer, kv, _, count = key
+    dec = layer_decoder(h, decoders, layer, kv)
     if typ == 1:
-        return 2 * h["kv_heads"] * dec.meta_bytes()
+        return layer_meta_bytes(h, decoders, layer)
     if typ == 2:
         return count * h["kv_heads"] * dec.code_bytes
     if typ == 4:
@@ -579,7 +590,7 @@ def read_container(data):
     if size < ALIGN + 16 + 64 or data[:8] != MAGIC or data[-8:] != MAGIC:
         raise Corrupt("size or magic")
     version, flags, checksum_type = struct.unpack_from("<IIB", data, 8)
-    if not 1 <= version <= 4:
+    if not 1 <= version <= 5:
         raise Corrupt("unsupported format version %d" % version)
     if flags != 0 or checksum_type != 1 or data[17:20] != b"\0\0\0":
         raise Corrupt("flags, checksum type or reserved")
@@ -595,19 +606,23 @@ def read_container(data):
     if header_end > index_offset or any(data[32 + header_size:header_end]):
         raise Corrupt("header block")
     h = parse_header(data[32:32 + header_size], version)
-    want_version = (4 if h["key_mean_block"] else 3 if h["engine_state"] else
+    want_version = (5 if h["layer_codec_v"] != h["layer_codec"] else
+                    4 if h["key_mean_block"] else 3 if h["engine_state"] else
                     2 if h["exact_head"] + h["exact_tail"] else 1)
     if version != want_version or h["exact_head"] + h["exact_tail"] > h["tokens"]:
         raise Corrupt("version / exact rows")
-    if version >= 4 and (h["key_mean_block"] == 0 or h["key_mean_dtype"] not in (F32, F16)
-                         or h["tokens"] == 0):
+    if version == 4 and h["key_mean_block"] == 0:
         raise Corrupt("key means")
+    if h["key_mean_block"] and (h["key_mean_dtype"] not in (F32, F16) or h["tokens"] == 0):
+        raise Corrupt("key means")
+    if version >= 5 and h["key_mean_block"] == 0 and h["key_mean_dtype"] != 0:
+        raise Corrupt("key mean dtype without key means")
     if (not h["layers"] or not h["kv_heads"] or not h["head_dim"] or not h["token_block"]
             or h["source_dtype"] not in DTYPE_SIZE or not h["codecs"]):
         raise Corrupt("geometry")
     for c in h["codecs"]:
         validate_codec(c, h["head_dim"])
-    if any(i >= len(h["codecs"]) for i in h["layer_codec"]):
+    if any(i >= len(h["codecs"]) for i in h["layer_codec"] + h["layer_codec_v"]):
         raise Corrupt("layer codec index")
     decoders = [CodecDecoder(c) for c in h["codecs"]]
     keys = chunk_keys(h, decoders)
@@ -640,14 +655,13 @@ def decode_container(data, out_dtype):
     row = heads * d * es
     tensors = {(l, kv): bytearray(tokens * row) for l in range(h["layers"]) for kv in (0, 1)}
     exact = CodecDecoder({"kind": 0, "raw_dtype": h["source_dtype"], "head_dim": d})
-    mb = 0
     metas = b""
     means = []
     blocks = mean_blocks(h)
     for (typ, layer, kv, tb, tc), payload in chunks:
-        dec = decoders[h["layer_codec"][layer]]
+        dec = layer_decoder(h, decoders, layer, kv)
         if typ == 1:
-            metas, mb = payload, dec.meta_bytes()
+            metas = payload
             continue
         if typ == 4:  # means [head][block][d], then coefficients [head][token], as binary32
             md = h["key_mean_dtype"]
@@ -657,8 +671,10 @@ def decode_container(data, out_dtype):
             cb = dec.code_bytes
             out = tensors[(layer, kv)]
             centered = kv == 0 and has_key_means(h, layer)
+            mb = dec.meta_bytes()
+            base = heads * layer_decoder(h, decoders, layer, 0).meta_bytes() if kv else 0
             for hd in range(heads):
-                mask = metas[(kv * heads + hd) * mb:(kv * heads + hd + 1) * mb] if dec.split() else b""
+                mask = metas[base + hd * mb:base + (hd + 1) * mb] if dec.split() else b""
                 for t in range(tc):
                     at = (hd * tc + t) * cb
                     if centered:  # x + alpha * mu: the product rounded to binary32, then the sum

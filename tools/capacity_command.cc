@@ -64,7 +64,8 @@ void RegisterCapacityCommand(CLI::App& app) {
       co.geometry = preset.geometry;
       co.tokens = o->tokens;
       TQKV_ASSIGN_OR_RETURN(co.capacity_bytes, CapacityBytes("--capacity", o->capacity));
-      TQKV_ASSIGN_OR_RETURN(co.checkpoint.codec, ParseCodecSpec(o->codec));
+      TQKV_ASSIGN_OR_RETURN(const KvCodecSpec spec, ParseKvCodecSpec(o->codec));
+      SetCodec(co.checkpoint, spec);
       TQKV_RETURN_IF_ERROR(ApplyExactTokens(o->exact_tokens, co.checkpoint));
       TQKV_RETURN_IF_ERROR(ApplyKeyMeans(o->key_means, co.checkpoint));
       if (!o->per_gpu.empty()) {

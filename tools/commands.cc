@@ -23,7 +23,8 @@ CLI::Validator CountIn(uint64_t min, uint64_t max) {
 
 Status ApplyCodecs(const std::string& codec, const std::vector<std::string>& layer_codecs,
                    CheckpointOptions& opts) {
-  TQKV_ASSIGN_OR_RETURN(opts.codec, ParseCodecSpec(codec));
+  TQKV_ASSIGN_OR_RETURN(const KvCodecSpec spec, ParseKvCodecSpec(codec));
+  SetCodec(opts, spec);
   opts.layer_overrides.clear();
   for (const auto& lc : layer_codecs) {
     TQKV_ASSIGN_OR_RETURN(LayerCodec l, ParseLayerCodec(lc));

@@ -294,8 +294,8 @@ void RegisterInspect(CLI::App& app) {
       std::printf("format      version %u\n", ContainerVersionFor(h));
       if (d.codecs.size() > 1) {
         std::printf("per layer   ");
-        for (size_t l = 0; l < h.layer_codec.size(); ++l) {
-          std::printf("%zu:%s ", l, d.codecs[h.layer_codec[l]].c_str());
+        for (size_t l = 0; l < d.layer_codecs.size(); ++l) {
+          std::printf("%zu:%s ", l, d.layer_codecs[l].c_str());
         }
         std::printf("\n");
       }

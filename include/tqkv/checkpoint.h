@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -26,14 +27,16 @@ struct LayoutTensors;  // kv_layout.h
 
 struct LayerCodec {
   uint32_t layer = 0;
-  CodecSpec spec;
+  CodecSpec spec;                   // K's codec, and V's unless v_spec is set
+  std::optional<CodecSpec> v_spec;  // V's codec where it differs (e.g. "0:k4v2")
 };
 
 inline constexpr uint32_t kKeyMeanPerSession = 0xFFFFFFFFu;
 inline constexpr uint32_t kDefaultKeyMeanBlock = 128;
 
 struct CheckpointOptions {
-  CodecSpec codec;                          // default codec for every layer
+  CodecSpec codec;                          // default codec for every layer (K, and V unless v_codec)
+  std::optional<CodecSpec> v_codec;         // V's default where it differs (format version 5)
   std::vector<LayerCodec> layer_overrides;  // e.g. first and last layers at more bits
   uint32_t token_block = 0;                 // tokens per chunk; 0: about 2 MiB chunks
   ThreadPool* pool = nullptr;               // encode threads; null: the calling thread
@@ -54,6 +57,9 @@ struct CheckpointOptions {
   uint32_t key_mean_block = kDefaultKeyMeanBlock;
   DType key_mean_dtype = DType::kF16;  // f16 or f32
 };
+
+// Sets codec and v_codec from a plain or K/V spec (ParseKvCodecSpec).
+void SetCodec(CheckpointOptions& options, const KvCodecSpec& spec);
 
 struct ExactTokens {
   uint32_t head = 0, tail = 0;
@@ -80,7 +86,8 @@ struct CheckpointStats {
   double source_seconds = 0;    // time spent producing the session (KvSource::ReadLayer)
 };
 
-// Parses "L:SPEC" (e.g. "0:tq4") into a LayerCodec.
+// Parses "L:SPEC" (e.g. "0:tq4", "0:k4v2", "0:k:tq4/v:fp16") into a LayerCodec; SPEC as
+// ParseKvCodecSpec.
 Result<LayerCodec> ParseLayerCodec(std::string_view text);
 
 // Encodes and writes the session under `key`, published atomically. On any failure nothing

@@ -62,6 +62,23 @@ Result<CodecSpec> ParseCodecSpec(std::string_view spec);
 // The shortest string that parses back to `spec` (a preset name where one matches).
 std::string FormatCodecSpec(const CodecSpec& spec);
 
+// Separate codecs for keys and values (docs/codec.md §2). k == v for a plain spec.
+struct KvCodecSpec {
+  CodecSpec k, v;
+  bool same() const { return k == v; }
+  bool operator==(const KvCodecSpec&) const = default;
+};
+// Parses a plain spec (both tensors) or a K/V spec: the preset family "kAvB" (A, B each 1..8,
+// 2.5 or 3.5: K as tqA, V as tqB, e.g. k4v2, k3.5v2.5) or the general "k:SPEC/v:SPEC" (each a
+// plain spec, e.g. "k:tq4,norm=f16/v:tq2"). '/' in a plain spec is always followed by a digit, so
+// the "/v:" that ends the K part is unambiguous.
+Result<KvCodecSpec> ParseKvCodecSpec(std::string_view spec);
+// The shortest string that parses back: the plain spec when k == v, else "kAvB" where both are
+// presets, else "k:SPEC/v:SPEC".
+std::string FormatKvCodecSpec(const KvCodecSpec& spec);
+// Joins two labels (FormatCodecSpec or CodecLabel strings) the way FormatKvCodecSpec does.
+std::string JoinKvLabels(const std::string& k, const std::string& v);
+
 // One subset of channels with its own rotation and codebook.
 struct SubsetParams {
   uint16_t channels = 0;
@@ -98,6 +115,9 @@ Status ValidateCodecParams(const CodecParams& params);
 // The human-readable name of stored parameters ("tq3", "tq2.5", "tq:b=3,rot=haar", "fp16"): the
 // spec they were resolved from, seeds aside, formatted by FormatCodecSpec.
 std::string CodecLabel(const CodecParams& params);
+
+// The label of a layer's K and V codecs (JoinKvLabels of their CodecLabel).
+std::string KvCodecLabel(const CodecParams& k, const CodecParams& v);
 
 // What building a codec from its params costs before a single vector is decoded: the limits that
 // keep a small, checksum-valid container from asking for unbounded memory or time

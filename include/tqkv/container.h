@@ -26,9 +26,10 @@ namespace tqkv {
 
 // Version 2 adds exact rows (ContainerHeader::exact_head/exact_tail), version 3 an engine state
 // (ContainerHeader::engine_state), version 4 mean-removed keys (ContainerHeader::key_mean_block);
+// version 5 separate K and V codecs (ContainerHeader::layer_codec_v);
 // a writer emits the lowest version that holds the session, so files without the newer features
 // stay readable by older readers.
-inline constexpr uint32_t kContainerVersion = 4;
+inline constexpr uint32_t kContainerVersion = 5;
 // The largest engine state a header may carry (docs/format.md §4): 64 MiB, about 2 million cells
 // of a llama.cpp sequence state's metadata.
 inline constexpr uint64_t kMaxEngineStateBytes = 64ull << 20;
@@ -37,7 +38,8 @@ inline constexpr uint64_t kContainerAlignment = 4096;
 
 // Serialized: never renumber.
 enum class ChunkType : uint8_t {
-  kGroupMeta = 1,  // per layer: the group metadata of every (K/V, head), codec order
+  kGroupMeta = 1,  // per layer: the group metadata of every (K/V, head), codec order; present
+                   // when K's or V's codec has some ([K heads][K meta] then [V heads][V meta])
   kCodes = 2,      // codes of tokens [token_begin, token_begin + token_count), all heads,
                    // head-major: [kv_head][token][code_bytes] (a head's codes are contiguous,
                    // so one Codec::Decode call per head writes straight into the canonical layout)
@@ -56,7 +58,11 @@ struct ContainerHeader {
   uint64_t tokens = 0;
   uint32_t token_block = 0;     // tokens per kCodes chunk (the last one of a tensor may be shorter)
   std::vector<CodecParams> codecs;   // distinct codecs, at least one
-  std::vector<uint16_t> layer_codec; // per layer: index into codecs (per-layer overrides)
+  std::vector<uint16_t> layer_codec; // per layer: index into codecs (per-layer overrides); K's
+                                     // codec, and V's unless layer_codec_v says otherwise
+  // Version 5: per layer, V's index into codecs. Empty (or equal to layer_codec): V uses
+  // layer_codec. Readers of versions 1..4 leave it empty.
+  std::vector<uint16_t> layer_codec_v;
   // Tokens at the start (attention sinks) and the end (the most recent) also stored exactly, in
   // source_dtype; restore overwrites their decoded values. exact_head + exact_tail <= tokens.
   uint32_t exact_head = 0;
@@ -73,6 +79,22 @@ struct ContainerHeader {
   uint32_t key_mean_block = 0;
   DType key_mean_dtype = DType::kF32;
 };
+
+// The codec index of `layer`'s K (kv 0) or V (kv 1) tensor. layer < layers; the header must
+// have layer_codec_v empty or of the layer count.
+inline uint16_t LayerCodecIndex(const ContainerHeader& h, uint32_t layer, uint8_t kv) {
+  return kv == 0 || h.layer_codec_v.empty() ? h.layer_codec[layer] : h.layer_codec_v[layer];
+}
+// Whether some layer's V codec differs from its K codec (format version 5).
+inline bool HasSeparateKvCodecs(const ContainerHeader& h) {
+  return !h.layer_codec_v.empty() && h.layer_codec_v != h.layer_codec;
+}
+
+// Bytes of `layer`'s group-meta chunk: KV heads x (K's + V's group metadata); 0: no such chunk.
+inline uint64_t LayerGroupMetaBytes(const ContainerHeader& h, uint32_t layer) {
+  return uint64_t{h.geometry.kv_heads} * (GroupMetaBytesOf(h.codecs[LayerCodecIndex(h, layer, 0)]) +
+                                          GroupMetaBytesOf(h.codecs[LayerCodecIndex(h, layer, 1)]));
+}
 
 // Whether `layer`'s K codes are mean-removed (the header has key means and the layer's codec is
 // TurboQuant). The header must be valid (layer_codec in range).
@@ -99,9 +121,10 @@ inline std::array<TokenRange, 2> ExactRanges(const ContainerHeader& h) {
 
 inline bool HasExactRows(const ContainerHeader& h) { return h.exact_head != 0 || h.exact_tail != 0; }
 
-// The format version a header needs: 4 with key means, else 3 with an engine state, else 2 with
-// exact rows, else 1.
+// The format version a header needs: 5 with separate K/V codecs, else 4 with key means, else 3
+// with an engine state, else 2 with exact rows, else 1.
 inline uint32_t ContainerVersionFor(const ContainerHeader& h) {
+  if (HasSeparateKvCodecs(h)) return 5;
   if (h.key_mean_block != 0) return 4;
   return !h.engine_state.empty() ? 3 : HasExactRows(h) ? 2 : 1;
 }

@@ -18,8 +18,9 @@ struct ContainerDescription {
   uint64_t fp16_bytes = 0;          // the session's tensors at FP16
   double ratio = 0;                 // fp16_bytes / file_bytes (0 for an empty file)
   double bits_per_value = 0;        // every stored bit per K/V element (0 for no tokens)
-  std::string codec;                // CodecLabel of layer 0's codec
+  std::string codec;                // layer 0's K and V codecs (KvCodecLabel: "tq3", "k4v2")
   std::vector<std::string> codecs;  // CodecLabel of each of header.codecs
+  std::vector<std::string> layer_codecs;  // per layer, as `codec`
 };
 
 // Describes an opened container (no I/O: everything comes from the parsed header and index).

@@ -131,7 +131,7 @@ nb::dict CheckpointArrays(PyStore& ps, const std::string& key, const std::vector
                           const std::string& model, uint32_t token_block) {
   LayerArrays la = ViewLayers(k, v, axes, block_ids, tokens);
   CheckpointOptions opts;
-  opts.codec = ValueOrThrow(ParseCodecSpec(codec));
+  SetCodec(opts, ValueOrThrow(ParseKvCodecSpec(codec)));
   for (const std::string& lc : layer_codecs) {
     opts.layer_overrides.push_back(ValueOrThrow(ParseLayerCodec(lc)));
   }

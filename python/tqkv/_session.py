@@ -59,8 +59,9 @@ def checkpoint(store: StoreLike, key: str, k: Any, v: Any, *, codec: str = "tq3"
                model: str = "", token_block: int = 0) -> Dict[str, Any]:
     """Encodes the cache ``k``, ``v`` and publishes it atomically under ``key``.
 
-    ``codec``: the spec of every layer (``tq3``, ``tq2.5``, ``fp16``, ... see tqkv.Codec);
-    ``layer_codecs``: per-layer overrides, e.g. ``{0: "tq4", 27: "tq4"}``; ``exact_tokens``:
+    ``codec``: the spec of every layer (``tq3``, ``tq2.5``, ``fp16``, ... see tqkv.Codec), or
+    separate K and V codecs (``k4v2``: K tq4, V tq2; ``k:tq4,norm=f16/v:fp16``; docs/codec.md §3);
+    ``layer_codecs``: per-layer overrides, e.g. ``{0: "tq4", 27: "k4v3"}``; ``exact_tokens``:
     ``(first, last)`` tokens also stored exactly (attention sinks, recent tokens);
     ``key_means``: the keys' mean removed before encoding, per block of that many tokens (the
     default, ``"128"``), ``"session"`` or ``"off"``, optionally ``",f32"`` (docs/format.md §5);

@@ -138,8 +138,16 @@ Result<LayerCodec> ParseLayerCodec(std::string_view text) {
     }
     layer = layer * 10 + static_cast<uint32_t>(c - '0');
   }
-  TQKV_ASSIGN_OR_RETURN(CodecSpec spec, ParseCodecSpec(text.substr(colon + 1)));
-  return LayerCodec{layer, spec};
+  TQKV_ASSIGN_OR_RETURN(KvCodecSpec spec, ParseKvCodecSpec(text.substr(colon + 1)));
+  LayerCodec out{layer, spec.k, std::nullopt};
+  if (!spec.same()) out.v_spec = spec.v;
+  return out;
+}
+
+void SetCodec(CheckpointOptions& options, const KvCodecSpec& spec) {
+  options.codec = spec.k;
+  options.v_codec.reset();
+  if (!spec.same()) options.v_codec = spec.v;
 }
 
 Result<ExactTokens> ParseExactTokens(std::string_view text) {
@@ -214,12 +222,15 @@ ContainerHeader PlanHeader(const KvSource& source, const CheckpointOptions& opti
   header.codecs.reserve(codecs.codecs.size());
   for (const auto& c : codecs.codecs) header.codecs.push_back(c->params());
   header.layer_codec = codecs.layer_codec;
+  if (codecs.layer_codec_v != codecs.layer_codec) header.layer_codec_v = codecs.layer_codec_v;
   header.exact_head = static_cast<uint32_t>(std::min<uint64_t>(options.exact_head, header.tokens));
   header.exact_tail = static_cast<uint32_t>(
       std::min<uint64_t>(options.exact_tail, header.tokens - header.exact_head));
   header.engine_state = options.engine_state;
   bool any_tq = false;
-  for (const auto& c : codecs.codecs) any_tq |= c->params().kind == CodecKind::kTurboQuant;
+  for (uint16_t i : codecs.layer_codec) {  // key means are for keys: K's codecs decide
+    any_tq |= codecs.codecs[i]->params().kind == CodecKind::kTurboQuant;
+  }
   if (options.key_mean_block != 0 && header.tokens > 0 && any_tq) {
     header.key_mean_block = static_cast<uint32_t>(
         std::min<uint64_t>(options.key_mean_block, header.tokens));  // larger: one per session
@@ -244,7 +255,7 @@ class LayerWriter {
       : h_(header), codecs_(codecs), chunks_(chunks), residual_(residual), pool_(pool) {}
 
   Status Write(uint32_t layer, const void* const tensors[2]) {
-    const Codec& codec = *codecs_.codecs[codecs_.layer_codec[layer]];
+    const Codec* codec[2] = {&codecs_.of(layer, 0), &codecs_.of(layer, 1)};
     const auto te = Clock::now();
     // What gets encoded: the tensors, or for K of a layer with key means its residual (f32).
     Coded coded{{tensors[0], tensors[1]}, {h_.source_dtype, h_.source_dtype}};
@@ -282,19 +293,23 @@ class LayerWriter {
     return static_cast<const uint8_t*>(c.data[kv]) +
            (token * Row() + head * h_.geometry.head_dim) * DTypeSize(c.dtype[kv]);
   }
-  std::span<uint8_t> Meta(int kv, size_t head, size_t meta_bytes) {
-    return {metas_.data() + (kv * h_.geometry.kv_heads + head) * meta_bytes, meta_bytes};
+  // [K heads][K's meta bytes] then [V heads][V's meta bytes] (docs/format.md §5).
+  std::span<uint8_t> Meta(const Codec* const codec[2], int kv, size_t head) {
+    const size_t k_bytes = codec[0]->group_meta_bytes(), bytes = codec[kv]->group_meta_bytes();
+    return {metas_.data() + (kv == 0 ? 0 : h_.geometry.kv_heads * k_bytes) + head * bytes, bytes};
   }
 
   // One outlier mask per (K or V, KV head), chosen over all of the layer's tokens.
-  Status WriteGroupMeta(uint32_t layer, const Codec& codec, const Coded& coded) {
-    const size_t heads = h_.geometry.kv_heads, meta_bytes = codec.group_meta_bytes();
-    metas_.assign(2 * heads * meta_bytes, 0);
-    if (meta_bytes == 0) return Status::Ok();
+  Status WriteGroupMeta(uint32_t layer, const Codec* const codec[2], const Coded& coded) {
+    const size_t heads = h_.geometry.kv_heads;
+    metas_.assign(heads * (codec[0]->group_meta_bytes() + codec[1]->group_meta_bytes()), 0);
+    if (metas_.empty()) return Status::Ok();
     for (int kv = 0; kv < 2; ++kv) {
+      if (codec[kv]->group_meta_bytes() == 0) continue;
       for (size_t h = 0; h < heads; ++h) {
-        TQKV_RETURN_IF_ERROR(codec.SelectGroupMeta(HeadBase(coded, kv, 0, h), coded.dtype[kv],
-                                                   h_.tokens, Row(), Meta(kv, h, meta_bytes)));
+        TQKV_RETURN_IF_ERROR(codec[kv]->SelectGroupMeta(HeadBase(coded, kv, 0, h),
+                                                        coded.dtype[kv], h_.tokens, Row(),
+                                                        Meta(codec, kv, h)));
       }
     }
     AlignedBuffer buf = chunks_.TakeBuffer();
@@ -303,10 +318,10 @@ class LayerWriter {
     return chunks_.Push(LayerChunk(ChunkType::kGroupMeta, layer), std::move(buf), metas_.size());
   }
 
-  Status WriteCodes(uint32_t layer, const Codec& codec, const Coded& coded) {
-    const size_t heads = h_.geometry.kv_heads, code_bytes = codec.code_bytes();
-    const size_t meta_bytes = codec.group_meta_bytes();
+  Status WriteCodes(uint32_t layer, const Codec* const codec[2], const Coded& coded) {
+    const size_t heads = h_.geometry.kv_heads;
     for (int kv = 0; kv < 2; ++kv) {
+      const size_t code_bytes = codec[kv]->code_bytes();
       for (uint64_t t0 = 0; t0 < h_.tokens; t0 += h_.token_block) {
         const uint64_t count = std::min<uint64_t>(h_.token_block, h_.tokens - t0);
         const size_t payload = heads * count * code_bytes;
@@ -314,8 +329,8 @@ class LayerWriter {
         TQKV_RETURN_IF_ERROR(buf.TryReserve(payload));
         const auto tc = Clock::now();
         for (size_t h = 0; h < heads; ++h) {
-          TQKV_RETURN_IF_ERROR(codec.Encode(
-              HeadBase(coded, kv, t0, h), coded.dtype[kv], count, Row(), Meta(kv, h, meta_bytes),
+          TQKV_RETURN_IF_ERROR(codec[kv]->Encode(
+              HeadBase(coded, kv, t0, h), coded.dtype[kv], count, Row(), Meta(codec, kv, h),
               {buf.data() + h * count * code_bytes, count * code_bytes}, pool_));
         }
         encode_seconds_ += Since(tc);
@@ -369,7 +384,7 @@ Result<CheckpointStats> Checkpoint(KvSource& source, const CheckpointOptions& op
   const ModelGeometry g = source.geometry();
   TQKV_RETURN_IF_ERROR(ValidateGeometry(g).WithContext("checkpoint"));
   TQKV_ASSIGN_OR_RETURN(SessionCodecs codecs,
-                        ResolveSessionCodecs(options.codec, options.layer_overrides, g));
+                        ResolveSessionCodecs(options, g));
   const ContainerHeader header = PlanHeader(source, options, codecs);
   const DType dtype = source.dtype();
   const uint64_t tokens = header.tokens;

@@ -15,7 +15,7 @@ Result<DevicePlan> MakeDevicePlan(const ContainerHeader& h) {
   plan.meta_at.assign(h.geometry.layers, 0);
   for (uint32_t l = 0; l < h.geometry.layers; ++l) {
     plan.meta_at[l] = plan.meta_total;
-    plan.meta_total += 2ull * h.geometry.kv_heads * GroupMetaBytesOf(h.codecs[h.layer_codec[l]]);
+    plan.meta_total += LayerGroupMetaBytes(h, l);
   }
   plan.means_at.assign(h.geometry.layers, DevicePlan::kNoMeans);
   const uint64_t layer_means = KeyMeanValues(h) * DTypeSize(h.key_mean_dtype);  // ValidateHeader
@@ -30,15 +30,16 @@ Result<DevicePlan> MakeDevicePlan(const ContainerHeader& h) {
 Status PlanDeviceOps(const ContainerHeader& h, const DevicePlan& plan, const ChunkEntry& e,
                      std::string_view name, std::vector<DeviceOp>* ops) {
   ops->clear();
-  const uint16_t codec = h.layer_codec[e.layer];
+  const uint16_t codec = LayerCodecIndex(h, e.layer, e.kv);
   const uint64_t heads = h.geometry.kv_heads;
   const uint64_t meta_bytes = GroupMetaBytesOf(plan.codecs[codec]);
+  const uint64_t k_meta_bytes = GroupMetaBytesOf(plan.codecs[LayerCodecIndex(h, e.layer, 0)]);
   DeviceOp op;
   op.codec = codec;
   op.layer = e.layer;
   op.kv = e.kv;
   if (e.type == ChunkType::kGroupMeta) {
-    if (e.size != 2 * heads * meta_bytes) {
+    if (e.size != LayerGroupMetaBytes(h, e.layer)) {
       return Status::Corruption(std::string(name) + ": layer " + std::to_string(e.layer) +
                                 " group metadata has " + std::to_string(e.size) + " bytes");
     }
@@ -73,7 +74,8 @@ Status PlanDeviceOps(const ContainerHeader& h, const DevicePlan& plan, const Chu
     }
   } else {
     op.kind = DeviceOp::kCodes;
-    if (meta_bytes > 0) op.meta_offset = plan.meta_at[e.layer] + e.kv * heads * meta_bytes;
+    // [K heads][K meta] then [V heads][V meta] (docs/format.md §5).
+    if (meta_bytes > 0) op.meta_offset = plan.meta_at[e.layer] + e.kv * heads * k_meta_bytes;
     if (e.kv == 0) op.means_offset = plan.means_at[e.layer];
     op.token_begin = e.token_begin;
     op.token_count = static_cast<uint32_t>(e.token_count);

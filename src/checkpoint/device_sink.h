@@ -21,7 +21,7 @@ namespace tqkv {
 
 // The codecs a device restore uses, in device order: header.codecs, then the exact-rows codec
 // (raw, source dtype) last; and where each layer's group metadata goes in one device array
-// [layer][kv][head][meta_bytes].
+// [layer][kv][head][meta_bytes of that kv's codec].
 struct DevicePlan {
   std::vector<CodecParams> codecs;
   std::vector<uint64_t> meta_at;  // per layer: offset of its metadata

@@ -5,20 +5,24 @@
 
 namespace tqkv {
 
-Result<SessionCodecs> ResolveSessionCodecs(const CodecSpec& spec,
-                                           const std::vector<LayerCodec>& overrides,
+Result<SessionCodecs> ResolveSessionCodecs(const CheckpointOptions& options,
                                            const ModelGeometry& geometry) {
   SessionCodecs out;
-  std::vector<CodecSpec> specs{spec};
-  out.layer_codec.assign(geometry.layers, 0);
-  for (const auto& o : overrides) {
+  std::vector<CodecSpec> specs;
+  const auto index_of = [&](const CodecSpec& s) {
+    auto it = std::find(specs.begin(), specs.end(), s);
+    if (it == specs.end()) it = specs.insert(specs.end(), s);
+    return static_cast<uint16_t>(it - specs.begin());
+  };
+  out.layer_codec.assign(geometry.layers, index_of(options.codec));
+  out.layer_codec_v.assign(geometry.layers, index_of(options.v_codec.value_or(options.codec)));
+  for (const auto& o : options.layer_overrides) {
     if (o.layer >= geometry.layers) {
       return Status::InvalidArgument("layer override for layer " + std::to_string(o.layer) +
                                      ", but the model has " + std::to_string(geometry.layers));
     }
-    auto it = std::find(specs.begin(), specs.end(), o.spec);
-    if (it == specs.end()) it = specs.insert(specs.end(), o.spec);
-    out.layer_codec[o.layer] = static_cast<uint16_t>(it - specs.begin());
+    out.layer_codec[o.layer] = index_of(o.spec);
+    out.layer_codec_v[o.layer] = index_of(o.v_spec.value_or(o.spec));
   }
   for (const auto& s : specs) {
     auto codec = Codec::Create(s, geometry.head_dim);
@@ -35,6 +39,7 @@ Result<SessionCodecs> SessionCodecsFromHeader(const ContainerHeader& header) {
     out.codecs.push_back(std::move(codec));
   }
   out.layer_codec = header.layer_codec;
+  out.layer_codec_v = header.layer_codec_v.empty() ? header.layer_codec : header.layer_codec_v;
   return out;
 }
 

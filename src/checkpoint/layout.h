@@ -13,12 +13,16 @@ namespace tqkv {
 
 struct SessionCodecs {
   std::vector<std::unique_ptr<Codec>> codecs;  // distinct
-  std::vector<uint16_t> layer_codec;           // per layer: index into codecs
+  std::vector<uint16_t> layer_codec;           // per layer: K's index into codecs
+  std::vector<uint16_t> layer_codec_v;         // per layer: V's index (same size)
+
+  const Codec& of(uint32_t layer, int kv) const {
+    return *codecs[kv == 0 ? layer_codec[layer] : layer_codec_v[layer]];
+  }
 };
 
-// Builds the distinct codecs of a checkpoint (default spec + per-layer overrides).
-Result<SessionCodecs> ResolveSessionCodecs(const CodecSpec& spec,
-                                           const std::vector<LayerCodec>& overrides,
+// Builds the distinct codecs of a checkpoint (default K/V specs + per-layer overrides).
+Result<SessionCodecs> ResolveSessionCodecs(const CheckpointOptions& options,
                                            const ModelGeometry& geometry);
 // Builds decoders from a container header.
 Result<SessionCodecs> SessionCodecsFromHeader(const ContainerHeader& header);

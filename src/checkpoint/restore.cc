@@ -173,10 +173,14 @@ Status HostDecodeSink::Consume(size_t, size_t index, std::span<const uint8_t> pa
     means_ = KeyMeansAsF32(h_, payload);
     return Status::Ok();
   }
-  const Codec& codec = *codecs_.codecs[codecs_.layer_codec[e.layer]];
+  const Codec& codec = codecs_.of(e.layer, e.kv);
   const size_t heads = h_.geometry.kv_heads;
   const size_t meta_bytes = codec.group_meta_bytes();
-  if (meta_bytes > 0 && metas_.size() != 2 * heads * meta_bytes) {
+  // [K heads][K meta] then [V heads][V meta] (docs/format.md §5).
+  const size_t k_meta_bytes = codecs_.of(e.layer, 0).group_meta_bytes();
+  const size_t meta_base = e.kv == 0 ? 0 : heads * k_meta_bytes;
+  if (meta_bytes > 0 &&
+      metas_.size() != heads * (k_meta_bytes + codecs_.of(e.layer, 1).group_meta_bytes())) {
     return Status::Corruption(name_ + ": layer " + std::to_string(e.layer) +
                               " codes without group metadata");
   }
@@ -188,8 +192,7 @@ Status HostDecodeSink::Consume(size_t, size_t index, std::span<const uint8_t> pa
   }
   const auto decode = [&](const Run& r, ThreadPool* pool) -> Status {
     const uint8_t* meta =
-        meta_bytes ? metas_.data() + (static_cast<size_t>(e.kv) * heads + r.head) * meta_bytes
-                   : nullptr;
+        meta_bytes ? metas_.data() + meta_base + r.head * meta_bytes : nullptr;
     const std::span<const uint8_t> codes{
         payload.data() + (r.head * e.token_count + (r.token - e.token_begin)) * code_bytes,
         r.n * code_bytes};

@@ -37,3 +37,11 @@ std::string CodecLabel(const CodecParams& p) {
 }
 
 }  // namespace tqkv
+
+namespace tqkv {
+
+std::string KvCodecLabel(const CodecParams& k, const CodecParams& v) {
+  return JoinKvLabels(CodecLabel(k), CodecLabel(v));
+}
+
+}  // namespace tqkv

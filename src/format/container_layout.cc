@@ -175,6 +175,16 @@ Status ValidateHeader(const ContainerHeader& h) {
                  " of " + std::to_string(h.codecs.size()));
     }
   }
+  if (!h.layer_codec_v.empty() && h.layer_codec_v.size() != g.layers) {
+    return bad("layer_codec_v has " + std::to_string(h.layer_codec_v.size()) + " entries for " +
+               std::to_string(g.layers) + " layers");
+  }
+  for (size_t l = 0; l < h.layer_codec_v.size(); ++l) {
+    if (h.layer_codec_v[l] >= h.codecs.size()) {
+      return bad("layer " + std::to_string(l) + " V uses codec " +
+                 std::to_string(h.layer_codec_v[l]) + " of " + std::to_string(h.codecs.size()));
+    }
+  }
   if (h.key_mean_block != 0) {
     if (h.key_mean_dtype != DType::kF32 && h.key_mean_dtype != DType::kF16) {
       return bad("key mean dtype " + std::to_string(static_cast<unsigned>(h.key_mean_dtype)) +
@@ -243,7 +253,11 @@ std::vector<uint8_t> EncodeHeaderBody(const ContainerHeader& h) {
   }
   if (version >= 4) {
     w.U32(h.key_mean_block);
-    w.U8(static_cast<uint8_t>(h.key_mean_dtype));
+    // Without key means (version 5 only) the dtype byte is 0 (docs/format.md §3).
+    w.U8(h.key_mean_block == 0 ? 0 : static_cast<uint8_t>(h.key_mean_dtype));
+  }
+  if (version >= 5) {
+    for (uint16_t idx : h.layer_codec_v) w.U16(idx);
   }
   return out;
 }
@@ -325,8 +339,21 @@ Result<ContainerHeader> DecodeHeaderBody(std::span<const uint8_t> body, uint64_t
   if (version >= 4) {
     const uint64_t block_at = r.offset();
     h.key_mean_block = r.U32("key mean block");
-    if (r.ok() && h.key_mean_block == 0) r.Fail("key mean block", block_at, "at least 1", "0");
-    h.key_mean_dtype = static_cast<DType>(r.U8("key mean dtype"));
+    // Version 4 exists for key means; version 5 may have none.
+    if (r.ok() && h.key_mean_block == 0 && version == 4) {
+      r.Fail("key mean block", block_at, "at least 1", "0");
+    }
+    const uint64_t dtype_at = r.offset();
+    const uint8_t dtype = r.U8("key mean dtype");
+    if (r.ok() && h.key_mean_block == 0 && dtype != 0) {
+      r.Fail("key mean dtype", dtype_at, "0 without key means", std::to_string(dtype));
+    }
+    h.key_mean_dtype = h.key_mean_block == 0 ? DType::kF32 : static_cast<DType>(dtype);
+  }
+  if (version >= 5) {
+    if (!r.Need(uint64_t{h.geometry.layers} * 2, "layer V codec indices")) return r.status();
+    h.layer_codec_v.resize(h.geometry.layers);
+    for (uint16_t& idx : h.layer_codec_v) idx = r.U16("layer V codec index");
   }
   if (!r.ok()) return r.status();
   if (r.remaining() != 0) {
@@ -451,8 +478,7 @@ void ChunkSequence::Advance() {
 void ChunkSequence::Settle() {
   while (!done()) {
     if (phase_ == kMeta) {
-      const CodecParams& c = header_->codecs[header_->layer_codec[layer_]];
-      if (GroupMetaBytesOf(c) > 0) return;
+      if (LayerGroupMetaBytes(*header_, layer_) > 0) return;
       phase_ = kMeans;
       continue;
     }
@@ -483,7 +509,7 @@ Result<uint64_t> CountChunks(const ContainerHeader& h) {
   if (HasExactRows(h)) ++per_layer;  // the exact-rows chunk
   uint64_t total = 0;
   for (uint32_t l = 0; l < h.geometry.layers; ++l) {
-    const uint64_t meta = (GroupMetaBytesOf(h.codecs[h.layer_codec[l]]) > 0 ? 1 : 0) +
+    const uint64_t meta = (LayerGroupMetaBytes(h, l) > 0 ? 1 : 0) +
                           (LayerHasKeyMeans(h, l) ? 1 : 0);
     if (__builtin_add_overflow(total, per_layer + meta, &total) || per_layer + meta < meta) {
       return Status::InvalidArgument("chunk count overflows");
@@ -501,21 +527,26 @@ Result<uint64_t> ExpectedChunkBytes(const ContainerHeader& header, const ChunkEn
     return Status::InvalidArgument("chunk layer " + std::to_string(entry.layer) + " of " +
                                    std::to_string(header.geometry.layers));
   }
-  const uint16_t idx = header.layer_codec[entry.layer];
-  if (idx >= header.codecs.size()) {
+  if (!header.layer_codec_v.empty() && entry.layer >= header.layer_codec_v.size()) {
+    return Status::InvalidArgument("chunk layer " + std::to_string(entry.layer) + " has no V codec");
+  }
+  const uint16_t idx = LayerCodecIndex(header, entry.layer, entry.kv == 1 ? 1 : 0);
+  const uint16_t v_idx = LayerCodecIndex(header, entry.layer, 1);
+  if (idx >= header.codecs.size() || v_idx >= header.codecs.size()) {
     return Status::InvalidArgument("layer " + std::to_string(entry.layer) + " codec index " +
-                                   std::to_string(idx) + " out of range");
+                                   std::to_string(std::max(idx, v_idx)) + " out of range");
   }
   const CodecParams& c = header.codecs[idx];
   uint64_t bytes = 0;
   switch (entry.type) {
     case ChunkType::kGroupMeta: {
-      const uint64_t meta = GroupMetaBytesOf(c);
+      const uint64_t meta = GroupMetaBytesOf(header.codecs[header.layer_codec[entry.layer]]) +
+                            GroupMetaBytesOf(header.codecs[v_idx]);
       if (meta == 0) {
         return Status::InvalidArgument("layer " + std::to_string(entry.layer) +
                                        " has no group metadata");
       }
-      if (__builtin_mul_overflow(2ull * header.geometry.kv_heads, meta, &bytes)) {
+      if (__builtin_mul_overflow(uint64_t{header.geometry.kv_heads}, meta, &bytes)) {
         return Status::InvalidArgument("group-meta chunk size overflows");
       }
       return bytes;

@@ -15,8 +15,12 @@ ContainerDescription DescribeContainer(const ContainerReader& reader) {
   d.ratio = d.file_bytes ? static_cast<double>(d.fp16_bytes) / d.file_bytes : 0.0;
   const double values = 2.0 * h.geometry.layers * h.tokens * h.geometry.token_elems();
   d.bits_per_value = h.tokens ? 8.0 * d.file_bytes / values : 0.0;
-  d.codec = CodecLabel(h.codecs[h.layer_codec.empty() ? 0 : h.layer_codec[0]]);
   for (const auto& c : h.codecs) d.codecs.push_back(CodecLabel(c));
+  for (uint32_t l = 0; l < h.layer_codec.size(); ++l) {
+    d.layer_codecs.push_back(
+        JoinKvLabels(d.codecs[LayerCodecIndex(h, l, 0)], d.codecs[LayerCodecIndex(h, l, 1)]));
+  }
+  d.codec = d.layer_codecs.empty() ? CodecLabel(h.codecs[0]) : d.layer_codecs[0];
   return d;
 }
 
@@ -51,6 +55,8 @@ std::string ContainerDescriptionJson(const ContainerDescription& d, bool with_ch
   j["codec"] = d.codec;
   j["codecs"] = d.codecs;
   j["layer_codec"] = h.layer_codec;
+  j["layer_codec_v"] = h.layer_codec_v.empty() ? h.layer_codec : h.layer_codec_v;
+  j["layer_codecs"] = d.layer_codecs;
   if (with_chunks) {
     json chunks = json::array();
     for (const auto& e : d.chunks) {

@@ -187,7 +187,8 @@ Result<std::vector<Row>> BuildRows(const MigrateOptions& o, std::vector<LayerCod
   for (const auto& text : o.codecs) {
     Row r;
     r.label = text;
-    TQKV_ASSIGN_OR_RETURN(r.options.codec, ParseCodecSpec(text));
+    TQKV_ASSIGN_OR_RETURN(const KvCodecSpec spec, ParseKvCodecSpec(text));
+    SetCodec(r.options, spec);
     rows.push_back(r);
   }
   if (!overrides.empty()) {

@@ -55,7 +55,10 @@ std::unique_ptr<KvCacheBuffer> DirectDecode(Store& store, const std::string& key
   for (const ChunkEntry& e : (*reader)->chunks()) {
     payload.resize(e.size);
     EXPECT_TRUE((*reader)->ReadChunk(e, payload).ok());
-    const Codec& codec = *codecs[h.layer_codec[e.layer]];
+    // V's codec: layer_codec_v from version 5 on (docs/format.md §4).
+    const uint16_t v_index = h.layer_codec_v.empty() ? h.layer_codec[e.layer] : h.layer_codec_v[e.layer];
+    const Codec& codec = *codecs[e.kv == 1 ? v_index : h.layer_codec[e.layer]];
+    const size_t k_meta = codecs[h.layer_codec[e.layer]]->group_meta_bytes();
     if (e.type == ChunkType::kGroupMeta) {
       meta = payload;
       continue;
@@ -68,7 +71,7 @@ std::unique_ptr<KvCacheBuffer> DirectDecode(Store& store, const std::string& key
     auto* dst = static_cast<uint8_t*>((*out)->cache().tensor(e.layer, e.kv));
     for (size_t hd = 0; hd < heads; ++hd) {
       std::span<const uint8_t> m;
-      if (mb) m = {meta.data() + (e.kv * heads + hd) * mb, mb};
+      if (mb) m = {meta.data() + e.kv * heads * k_meta + hd * mb, mb};  // K's masks, then V's
       const size_t cb = codec.code_bytes();
       if (e.kv == 0 && LayerHasKeyMeans(h, e.layer)) {
         const uint64_t blocks = KeyMeanBlocks(h);
@@ -144,7 +147,7 @@ TEST_P(CheckpointRoundTrip, RestoreEqualsDirectDecodeBitForBit) {
     const uint64_t tokens = 77;  // several chunks of 16 plus a short one
     auto session = MakeSession(g, tokens, DType::kF16, 7);
     CheckpointOptions opts;
-    opts.codec = ParseCodecSpec(spec_text).value();
+    SetCodec(opts, ParseKvCodecSpec(spec_text).value());
     opts.token_block = 16;
     opts.pool = &pool;
     opts.key_mean_block = means.block;
@@ -179,7 +182,8 @@ TEST_P(CheckpointRoundTrip, RestoreEqualsDirectDecodeBitForBit) {
       ASSERT_TRUE(object.ok());
       auto reader = ContainerReader::Open(object->get(), "s/one");
       ASSERT_TRUE(reader.ok());
-      const bool tq = spec_text.rfind("tq", 0) == 0;
+      const bool tq = opts.codec.kind == CodecKind::kTurboQuant;  // K's codec decides
+      EXPECT_EQ(ContainerVersionFor((*reader)->header()) == 5, opts.v_codec.has_value());
       EXPECT_EQ((*reader)->header().key_mean_block,
                 tq ? std::min<uint32_t>(means.block, tokens) : 0u);
     }
@@ -192,7 +196,9 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values(StoreCase{"memory", ""}, StoreCase{"buffered", "buffered"},
                                          StoreCase{"direct", "direct"}, StoreCase{"uring", "uring"}),
                        ::testing::Values("fp16", "tq2", "tq3", "tq4", "tq2.5", "tq3.5", "bf16",
-                                         "tq3,norm=f16,nc=1", "tq:b=3,rot=haar")),
+                                         "tq3,norm=f16,nc=1", "tq:b=3,rot=haar", "k4v2",
+                                         "k3v2", "k3.5v2.5", "k:tq2.5/v:fp16",
+                                         "k:fp16/v:tq3,qjl=1")),
     [](const auto& info) {
       std::string s = std::get<0>(info.param).name + "_" + std::get<1>(info.param);
       for (char& c : s) {
@@ -348,6 +354,95 @@ TEST(Checkpoint, PerLayerOverridesAreStoredAndDecoded) {
   opts.layer_overrides = {ParseLayerCodec("9:tq4").value()};  // no layer 9
   EXPECT_EQ(Checkpoint(session->cache(), opts, store, "bad").status().code(),
             StatusCode::kInvalidArgument);
+}
+
+// K/V overrides per layer: the stored indices, restore and streaming restore against the direct
+// decode, and K and V code chunks of each codec's own size.
+TEST(Checkpoint, PerLayerKvOverridesAreStoredAndDecoded) {
+  MemoryStore store;
+  const ModelGeometry g = kSmall64;
+  const uint64_t tokens = 33;
+  auto session = MakeSession(g, tokens, DType::kF32, 6);
+  CheckpointOptions opts;
+  SetCodec(opts, ParseKvCodecSpec("k4v2").value());
+  opts.token_block = 16;
+  opts.layer_overrides.push_back(ParseLayerCodec("1:k:fp16/v:tq2.5").value());
+  opts.layer_overrides.push_back(ParseLayerCodec("2:tq3").value());
+  ASSERT_TRUE(Checkpoint(session->cache(), opts, store, "kv").ok());
+  auto object = store.Open("kv").value();
+  auto reader = ContainerReader::Open(object.get(), "kv").value();
+  const auto& h = reader->header();
+  ASSERT_EQ(ContainerVersionFor(h), 5u);
+  ASSERT_EQ(h.layer_codec_v.size(), 3u);
+  const auto label = [&](uint32_t l, uint8_t kv) { return CodecLabel(h.codecs[LayerCodecIndex(h, l, kv)]); };
+  EXPECT_EQ(label(0, 0), "tq4");
+  EXPECT_EQ(label(0, 1), "tq2");
+  EXPECT_EQ(label(1, 0), "fp16");
+  EXPECT_EQ(label(1, 1), "tq2.5");
+  EXPECT_EQ(label(2, 0), "tq3");
+  EXPECT_EQ(label(2, 1), "tq3");
+  // Key means stay on for TurboQuant keys (layers 0 and 2), not for layer 1's raw keys.
+  EXPECT_TRUE(LayerHasKeyMeans(h, 0));
+  EXPECT_FALSE(LayerHasKeyMeans(h, 1));
+  EXPECT_TRUE(LayerHasKeyMeans(h, 2));
+  // Layer 1's group metadata is V's masks only (8 bytes per head at d = 64).
+  uint64_t code_bytes[3][2] = {};
+  for (const ChunkEntry& e : reader->chunks()) {
+    if (e.type == ChunkType::kGroupMeta) {
+      EXPECT_EQ(e.layer, 1u);
+      EXPECT_EQ(e.size, g.kv_heads * 8u);
+    }
+    if (e.type == ChunkType::kCodes) code_bytes[e.layer][e.kv] += e.size;
+  }
+  for (uint32_t l = 0; l < 3; ++l) {
+    for (uint8_t kv = 0; kv < 2; ++kv) {
+      EXPECT_EQ(code_bytes[l][kv], tokens * g.kv_heads * CodeBytesOf(h.codecs[LayerCodecIndex(h, l, kv)]));
+    }
+  }
+  EXPECT_EQ(code_bytes[0][0], tokens * g.kv_heads * (4 * 64 / 8 + 4));  // tq4: bits + f32 norm
+  EXPECT_EQ(code_bytes[0][1], tokens * g.kv_heads * (2 * 64 / 8 + 4));  // tq2
+  auto expected = DirectDecode(store, "kv", DType::kF32);
+  RestoreOptions ro;
+  ro.dtype = DType::kF32;
+  auto restored = Restore(store, "kv", ro);
+  ASSERT_TRUE(restored.ok()) << restored.status().ToString();
+  EXPECT_TRUE(SameBytes(expected->cache(), (*restored)->cache()));
+  uint32_t seen = 0;
+  const size_t bytes = expected->cache().tensor_bytes();
+  ASSERT_TRUE(RestoreStreaming(store, "kv", ro, [&](uint32_t l, const void* k, const void* v) {
+                EXPECT_EQ(std::memcmp(k, expected->cache().k(l), bytes), 0) << l;
+                EXPECT_EQ(std::memcmp(v, expected->cache().v(l), bytes), 0) << l;
+                ++seen;
+                return Status::Ok();
+              }).ok());
+  EXPECT_EQ(seen, 3u);
+}
+
+// Bits per value of a K/V session count every byte: K at 4 bits and V at 2 average about 3 plus
+// the norms and the container, and the file is the sum of its parts.
+TEST(Checkpoint, KvBitsPerValueAverageKAndV) {
+  MemoryStore store;
+  const ModelGeometry g{2, 2, 128};
+  const uint64_t tokens = 512;
+  auto session = MakeSession(g, tokens, DType::kF16, 8);
+  uint64_t bytes[3] = {};
+  const char* specs[3] = {"tq4", "tq2", "k4v2"};
+  for (int i = 0; i < 3; ++i) {
+    CheckpointOptions opts;
+    SetCodec(opts, ParseKvCodecSpec(specs[i]).value());
+    opts.key_mean_block = 0;
+    auto st = Checkpoint(session->cache(), opts, store, specs[i]);
+    ASSERT_TRUE(st.ok()) << st.status().ToString();
+    bytes[i] = st->bytes_written;
+  }
+  const double values = 2.0 * g.layers * tokens * g.kv_heads * g.head_dim;
+  const double bpv_k4v2 = 8.0 * bytes[2] / values;
+  // Codes alone: (4·128 + 32) and (2·128 + 32) bits per 128 values: 4.25 and 2.25, mean 3.25.
+  EXPECT_GT(bpv_k4v2, 3.25);
+  EXPECT_LT(bpv_k4v2, 3.25 + 0.2);  // header, index, footer and padding at 512 tokens
+  // Half of tq4's codes plus half of tq2's: the container of k4v2 is their mean within a page
+  // per chunk (one more codec record, the V indices).
+  EXPECT_NEAR(static_cast<double>(bytes[2]), (bytes[0] + bytes[1]) / 2.0, 4096.0 * 2);
 }
 
 TEST(Checkpoint, RestoreChecksGeometryAndTokens) {

@@ -55,6 +55,13 @@ CASES = [
      ["--codec", "tq2.5", "--key-means", "6", "--exact-tokens", "1,2"], ["bf16", "f32"]),
     ("fp16 + layer 1 tq3, key means per session", 32, "F32",
      ["--codec", "fp16", "--layer-codec", "1:tq3", "--key-means", "session"], ["f16"]),
+    # Separate K and V codecs (format version 5), with and without key means.
+    ("k4v2", 128, "F32", ["--codec", "k4v2"], ["f16", "f32"]),
+    ("k3.5v2.5, key means off", 64, "F16", ["--codec", "k3.5v2.5", "--key-means", "off"], ["f16"]),
+    ("k:tq2.5/v:tq3,qjl=1 + exact tokens 1,1", 64, "F32",
+     ["--codec", "k:tq2.5/v:tq3,qjl=1", "--exact-tokens", "1,1"], ["f32"]),
+    ("tq3 + layer 0 k:fp16/v:tq2.5 + layer 1 k4v3", 64, "BF16",
+     ["--codec", "tq3", "--layer-codec", "0:k:fp16/v:tq2.5", "--layer-codec", "1:k4v3"], ["bf16"]),
 ]
 
 LAYERS, HEADS, TOKENS = 2, 2, 20

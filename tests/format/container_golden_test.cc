@@ -1,4 +1,4 @@
-// Golden files: the fuzz seeds under fuzz/corpus/container/ are version-1 to -4 containers
+// Golden files: the fuzz seeds under fuzz/corpus/container/ are version-1 to -5 containers
 // written by an earlier build. They must still parse, and today's writer must still produce them byte for byte
 // (a layout change without a format_version bump fails here). TQKV_WRITE_GOLDEN=1 rewrites them.
 #include <gtest/gtest.h>
@@ -48,6 +48,20 @@ std::vector<Golden> Goldens() {
   ContainerHeader means_engine = means;
   means_engine.engine_state = {0x07};
   g.push_back({"v4_key_means_engine_state.tqkv", means_engine});
+  // Version 5: separate K and V codecs. Layer 0: K tq3, V split (a group-meta chunk of V's mask
+  // only); layer 1: K raw, V tq3. Without key means (key_mean_block 0), and with key means
+  // (layer 0's K), exact rows and an engine state.
+  ContainerHeader kv =
+      MakeHeader({2, 1, 16}, 3, 2, {TqParams(16, 3), RawParams(16), SplitParams(16)}, {0, 1});
+  kv.layer_codec_v = {2, 0};
+  g.push_back({"v5_kv_codecs.tqkv", kv});
+  ContainerHeader kv_all = kv;
+  kv_all.key_mean_block = 2;
+  kv_all.key_mean_dtype = DType::kF16;
+  kv_all.exact_head = 1;
+  kv_all.exact_tail = 1;
+  kv_all.engine_state = {0x05};
+  g.push_back({"v5_kv_codecs_key_means_exact.tqkv", kv_all});
   return g;
 }
 

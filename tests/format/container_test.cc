@@ -470,9 +470,11 @@ TEST(ContainerReaderTest, VersionMustMatchTheHeader) {
   }
 }
 
-// The version-2 (exact rows) and version-3 (key means) twins of the small container.
-TEST(ContainerReaderTest, ExactRowsAndKeyMeansFilesEveryInformativeBitFlipIsCaught) {
-  for (const ContainerHeader& header : {SmallExactHeader(), SmallCenteredHeader()}) {
+// The version-2 (exact rows), version-4 (key means) and version-5 (separate K/V codecs, with and
+// without key means) twins of the small container.
+TEST(ContainerReaderTest, ExactRowsKeyMeansAndKvFilesEveryInformativeBitFlipIsCaught) {
+  for (const ContainerHeader& header : {SmallExactHeader(), SmallCenteredHeader(), SmallKvHeader(),
+                                        SmallKvCenteredHeader()}) {
   SCOPED_TRACE(ContainerVersionFor(header));
   WrittenContainer w = WriteContainer(header);
   ASSERT_TRUE(w.status.ok());

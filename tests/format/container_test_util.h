@@ -157,6 +157,22 @@ inline ContainerHeader SmallCenteredHeader() {
   return h;
 }
 
+// Separate K and V codecs (format version 5): layer 0 K raw f16 and V split TurboQuant, layer 1
+// the other way round; both layers then have a group-meta chunk (16 bits of V's or K's mask, 2
+// bytes). No key means: version 5 stores key_mean_block 0.
+inline ContainerHeader SmallKvHeader() {
+  ContainerHeader h = SmallHeader();
+  h.layer_codec_v = {1, 0};
+  return h;
+}
+
+// SmallKvHeader with SmallCenteredHeader's exact rows and key means (layer 1's K is TurboQuant).
+inline ContainerHeader SmallKvCenteredHeader() {
+  ContainerHeader h = SmallCenteredHeader();
+  h.layer_codec_v = {1, 0};
+  return h;
+}
+
 // Deterministic payload bytes (never all-zero, so a misplaced zero page is caught).
 inline std::vector<uint8_t> Payload(size_t n, uint64_t seed) {
   std::vector<uint8_t> v(n);
@@ -174,7 +190,8 @@ inline std::vector<uint8_t> Payload(size_t n, uint64_t seed) {
 inline std::vector<ChunkEntry> ExpectedKeys(const ContainerHeader& h) {
   std::vector<ChunkEntry> keys;
   for (uint32_t l = 0; l < h.geometry.layers; ++l) {
-    if (GroupMetaBytesOf(h.codecs[h.layer_codec[l]]) > 0) {
+    const uint16_t v_codec = h.layer_codec_v.empty() ? h.layer_codec[l] : h.layer_codec_v[l];
+    if (GroupMetaBytesOf(h.codecs[h.layer_codec[l]]) + GroupMetaBytesOf(h.codecs[v_codec]) > 0) {
       ChunkEntry e;
       e.type = ChunkType::kGroupMeta;
       e.layer = l;
@@ -208,8 +225,13 @@ inline std::vector<ChunkEntry> ExpectedKeys(const ContainerHeader& h) {
 }
 
 inline uint64_t ChunkBytes(const ContainerHeader& h, const ChunkEntry& e) {
-  const CodecParams& c = h.codecs[h.layer_codec[e.layer]];
-  if (e.type == ChunkType::kGroupMeta) return 2ull * h.geometry.kv_heads * GroupMetaBytesOf(c);
+  const uint16_t v_codec =
+      h.layer_codec_v.empty() ? h.layer_codec[e.layer] : h.layer_codec_v[e.layer];
+  const CodecParams& c = h.codecs[e.kv == 1 ? v_codec : h.layer_codec[e.layer]];
+  if (e.type == ChunkType::kGroupMeta) {  // K's heads, then V's
+    return uint64_t{h.geometry.kv_heads} *
+           (GroupMetaBytesOf(h.codecs[h.layer_codec[e.layer]]) + GroupMetaBytesOf(h.codecs[v_codec]));
+  }
   if (e.type == ChunkType::kExactRows) {
     return 2ull * (h.exact_head + h.exact_tail) * h.geometry.kv_heads * h.geometry.head_dim *
            DTypeSize(h.source_dtype);

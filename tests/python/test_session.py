@@ -123,6 +123,26 @@ def test_layer_codecs_and_exact_tokens(store):
     assert not np.array_equal(rk[:, 10:20], k[:, 10:20])
 
 
+def test_kv_codecs_decode_like_their_plain_codecs(store):
+    # K/V presets: K decodes bit for bit as a tq4 session's K, V as a tq2 session's V (the
+    # same codec, seed and key means on the same data).
+    k, v = session_arrays(layers=3, tokens=48, dtype=np.float16)
+    tqkv.checkpoint(store, "kv", k, v, codec="k4v2", layer_codecs={1: "k:fp16/v:tq2.5"})
+    tqkv.checkpoint(store, "k4", k, v, codec="tq4", layer_codecs={1: "fp16"})
+    tqkv.checkpoint(store, "v2", k, v, codec="tq2", layer_codecs={1: "tq2.5"})
+    d = store.inspect("kv")
+    assert d["format_version"] == 5 and d["codec"] == "k4v2"
+    assert d["layer_codecs"] == ["k4v2", "k:fp16/v:tq2.5", "k4v2"]
+    assert d["codecs"][d["layer_codec_v"][1]] == "tq2.5"
+    rk, rv = tqkv.restore(store, "kv")
+    k4, _ = tqkv.restore(store, "k4")
+    _, v2 = tqkv.restore(store, "v2")
+    assert np.array_equal(rk, k4) and np.array_equal(rv, v2)
+    assert np.array_equal(rk[1], k[1])  # layer 1's keys are raw fp16
+    with pytest.raises(ValueError, match="k:SPEC/v:SPEC"):
+        tqkv.checkpoint(store, "bad", k, v, codec="k4v2,norm=f16")
+
+
 def test_store_admin(tmp_path):
     uri = "file://" + str(tmp_path / "kv")
     store = tqkv.open_store(uri)
