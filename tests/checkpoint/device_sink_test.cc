@@ -120,7 +120,7 @@ class DeviceSinkTest : public ::testing::Test {
     session_ = testing_util::MakeSession(g, 70, DType::kF16, 11);
     CheckpointOptions opts;
     opts.codec = ParseCodecSpec("tq2.5").value();  // split: group metadata chunks
-    opts.layer_overrides.push_back({1, ParseCodecSpec("fp16").value()});  // raw codes
+    opts.layer_overrides.push_back(ParseLayerCodec("1:fp16").value());  // raw codes
     opts.token_block = 32;
     opts.exact_head = 2;
     opts.exact_tail = 3;
@@ -180,6 +180,33 @@ TEST_F(DeviceSinkTest, PlannedOperationsReproduceTheHostRestore) {
     for (int kv = 0; kv < 2; ++kv) {
       const auto& got = device_->tensor(l, kv);
       ASSERT_EQ(std::memcmp(got.data(), want.tensor(l, kv), got.size()), 0)
+          << "layer " << l << " kv " << kv;
+    }
+  }
+}
+
+// Separate K and V codecs (format version 5): each op gets its tensor's codec and masks (K's
+// masks, then V's, in the group-meta chunk), key means stay on K.
+TEST_F(DeviceSinkTest, KvCodecsReproduceTheHostRestore) {
+  CheckpointOptions opts;
+  SetCodec(opts, ParseKvCodecSpec("k:tq2.5/v:tq3").value());  // only K is split in layers 0, 2
+  opts.layer_overrides.push_back(ParseLayerCodec("1:k:fp16/v:tq3.5").value());  // only V split
+  opts.token_block = 32;
+  opts.exact_head = 1;
+  opts.key_mean_block = 16;
+  ASSERT_TRUE(Checkpoint(session_->cache(), opts, store_, "kv").ok());
+  ASSERT_TRUE(RunOnFake("kv").ok());
+  const ContainerHeader& h = reader_->header();
+  ASSERT_EQ(ContainerVersionFor(h), 5u);
+  EXPECT_EQ(plan_.meta_at[1], 2u * 8);              // layer 0: two K masks of 8 bytes
+  EXPECT_EQ(plan_.meta_at[2], plan_.meta_at[1] + 2u * 8);  // layer 1: two V masks
+  EXPECT_EQ(plan_.means_at[1], DevicePlan::kNoMeans);       // layer 1's keys are raw
+  auto host = Restore(store_, "kv", RestoreOptions{});
+  ASSERT_TRUE(host.ok()) << host.status().ToString();
+  for (uint32_t l = 0; l < 3; ++l) {
+    for (int kv = 0; kv < 2; ++kv) {
+      const auto& got = device_->tensor(l, kv);
+      ASSERT_EQ(std::memcmp(got.data(), (*host)->cache().tensor(l, kv), got.size()), 0)
           << "layer " << l << " kv " << kv;
     }
   }

@@ -175,7 +175,7 @@ TEST_P(GpuRestoreTest, EndToEndWithLayerEvents) {
   const ModelGeometry g{4, 2, 128};
   CheckpointOptions co;
   co.codec = *ParseCodecSpec("tq3");
-  co.layer_overrides.push_back({0, *ParseCodecSpec("tq2.5")});
+  co.layer_overrides.push_back(*ParseLayerCodec("0:tq2.5"));
   co.token_block = 64;
   if (exact) {
     co.exact_head = 4;

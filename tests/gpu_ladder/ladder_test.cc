@@ -102,7 +102,7 @@ TEST(GpuLadder, ParseIoPath) {
 void Checkpoint(Store& store, const std::string& key, const std::string& codec, uint64_t tokens,
                 ModelGeometry g) {
   CheckpointOptions opts;
-  opts.codec = *ParseCodecSpec(codec);
+  SetCodec(opts, *ParseKvCodecSpec(codec));
   opts.token_block = 48;  // several chunks per tensor, a short last one
   auto src = MakeSyntheticSource("test", g, DType::kF16, tokens, 5);
   auto st = tqkv::Checkpoint(*src, opts, store, key);
@@ -172,7 +172,10 @@ Status EmulatedGpuRestore(Store& store, const std::string& key, DType dtype, uin
       const ChunkEntry& e = chunks[first + i];
       const uint8_t* data = bufs[i].data();
       TQKV_RETURN_IF_ERROR(reader->VerifyChunk(e, {data, static_cast<size_t>(e.size)}));
-      const cuda::GpuCodecParams& p = packed[h.layer_codec[e.layer]].params;
+      const cuda::GpuCodecParams& p = packed[LayerCodecIndex(h, e.layer, e.kv)].params;
+      // [K heads][K meta] then [V heads][V meta] (docs/format.md §5).
+      const size_t meta_base =
+          e.kv == 0 ? 0 : g.kv_heads * packed[LayerCodecIndex(h, e.layer, 0)].params.meta_bytes;
       if (e.type == ChunkType::kGroupMeta) {
         metas.assign(data, data + e.size);
         continue;
@@ -200,7 +203,7 @@ Status EmulatedGpuRestore(Store& store, const std::string& key, DType dtype, uin
       std::vector<uint8_t> vec(g.head_dim * es);
       for (uint32_t head = 0; head < g.kv_heads; ++head) {
         const uint8_t* mask =
-            p.meta_bytes ? metas.data() + (static_cast<size_t>(e.kv) * g.kv_heads + head) * p.meta_bytes : nullptr;
+            p.meta_bytes ? metas.data() + meta_base + head * p.meta_bytes : nullptr;
         for (uint64_t t = 0; t < e.token_count; ++t) {
           const uint8_t* code = data + (head * e.token_count + t) * p.code_bytes;  // head-major
           if (p.kind == cuda::kGpuRaw) {
@@ -281,7 +284,9 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(RungCase{"buffered", "tq3"}, RungCase{"direct", "tq3"},
                       RungCase{"uring", "tq3"}, RungCase{"direct", "tq2.5,norm=f16"},
                       RungCase{"uring", "tq3.5,nc=1"}, RungCase{"buffered", "fp16"},
-                      RungCase{"direct", "tq:b=4,rot=haar"}),
+                      RungCase{"direct", "tq:b=4,rot=haar"}, RungCase{"uring", "k4v2"},
+                      RungCase{"direct", "k:tq2.5/v:tq3,norm=f16"},
+                      RungCase{"buffered", "k:tq3/v:tq3.5"}),
     [](const ::testing::TestParamInfo<RungCase>& info) {
       std::string s = info.param.io + "_" + info.param.codec;
       for (char& ch : s) {
