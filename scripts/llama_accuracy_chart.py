@@ -4,6 +4,9 @@ and N), one marker per configuration: tqkv presets (key means by default, off, e
 llama.cpp's own KV cache types. Written by hand as SVG (no plotting library needed).
 
     scripts/llama_accuracy_chart.py OUT.svg 'TITLE=run.json' ['TITLE=run2.json' ...]
+    scripts/llama_accuracy_chart.py --markdown run.json     # the table of docs/accuracy.md
+
+A panel may join runs of the same model, prompt and N: 'TITLE=a.json+b.json'.
 
 Rows with KL 0 (the exact fp16 session) cannot sit on a log axis and are left out; the
 "f16 + flash attention" control of --llama-kv is drawn as a dashed line: llama.cpp's own
@@ -15,8 +18,8 @@ import math
 import sys
 from xml.sax.saxutils import escape
 
-W, H = 470, 330            # one panel
-ML, MR, MT, MB = 62, 14, 34, 46
+W, H = 470, 350            # one panel
+ML, MR, MT, MB = 62, 14, 58, 46
 X_MIN, X_MAX = 1.5, 9.0    # bits per value
 STYLES = {                 # kind -> (shape, fill, stroke, legend)
     "tqkv": ("circle", "#1f77b4", "#1f77b4", "tqkv, key means (default)"),
@@ -43,7 +46,24 @@ def style_of(row):
 def label_of(row):
     if row.get("kind") == "llama.cpp":
         return row["llama_kv_type"]
-    return row.get("spec", row["codec"])
+    spec = row.get("spec", row["codec"])
+    if row.get("exact_tokens"):
+        return spec + "+exact"
+    if row.get("key_means") in ("off", "session"):
+        return f'{spec} km {row["key_means"]}'
+    return spec
+
+
+def place(x, y, width, taken, x_lo, x_hi):
+    """A label position near the marker at (x, y) that overlaps no earlier label or marker."""
+    for dx, dy, anchor in ((7, -5, "start"), (7, 13, "start"), (-7, -5, "end"), (-7, 13, "end"),
+                           (7, -17, "start"), (7, 25, "start")):
+        x0 = x + dx if anchor == "start" else x + dx - width
+        box = (x0, y + dy - 9, x0 + width, y + dy + 2)
+        if box[0] >= x_lo and box[2] <= x_hi and all(box[2] < b[0] or box[0] > b[2] or box[3] < b[1] or box[1] > b[3] for b in taken):
+            taken.append(box)
+            return x + dx, y + dy, anchor
+    return x + 7, y - 5, "start"
 
 
 def marker(shape, x, y, fill, stroke, r=4.5):
@@ -91,30 +111,93 @@ def panel(title, report, ox, oy, y_lo, y_hi):
                        'stroke-dasharray="5,4"/>')
             out.append(f'<text x="{ML + pw - 4}" y="{y - 4:.1f}" text-anchor="end" font-size="10" '
                        f'fill="#d62728">f16 + flash attention: {row["kl_mean"]:.2g}</text>')
+    points = []
     for row in report["results"]:
         if row["kl_mean"] <= 0 or row.get("llama_kv_type") == "f16":
             continue
         b = row["bits_per_value"]
-        if not X_MIN <= b <= X_MAX:
-            continue
+        if X_MIN <= b <= X_MAX:
+            points.append((px(b), py(max(row["kl_mean"], 10.0 ** y_lo)), row))
+    taken = [(x - 6, y - 6, x + 6, y + 6) for x, y, _ in points]
+    for x, y, row in points:
         shape, fill, stroke, _ = STYLES[style_of(row)]
-        x, y = px(b), py(max(row["kl_mean"], 10.0 ** y_lo))
         out.append(marker(shape, x, y, fill, stroke))
-        top1 = f'{row["top1"]}/{report["steps"]}'
-        out.append(f'<text x="{x + 7:.1f}" y="{y - 5:.1f}" font-size="9.5" fill="#333">'
-                   f'{escape(label_of(row))} ({top1})</text>')
+    for x, y, row in points:
+        text = f'{label_of(row)} ({row["top1"]}/{report["steps"]})'
+        tx, ty, anchor = place(x, y, 5.2 * len(text), taken, ML, ML + pw)
+        out.append(f'<text x="{tx:.1f}" y="{ty:.1f}" font-size="9.5" fill="#333" '
+                   f'text-anchor="{anchor}">{escape(text)}</text>')
+    # The answer the chart is for: the best tqkv row at or under each llama.cpp type's bits.
+    notes = []
+    for kv in ("q4_0", "q5_0"):
+        anchor = [r for r in report["results"] if r.get("llama_kv_type") == kv]
+        if not anchor:
+            continue
+        a = anchor[0]
+        ours = [r for r in report["results"] if r.get("kind") == "tqkv" and r["kl_mean"] > 0
+                and r["bits_per_value"] <= a["bits_per_value"]]
+        if ours:
+            best = min(ours, key=lambda r: r["kl_mean"])
+            notes.append(f'≤ {a["bits_per_value"]:g} bits: {best["codec"]} KL {best["kl_mean"]:.2g} '
+                         f'vs {kv} {a["kl_mean"]:.2g}')
+    for i, note in enumerate(notes):
+        out.append(f'<text x="{ML}" y="{33 + 12 * i}" font-size="10" fill="#333">'
+                   f'{escape(note)}</text>')
     out.append("</g>")
     return out
 
 
+def fmt(x, digits=3):
+    if x == 0:
+        return "0"
+    return f"{x:.{digits}g}" if abs(x) < 1000 else f"{x:,.0f}"
+
+
+def markdown(report):
+    steps = report["steps"]
+    out = [f"| configuration | bits/value | top-1 /{steps} | mean KL | max KL | max \\|Δlogit\\| "
+           "| K cos | .tqkv bytes |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in report["results"]:
+        name = r["codec"]
+        if r.get("kind") == "llama.cpp":
+            cos, size = "", ""
+        else:
+            cos, size = f'{r["k_cosine_mean"]:.4f}', f'{r["tqkv_bytes"]:,}'
+        out.append(f'| {name} | {r["bits_per_value"]:.2f} | {r["top1"]} | {fmt(r["kl_mean"])} | '
+                   f'{fmt(r["kl_max"])} | {fmt(r["max_logit_diff"])} | {cos} | {size} |')
+    return "\n".join(out)
+
+
+def load(paths):
+    """One report from 'a.json+b.json': runs of the same model, prompt and N (the same reference
+    logits); a configuration measured in both is taken from the first."""
+    reports = []
+    for path in paths.split("+"):
+        with open(path) as f:
+            reports.append(json.load(f))
+    merged, seen = dict(reports[0]), set()
+    merged["results"] = []
+    for rep in reports:
+        for key in ("model", "prompt_sha256", "prompt_tokens", "steps", "n_batch"):
+            if rep.get(key) != reports[0].get(key):
+                sys.exit(f"{paths}: the runs differ in {key}")
+        for row in rep["results"]:
+            if row["codec"] not in seen:
+                seen.add(row["codec"])
+                merged["results"].append(row)
+    return merged
+
+
 def main(argv):
+    if len(argv) == 3 and argv[1] == "--markdown":
+        print(markdown(load(argv[2])))
+        return
     if len(argv) < 3:
         sys.exit(__doc__)
     panels = []
     for arg in argv[2:]:
-        title, _, path = arg.rpartition("=")
-        with open(path) as f:
-            panels.append((title or path, json.load(f)))
+        title, _, paths = arg.rpartition("=")
+        panels.append((title or paths, load(paths)))
     kls = [r["kl_mean"] for _, rep in panels for r in rep["results"] if r["kl_mean"] > 0]
     y_lo = math.floor(math.log10(min(kls)))
     y_hi = math.ceil(math.log10(max(kls)))

@@ -34,6 +34,7 @@ session, a block B, optionally :f16 or :f32), `@exact=` is --exact-tokens (FIRST
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import subprocess
@@ -111,7 +112,6 @@ def _tokenize(llm, path, need):
 
 
 def _sha256(path):
-    import hashlib
     with open(path, "rb") as f:
         return hashlib.sha256(f.read()).hexdigest()
 
@@ -175,7 +175,8 @@ def _llama_kv_rows(args, n_ctx, prompt, ref, emit):
     """The --llama-kv rows: llama.cpp's own cache types, prefilled and teacher-forced in-process."""
     names = [t for t in args.llama_kv.split(",") if t]
     rows = []
-    for name in ["f16", *[t for t in names if t != "f16"]]:
+    # The f16 + flash attention control comes first unless the list places it ("f16").
+    for name in names if "f16" in names else ["f16", *names]:
         ggml_type, bits = LLAMA_KV_TYPES[name]
         t0 = time.perf_counter()
         llm = _open(args.model, n_ctx, args.threads, True, args.n_batch, kv_type=ggml_type)
@@ -290,6 +291,9 @@ def run(args, emit=lambda report: None):
         "llama_save_file_s": llama_save_s, "prefill_s": prefill_s,
         "exact_tokens": args.exact_tokens or "",
         "n_layer": n_layer, "n_head_kv": n_head_kv, "started": started,
+        # Runs of the same model, prompt, N, threads and batches give the same reference (CPU
+        # llama.cpp is deterministic); the hash lets rows of two runs be compared.
+        "reference_logits_sha256": hashlib.sha256(np.ascontiguousarray(ref).tobytes()).hexdigest(),
         "loadavg_start": list(load_start), "results": results,
     }
 
@@ -323,7 +327,7 @@ def main(argv=None):
     p.add_argument("--exact-tokens", default="", help="FIRST,LAST for every entry without @exact")
     p.add_argument("--llama-kv", default="",
                    help="also llama.cpp's own KV types, e.g. q8_0,q5_0,q4_1,q4_0 (flash attention; "
-                        "plus an f16 + flash attention control row)")
+                        "plus an f16 + flash attention control row, first unless listed as f16)")
     p.add_argument("--store", default=None)
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     p.add_argument("--n-batch", type=int, default=512)
