@@ -10,6 +10,8 @@
 #include <thread>
 #include <vector>
 
+#include "tqkv/status.h"
+
 namespace tqkv {
 
 class ThreadPool {
@@ -45,6 +47,10 @@ class ThreadPool {
 // Runs fn(begin, end) over [0, n) on pool, or inline when pool is null.
 void ParallelFor(ThreadPool* pool, size_t n, size_t grain,
                  const std::function<void(size_t, size_t)>& fn);
+// ParallelFor over items that can fail: fn(i) for every i in [0, n). After the first error no
+// further item starts; that error is returned once none is running.
+Status ParallelForEach(ThreadPool* pool, size_t n, size_t grain,
+                       const std::function<Status(size_t)>& fn);
 
 }  // namespace tqkv
 

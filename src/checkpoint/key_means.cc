@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
-#include <mutex>
 
 #include "format/container_layout.h"
 #include "tqkv/codec.h"
@@ -121,27 +120,17 @@ Status DecodeCenteredKeys(const ContainerHeader& h, const Codec& codec, const Ke
   // short call would leave it mostly idle.
   const uint64_t first = token_begin / h.key_mean_block;
   const uint64_t runs = n == 0 ? 0 : (token_begin + n - 1) / h.key_mean_block - first + 1;
-  std::mutex mu;
-  Status failed;
   const size_t grain = std::max<size_t>(1, 256 / std::max<uint64_t>(1, h.key_mean_block));
-  ParallelFor(pool, static_cast<size_t>(runs), grain, [&](size_t rb, size_t re) {
-    for (size_t r = rb; r < re; ++r) {
-      const uint64_t b = first + r;
-      const uint64_t t = std::max<uint64_t>(token_begin, b * h.key_mean_block);
-      const uint64_t end = std::min<uint64_t>(token_begin + n, (b + 1) * h.key_mean_block);
-      const size_t i = static_cast<size_t>(t - token_begin), run = static_cast<size_t>(end - t);
-      Status s = codec.DecodeAdd(codes.subspan(i * code_bytes, run * code_bytes), run, meta,
-                                 means.subspan((head * blocks + b) * d, d),
-                                 alphas.subspan(head * h.tokens + t, run),
-                                 dst + i * stride * DTypeSize(dtype), dtype, stride, nullptr);
-      if (!s.ok()) {
-        std::lock_guard<std::mutex> lock(mu);
-        if (failed.ok()) failed = std::move(s);
-        return;
-      }
-    }
+  return ParallelForEach(pool, static_cast<size_t>(runs), grain, [&](size_t r) {
+    const uint64_t b = first + r;
+    const uint64_t t = std::max<uint64_t>(token_begin, b * h.key_mean_block);
+    const uint64_t end = std::min<uint64_t>(token_begin + n, (b + 1) * h.key_mean_block);
+    const size_t i = static_cast<size_t>(t - token_begin), run = static_cast<size_t>(end - t);
+    return codec.DecodeAdd(codes.subspan(i * code_bytes, run * code_bytes), run, meta,
+                           means.subspan((head * blocks + b) * d, d),
+                           alphas.subspan(head * h.tokens + t, run),
+                           dst + i * stride * DTypeSize(dtype), dtype, stride, nullptr);
   });
-  return failed;
 }
 
 }  // namespace tqkv

@@ -6,7 +6,6 @@
 #include <cstring>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "checkpoint/chunk_loop.h"
@@ -209,21 +208,10 @@ Status HostDecodeSink::Consume(size_t, size_t index, std::span<const uint8_t> pa
     return Status::Ok();
   }
   // Paged: many short runs, spread over the pool themselves (each decoded on one thread).
-  std::mutex mu;
-  Status failed;
   const uint64_t block = std::max<uint64_t>(1, tensors_.layout().block_tokens);
   const size_t grain = static_cast<size_t>(std::max<uint64_t>(1, 256 / block));
-  ParallelFor(options_.pool, runs_.size(), grain, [&](size_t rb, size_t re) {
-    for (size_t i = rb; i < re; ++i) {
-      Status s = decode(runs_[i], nullptr);
-      if (!s.ok()) {
-        std::lock_guard<std::mutex> lock(mu);
-        if (failed.ok()) failed = std::move(s);
-        return;
-      }
-    }
-  });
-  return failed;
+  return ParallelForEach(options_.pool, runs_.size(), grain,
+                         [&](size_t i) { return decode(runs_[i], nullptr); });
 }
 
 Status CheckGeometry(const ContainerHeader& h, const ModelGeometry& want, const std::string& what) {

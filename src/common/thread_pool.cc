@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <system_error>
 
 namespace tqkv {
@@ -99,6 +100,23 @@ void ParallelFor(ThreadPool* pool, size_t n, size_t grain,
     return;
   }
   pool->ParallelFor(n, grain, fn);
+}
+
+Status ParallelForEach(ThreadPool* pool, size_t n, size_t grain,
+                       const std::function<Status(size_t)>& fn) {
+  std::atomic<bool> failed{false};
+  std::mutex mu;
+  Status first;
+  ParallelFor(pool, n, grain, [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end && !failed.load(std::memory_order_acquire); ++i) {
+      Status s = fn(i);
+      if (s.ok()) continue;
+      std::lock_guard<std::mutex> lock(mu);
+      if (first.ok()) first = std::move(s);
+      failed.store(true, std::memory_order_release);
+    }
+  });
+  return first;
 }
 
 }  // namespace tqkv

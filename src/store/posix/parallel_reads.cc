@@ -1,8 +1,6 @@
 #include "store/posix/parallel_reads.h"
 
 #include <algorithm>
-#include <atomic>
-#include <mutex>
 
 namespace tqkv::posix_internal {
 
@@ -25,19 +23,7 @@ std::vector<ReadRequest> SplitReads(std::span<const ReadRequest> reqs, uint64_t 
 
 Status ReadPieces(ThreadPool& pool, std::span<const ReadRequest> pieces,
                   const std::function<Status(const ReadRequest&)>& read) {
-  std::atomic<bool> failed{false};
-  std::mutex mu;
-  Status first;
-  pool.ParallelFor(pieces.size(), 1, [&](size_t begin, size_t end) {
-    for (size_t i = begin; i < end && !failed.load(std::memory_order_acquire); ++i) {
-      Status s = read(pieces[i]);
-      if (s.ok()) continue;
-      std::lock_guard<std::mutex> lock(mu);
-      if (first.ok()) first = std::move(s);
-      failed.store(true, std::memory_order_release);
-    }
-  });
-  return first;
+  return ParallelForEach(&pool, pieces.size(), 1, [&](size_t i) { return read(pieces[i]); });
 }
 
 }  // namespace tqkv::posix_internal
