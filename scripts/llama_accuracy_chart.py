@@ -5,6 +5,7 @@ llama.cpp's own KV cache types. Written by hand as SVG (no plotting library need
 
     scripts/llama_accuracy_chart.py OUT.svg 'TITLE=run.json' ['TITLE=run2.json' ...]
     scripts/llama_accuracy_chart.py --markdown run.json     # the table of docs/accuracy.md
+    scripts/llama_accuracy_chart.py --summary run.json      # tq3/tq4 floors, tqkv vs q4_0/q5_0
 
 A panel may join runs of the same model, prompt and N: 'TITLE=a.json+b.json'.
 
@@ -26,6 +27,8 @@ STYLES = {                 # kind -> (shape, fill, stroke, legend)
     "tqkv-km-off": ("triangle", "white", "#1f77b4", "tqkv, key means off"),
     "tqkv-exact": ("square", "#2ca02c", "#2ca02c", "tqkv, exact tokens 4,128"),
     "tqkv-km-session": ("triangle", "#9467bd", "#9467bd", "tqkv, one key mean per session"),
+    "tqkv-kv": ("square", "#ff7f0e", "#ff7f0e", "tqkv, separate K/V codecs (k4v2 ...)"),
+    "tqkv-auto": ("circle", "white", "#ff7f0e", "tqkv, bit allocator (auto:B)"),
     "llama.cpp": ("diamond", "#d62728", "#d62728", "llama.cpp KV type (flash attention)"),
 }
 
@@ -33,8 +36,13 @@ STYLES = {                 # kind -> (shape, fill, stroke, legend)
 def style_of(row):
     if row.get("kind") == "llama.cpp":
         return "llama.cpp"
+    spec = row.get("spec", row["codec"])
+    if spec.startswith("auto"):
+        return "tqkv-auto"
     if row.get("exact_tokens"):
         return "tqkv-exact"
+    if spec.startswith("k") and "v" in spec:
+        return "tqkv-kv"
     km = row.get("key_means", "default")
     if km == "off":
         return "tqkv-km-off"
@@ -156,21 +164,54 @@ def fmt(x, digits=3):
 def markdown(report):
     steps = report["steps"]
     out = [f"| configuration | bits/value | top-1 /{steps} | mean KL | max KL | max \\|Δlogit\\| "
-           "| K cos | .tqkv bytes |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+           "| K cos | .tqkv bytes | save s | load s |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in report["results"]:
         name = r["codec"]
-        if r.get("kind") == "llama.cpp":
-            cos, size = "", ""
+        if r.get("kind") == "llama.cpp":  # its prefill, not a save: in the text
+            cos = size = save = load_s = ""
         else:
             cos, size = f'{r["k_cosine_mean"]:.4f}', f'{r["tqkv_bytes"]:,}'
+            save, load_s = f'{r["save_s"]:.2f}', f'{r["load_s"]:.2f}'
         out.append(f'| {name} | {r["bits_per_value"]:.2f} | {r["top1"]} | {fmt(r["kl_mean"])} | '
-                   f'{fmt(r["kl_max"])} | {fmt(r["max_logit_diff"])} | {cos} | {size} |')
+                   f'{fmt(r["kl_max"])} | {fmt(r["max_logit_diff"])} | {cos} | {size} | {save} '
+                   f'| {load_s} |')
+    return "\n".join(out)
+
+
+def summary(report):
+    """The floors of the key-mean issue and the anchor question, one line each."""
+    steps = report["steps"]
+    rows = {r["codec"]: r for r in report["results"]}
+    out = [f'{report["model"]}, {report["prompt_file"]}, N = {report["prompt_tokens"]:,}, '
+           f'{steps} steps, reference logits {report.get("reference_logits_sha256", "?")[:12]}']
+    for codec, floor in (("tq3", steps - 1), ("tq4", steps)):
+        if codec in rows:
+            r = rows[codec]
+            met = "met" if r["top1"] >= floor else "NOT met"
+            out.append(f'- {codec} (default): {r["top1"]}/{steps} at {r["bits_per_value"]:.2f} '
+                       f'bits/value, KL {fmt(r["kl_mean"])}: >= {floor}/{steps} {met}')
+    for kv, budget in (("q4_0", 4.5), ("q5_0", 5.5)):
+        anchor = rows.get(f"llama.cpp {kv}")
+        if anchor is None:
+            out.append(f"- {kv}: not measured")
+            continue
+        ours = [r for r in report["results"] if r.get("kind") == "tqkv" and r["kl_mean"] > 0
+                and r["bits_per_value"] <= budget]
+        best = min(ours, key=lambda r: r["kl_mean"]) if ours else None
+        verdict = (f'best tqkv at <= {budget} bits: {best["codec"]} ({best["bits_per_value"]:.2f} '
+                   f'bits) KL {fmt(best["kl_mean"])}, {best["top1"]}/{steps}: '
+                   + ("lower" if best["kl_mean"] < anchor["kl_mean"] else "NOT lower")
+                   if best else f"no tqkv row at <= {budget} bits")
+        out.append(f'- llama.cpp {kv}: {anchor["top1"]}/{steps}, KL {fmt(anchor["kl_mean"])}; '
+                   + verdict)
     return "\n".join(out)
 
 
 def load(paths):
     """One report from 'a.json+b.json': runs of the same model, prompt and N (the same reference
-    logits); a configuration measured in both is taken from the first."""
+    logits: where both runs record their hash, it must match); a configuration measured in both
+    is taken from the first."""
     reports = []
     for path in paths.split("+"):
         with open(path) as f:
@@ -178,8 +219,10 @@ def load(paths):
     merged, seen = dict(reports[0]), set()
     merged["results"] = []
     for rep in reports:
-        for key in ("model", "prompt_sha256", "prompt_tokens", "steps", "n_batch"):
-            if rep.get(key) != reports[0].get(key):
+        for key in ("model", "prompt_sha256", "prompt_tokens", "steps", "n_batch",
+                    "reference_logits_sha256"):
+            if rep.get(key) != reports[0].get(key) and not (
+                    key == "reference_logits_sha256" and None in (rep.get(key), reports[0].get(key))):
                 sys.exit(f"{paths}: the runs differ in {key}")
         for row in rep["results"]:
             if row["codec"] not in seen:
@@ -191,6 +234,9 @@ def load(paths):
 def main(argv):
     if len(argv) == 3 and argv[1] == "--markdown":
         print(markdown(load(argv[2])))
+        return
+    if len(argv) == 3 and argv[1] == "--summary":
+        print(summary(load(argv[2])))
         return
     if len(argv) < 3:
         sys.exit(__doc__)
@@ -210,7 +256,8 @@ def main(argv):
         svg += panel(title, rep, (i % cols) * W, (i // cols) * H, y_lo, y_hi)
     y = rows * H + 14
     x = 20
-    for shape, fill, stroke, text in STYLES.values():
+    used = {style_of(r) for _, rep in panels for r in rep["results"]}
+    for shape, fill, stroke, text in (v for k, v in STYLES.items() if k in used):
         svg.append(marker(shape, x, y, fill, stroke))
         svg.append(f'<text x="{x + 9}" y="{y + 4}" font-size="11">{escape(text)}</text>')
         x += 14 + 6.2 * len(text) + 18

@@ -17,11 +17,12 @@ context in another process continue as the uncompressed original does? (docs/lla
 4. With --llama-kv q8_0,q5_0,...: llama.cpp's own KV cache types as the yardstick. For each type a
    fresh context with type_k = type_v = that type and flash attention (llama.cpp needs it for a
    quantized V) prefills the same N tokens with the same batches and teacher-forces the same steps;
-   plus one control row, f16 with flash attention. Unlike the tqkv rows, the prefill itself runs
-   on the quantized cache there (tqkv compresses a cache computed exactly): not the identical
-   experiment.
-The JSON has the keys of `tqkv migrate` (model, prompt_tokens, steps, results[codec, top1,
-kl_mean, kl_max, max_logit_diff, k_cosine_mean, v_cosine_mean]) plus sizes, times and
+   plus one control row, f16 with flash attention (--no-f16-control leaves it out). Unlike the
+   tqkv rows, the prefill itself runs on the quantized cache there (tqkv compresses a cache
+   computed exactly): not the identical experiment.
+The JSON (rewritten as each row comes in, so a long run keeps its finished rows; `done_s` is when
+a row was written) has the keys of `tqkv migrate` (model, prompt_tokens, steps, results[codec,
+top1, kl_mean, kl_max, max_logit_diff, k_cosine_mean, v_cosine_mean]) plus sizes, times and
 bits_per_value (.tqkv bytes x 8 / (2 x layers x kv_heads x head_dim x N); for llama.cpp's types
 the bits of their ggml blocks: q8_0 8.5, q5_0 5.5, q4_1 5.0, q4_0 4.5, f16 16).
 
@@ -37,6 +38,7 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -72,6 +74,13 @@ def parse_entry(entry, default_exact=""):
                              f"got @{opt}")
         settings[name] = value.replace(":", ",")
     return spec, settings["km"], settings["exact"]
+
+
+def llama_kv_names(arg, no_f16_control=False):
+    """The --llama-kv rows in order: the f16 + flash attention control first unless the list
+    places it ("f16") or no_f16_control leaves it out (it costs a prefill of its own)."""
+    names = [t for t in arg.split(",") if t]
+    return names if "f16" in names or no_f16_control else ["f16", *names]
 
 
 def _open(model, n_ctx, threads, flash_attn, n_batch, kv_type=None):
@@ -166,17 +175,16 @@ def _worker(spec_path):
         load_s = time.perf_counter() - t0
         logits = teacher_force(llm, spec["feed"])
         np.save(job["logits"], logits)
-        with open(job["logits"] + ".json", "w") as f:
+        with open(job["logits"] + ".json.part", "w") as f:  # written last: the row is complete
             json.dump({"load_s": load_s}, f)
+        os.replace(job["logits"] + ".json.part", job["logits"] + ".json")
         del llm
 
 
-def _llama_kv_rows(args, n_ctx, prompt, ref, emit):
+def _llama_kv_rows(args, n_ctx, prompt, ref, emit, t_start):
     """The --llama-kv rows: llama.cpp's own cache types, prefilled and teacher-forced in-process."""
-    names = [t for t in args.llama_kv.split(",") if t]
     rows = []
-    # The f16 + flash attention control comes first unless the list places it ("f16").
-    for name in names if "f16" in names else ["f16", *names]:
+    for name in llama_kv_names(args.llama_kv, args.no_f16_control):
         ggml_type, bits = LLAMA_KV_TYPES[name]
         t0 = time.perf_counter()
         llm = _open(args.model, n_ctx, args.threads, True, args.n_batch, kv_type=ggml_type)
@@ -193,6 +201,7 @@ def _llama_kv_rows(args, n_ctx, prompt, ref, emit):
             "kl_mean": float(kl.mean()), "kl_max": float(kl.max()),
             "max_logit_diff": float(np.abs(ref - got).max()),
             "bits_per_value": bits, "state_bytes": state_bytes, "prefill_s": prefill_s,
+            "done_s": time.perf_counter() - t_start,
         })
         emit(rows)
     return rows
@@ -252,18 +261,47 @@ def run(args, emit=lambda report: None):
         json.dump({"model": args.model, "n_ctx": n_ctx, "threads": args.threads,
                    "flash_attn": args.flash_attn, "n_batch": args.n_batch, "store": store,
                    "feed": feed, "jobs": jobs}, f)
-    subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", spec_path], check=True)
+    worker = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", spec_path])
 
     def decompress(key):
         out = os.path.join(tmp, key + ".safetensors")
         path = os.path.join(store, key + ".tqkv")
         subprocess.run([cli, "decompress", path, out, "--dtype", "f32"], check=True,
                        capture_output=True)
-        return _read_safetensors(out)
+        tensors = _read_safetensors(out)
+        os.remove(out)  # f32 tensors: 235 MB per codec for Qwen at N = 8,192
+        return tensors
+
+    report = {
+        "engine": "llama.cpp (llama-cpp-python " + llama_cpp.__version__ + ")",
+        "model": os.path.basename(args.model), "prompt_file": args.prompt_file,
+        "prompt_sha256": _sha256(args.prompt_file),
+        "prompt_tokens": n, "steps": steps, "head_dim": head_dim, "flash_attn": args.flash_attn,
+        "threads": args.threads, "n_batch": args.n_batch,
+        "state_bytes": len(blob), "slot_file_bytes": os.path.getsize(slot_path),
+        "llama_save_file_s": llama_save_s, "prefill_s": prefill_s,
+        "exact_tokens": args.exact_tokens or "",
+        "n_layer": n_layer, "n_head_kv": n_head_kv, "started": started,
+        # Runs of the same model, prompt, N, threads and batches give the same reference (CPU
+        # llama.cpp is deterministic); the hash lets rows of two runs be compared.
+        "reference_logits_sha256": hashlib.sha256(np.ascontiguousarray(ref).tobytes()).hexdigest(),
+        "loadavg_start": list(load_start), "results": [],
+    }
+    results = []
+
+    def report_now(kv_rows=()):
+        report["results"] = results + list(kv_rows)
+        report["wall_s"] = time.perf_counter() - t_start
+        report["loadavg_end"] = list(os.getloadavg())
+        emit(report)
 
     ref_kv = decompress(fp16_key)
-    results = []
-    for job in jobs:
+    for job in jobs:  # each row is written as soon as the worker has its logits (long runs)
+        while not os.path.exists(job["logits"] + ".json"):
+            if worker.poll() is not None and not os.path.exists(job["logits"] + ".json"):
+                raise SystemExit(f"llama_migrate worker exited with {worker.returncode} "
+                                 f"before {job['codec']}")
+            time.sleep(1)
         got = np.load(job["logits"])
         with open(job["logits"] + ".json") as f:
             load_s = json.load(f)["load_s"]
@@ -280,33 +318,17 @@ def run(args, emit=lambda report: None):
             "max_logit_diff": float(np.abs(ref - got).max()),
             "k_cosine_mean": kc, "v_cosine_mean": vc,
             "tqkv_bytes": size, "save_s": saves[job["codec"]], "load_s": load_s,
+            "done_s": time.perf_counter() - t_start,  # seconds into the run when it was written
         })
-    report = {
-        "engine": "llama.cpp (llama-cpp-python " + llama_cpp.__version__ + ")",
-        "model": os.path.basename(args.model), "prompt_file": args.prompt_file,
-        "prompt_sha256": _sha256(args.prompt_file),
-        "prompt_tokens": n, "steps": steps, "head_dim": head_dim, "flash_attn": args.flash_attn,
-        "threads": args.threads, "n_batch": args.n_batch,
-        "state_bytes": len(blob), "slot_file_bytes": os.path.getsize(slot_path),
-        "llama_save_file_s": llama_save_s, "prefill_s": prefill_s,
-        "exact_tokens": args.exact_tokens or "",
-        "n_layer": n_layer, "n_head_kv": n_head_kv, "started": started,
-        # Runs of the same model, prompt, N, threads and batches give the same reference (CPU
-        # llama.cpp is deterministic); the hash lets rows of two runs be compared.
-        "reference_logits_sha256": hashlib.sha256(np.ascontiguousarray(ref).tobytes()).hexdigest(),
-        "loadavg_start": list(load_start), "results": results,
-    }
-
-    def report_now(kv_rows=()):
-        report["results"] = results + list(kv_rows)
-        report["wall_s"] = time.perf_counter() - t_start
-        report["loadavg_end"] = list(os.getloadavg())
-        emit(report)
+        report_now()
+    if worker.wait() != 0:
+        raise SystemExit(f"llama_migrate worker exited with {worker.returncode}")
 
     report_now()  # the tqkv rows are written before the (slow) llama.cpp rows start
     if args.llama_kv:
-        report_now(_llama_kv_rows(args, n_ctx, prompt, ref, report_now))
+        report_now(_llama_kv_rows(args, n_ctx, prompt, ref, report_now, t_start))
     if not args.keep:
+        shutil.rmtree(tmp, ignore_errors=True)  # the slot file, the logits, the worker's spec
         for key in keys.values():
             try:
                 os.remove(os.path.join(store, key + ".tqkv"))
@@ -328,6 +350,9 @@ def main(argv=None):
     p.add_argument("--llama-kv", default="",
                    help="also llama.cpp's own KV types, e.g. q8_0,q5_0,q4_1,q4_0 (flash attention; "
                         "plus an f16 + flash attention control row, first unless listed as f16)")
+    p.add_argument("--no-f16-control", action="store_true",
+                   help="with --llama-kv: leave out the f16 + flash attention control row (one "
+                        "prefill less; for a second run of a prompt whose control is measured)")
     p.add_argument("--store", default=None)
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     p.add_argument("--n-batch", type=int, default=512)
@@ -340,7 +365,8 @@ def main(argv=None):
         return 0
     if not args.model or not args.prompt_file:
         p.error("--model and --prompt-file are required")
-    if args.store is None:
+    own_store = args.store is None
+    if own_store:
         args.store = tempfile.mkdtemp(prefix="llama_migrate_store_")
     for c in args.codecs.split(","):
         if c:
@@ -359,6 +385,8 @@ def main(argv=None):
             os.replace(args.json + ".part", args.json)
 
     report = run(args, write)
+    if own_store and not args.keep:
+        shutil.rmtree(args.store, ignore_errors=True)
     if args.json == "-":
         print(json.dumps(report, indent=2, sort_keys=True))
     else:

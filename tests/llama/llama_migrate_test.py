@@ -46,6 +46,14 @@ class Entries(unittest.TestCase):
             with self.assertRaises(ValueError, msg=bad):
                 m.parse_entry(bad)
 
+    def test_llama_kv_order_and_the_control(self):
+        m = load_migrate()
+        self.assertEqual(m.llama_kv_names("q4_0,q5_0"), ["f16", "q4_0", "q5_0"])
+        self.assertEqual(m.llama_kv_names("q4_0,f16,q5_0"), ["q4_0", "f16", "q5_0"])
+        self.assertEqual(m.llama_kv_names("q4_0,q5_0", no_f16_control=True), ["q4_0", "q5_0"])
+        self.assertEqual(m.llama_kv_names("q4_0,f16", no_f16_control=True), ["q4_0", "f16"])
+        self.assertEqual(m.llama_kv_names(""), ["f16"])
+
     def test_bad_entry_and_kv_type_are_refused_before_any_work(self):
         for flag, value in (("--codecs", "tq3@kmeans=off"), ("--llama-kv", "q4_0,q3_k")):
             p = subprocess.run([sys.executable, MIGRATE, "--model", "x.gguf", "--prompt-file",
@@ -74,6 +82,9 @@ class Engine(unittest.TestCase):
                                       "llama.cpp q8_0", "llama.cpp q4_0"])
         values = 2 * r["n_layer"] * r["n_head_kv"] * r["head_dim"] * 160
         self.assertEqual(values, 2 * 30 * 3 * 64 * 160)  # SmolLM2-135M: 30 layers, 3 KV heads
+        done = [x["done_s"] for x in r["results"]]  # rows are written as they come in
+        self.assertEqual(done, sorted(done))
+        self.assertLessEqual(done[-1], r["wall_s"])
         for x in r["results"]:
             if x["kind"] == "tqkv":
                 self.assertAlmostEqual(x["bits_per_value"], x["tqkv_bytes"] * 8 / values)
