@@ -148,7 +148,7 @@ Status RunHostRestores(const Options& o, const ModelGeometry& g, const CodecSpec
     auto read_stage = [&](bool verify) {
       return [&, verify](size_t w) -> Result<bench::PhaseRun> {
         TQKV_ASSIGN_OR_RETURN(auto store, OpenWorkerStore(o, c));
-        return bench::ReadLikeRestore(*store, Key(c, w), verify, RestoreOptions{}.inflight_bytes);
+        return bench::ReadLikeRestore(*store, Key(c, w), verify, RestoreOptions{});
       };
     };
     TQKV_ASSIGN_OR_RETURN(auto raw, stage("raw read", read_stage(false)));

@@ -10,7 +10,7 @@
 namespace tqkv::bench {
 
 Result<PhaseRun> ReadLikeRestore(Store& store, const std::string& key, bool verify,
-                                 uint64_t inflight_bytes) {
+                                 const RestoreOptions& options) {
   TQKV_ASSIGN_OR_RETURN(auto object, store.Open(key));
   (void)object->DropCache();
   const uint64_t before = object->BytesRead();
@@ -20,8 +20,9 @@ Result<PhaseRun> ReadLikeRestore(Store& store, const std::string& key, bool veri
   // `verify` the batch is only read, not checked.
   DiscardSink sink;
   ChunkLoopOptions loop;
-  loop.inflight_bytes = inflight_bytes;
+  loop.inflight_bytes = options.inflight_bytes;
   loop.max_slots = 64;  // as the host restore
+  loop.read_lanes = options.read_lanes;
   if (!verify) {
     loop.read = [&](std::span<const SlotRead> batch) {
       std::vector<ReadRequest> reqs;

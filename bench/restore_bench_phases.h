@@ -8,6 +8,7 @@
 #include <string>
 
 #include "bench/restore_bench_util.h"
+#include "tqkv/checkpoint.h"
 #include "tqkv/status.h"
 #include "tqkv/store.h"
 
@@ -22,8 +23,9 @@ struct PhaseRun {
 // Reads every chunk of `key` as a restore does (page cache dropped first) and discards it;
 // `verify` checks each chunk's checksum and padding on the reader thread as the restore does,
 // without it the bytes are only read. No decode.
+// `options` gives the read-ahead and lanes, as the restore uses them.
 Result<PhaseRun> ReadLikeRestore(Store& store, const std::string& key, bool verify,
-                                 uint64_t inflight_bytes);
+                                 const RestoreOptions& options);
 
 }  // namespace tqkv::bench
 

@@ -15,6 +15,7 @@
 #include "tqkv/safetensors.h"
 #include "tqkv/synthetic_source.h"
 #include "tqkv/thread_pool.h"
+#include "tqkv/units.h"
 
 namespace tqkv::tools {
 namespace {
@@ -124,13 +125,20 @@ void RegisterCheckpoint(CLI::App& app) {
 void RegisterRestore(CLI::App& app) {
   auto* cmd = app.add_subcommand("restore", "Restore a session into host memory; prints time and bandwidth");
   struct Opts {
-    std::string store, session, io, out, dtype = "f16", json_path, target = "host";
+    std::string store, session, io, out, dtype = "f16", json_path, target = "host", read_ahead;
     size_t threads = 0;
+    uint32_t read_lanes = RestoreOptions{}.read_lanes;
     bool drop_cache = false, json = false;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("--store", o->store, kStoreUriHelp)->required();
   cmd->add_option("--session", o->session, "Session id")->required();
+  cmd->add_option("--read-ahead", o->read_ahead,
+                  std::string("Bytes of chunks read ahead of the decoder (default 32MiB). ") +
+                      kByteSizeHelp);
+  cmd->add_option("--read-lanes", o->read_lanes, "Batches read at once")
+      ->check(CountIn(1, 64))
+      ->capture_default_str();
   cmd->add_option("--io", o->io, "buffered | direct | uring (overrides the URI's io option); "
                   "--target gpu: gds | direct | uring | buffered (default: the probed ladder)");
   cmd->add_option("--target", o->target, "host | gpu (GPU memory, decoded on the GPU)")
@@ -153,6 +161,10 @@ void RegisterRestore(CLI::App& app) {
       opts.dtype = *dtype;
       opts.pool = &pool;
       opts.drop_cache = o->drop_cache;
+      opts.read_lanes = o->read_lanes;
+      if (!o->read_ahead.empty()) {
+        TQKV_ASSIGN_OR_RETURN(opts.inflight_bytes, ParseByteSize(o->read_ahead, 1, 4ull << 30));
+      }
       // Like an inference server, restore into KV memory that is already allocated and mapped:
       // first-touch page faults of fresh memory (~1 GB/s here) are not part of a restore.
       opts.prefault = true;

@@ -63,7 +63,8 @@ Status RunChunkLoop(ContainerReader& reader, ChunkSink& sink, const ChunkLoopOpt
       return Status::Ok();
     };
   }
-  SlotReader slot_reader(slots.size(), chunks.size(), read, verify, options.reader_thread_init);
+  SlotReader slot_reader(slots.size(), chunks.size(), read, verify, options.reader_thread_init,
+                         options.read_lanes);
 
   std::deque<size_t> held;  // consumed slots not yet given back to the reader
   auto retire_oldest = [&]() -> Status {

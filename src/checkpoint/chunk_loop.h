@@ -66,6 +66,7 @@ using SlotReadFn = std::function<Status(std::span<const SlotRead> batch)>;
 struct ChunkLoopOptions {
   uint64_t inflight_bytes = 32 << 20;  // read-ahead budget: slots of the largest extent
   size_t max_slots = 64;
+  size_t read_lanes = 1;                    // batches in flight at once (SlotReader lanes)
   SlotReadFn read;                          // empty: ContainerReader::ReadChunks
   std::function<void()> reader_thread_init;  // runs first on the reader thread; may be empty
 };

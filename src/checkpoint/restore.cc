@@ -255,6 +255,7 @@ Status RunRestore(Store& store, std::string_view key, const RestoreOptions& opti
   ChunkLoopOptions loop;
   loop.inflight_bytes = options.inflight_bytes;
   loop.max_slots = 64;
+  loop.read_lanes = options.read_lanes;
   ChunkLoopStats ls;
   TQKV_RETURN_IF_ERROR(RunChunkLoop(*reader, sink, loop, &ls));
   stats.seconds = SecondsSince(t0);
@@ -382,7 +383,9 @@ Status VerifyObject(Store& store, std::string_view key) {
                         ContainerReader::Open(object.get(), std::string(key)));
   // The restore's read path with nothing decoded: every chunk read, checksum and padding checked.
   DiscardSink sink;
-  return RunChunkLoop(*reader, sink, ChunkLoopOptions{});
+  ChunkLoopOptions loop;
+  loop.read_lanes = RestoreOptions{}.read_lanes;
+  return RunChunkLoop(*reader, sink, loop);
 }
 
 }  // namespace tqkv

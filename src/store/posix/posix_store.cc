@@ -515,21 +515,29 @@ class PosixReadable final : public ReadableObject {
       }
     }
     std::vector<size_t> retry;
-    Status status;
+    // One ring per concurrent batch (the restore reads several at once): an idle one, or a new one.
+    std::unique_ptr<posix_internal::UringReader> ring;
     {
       std::lock_guard<std::mutex> lock(ring_mu_);
-      if (ring_ == nullptr) {
-        auto ring = posix_internal::UringReader::Create(sh_->opts.queue_depth, chunk + 2 * kAlign);
-        if (!ring.ok()) {
-          sh_->uring_refused = true;  // e.g. out of locked memory: O_DIRECT preads instead
-          return ReadDirectBatch(reqs);
-        }
-        ring_ = std::move(ring).value();
+      if (!rings_.empty()) {
+        ring = std::move(rings_.back());
+        rings_.pop_back();
       }
-      uint64_t moved = 0;
-      status = ring_->Run(fd_, pieces, name_, &retry, &moved);
-      bytes_read_.fetch_add(moved, std::memory_order_relaxed);
-      if (!status.ok()) ring_.reset();
+    }
+    if (ring == nullptr) {
+      auto made = posix_internal::UringReader::Create(sh_->opts.queue_depth, chunk + 2 * kAlign);
+      if (!made.ok()) {
+        sh_->uring_refused = true;  // e.g. out of locked memory: O_DIRECT preads instead
+        return ReadDirectBatch(reqs);
+      }
+      ring = std::move(made).value();
+    }
+    uint64_t moved = 0;
+    const Status status = ring->Run(fd_, pieces, name_, &retry, &moved);
+    bytes_read_.fetch_add(moved, std::memory_order_relaxed);
+    if (status.ok()) {  // after an error the ring may hold requests: it is dropped
+      std::lock_guard<std::mutex> lock(ring_mu_);
+      if (rings_.size() < kMaxPooledRings) rings_.push_back(std::move(ring));
     }
     TQKV_RETURN_IF_ERROR(status);
     for (size_t i : retry) {
@@ -539,8 +547,9 @@ class PosixReadable final : public ReadableObject {
     return Status::Ok();
   }
 
+  static constexpr size_t kMaxPooledRings = 8;
   std::mutex ring_mu_;
-  std::unique_ptr<posix_internal::UringReader> ring_;
+  std::vector<std::unique_ptr<posix_internal::UringReader>> rings_;  // idle rings
 #endif
 
   std::shared_ptr<Shared> sh_;
