@@ -92,10 +92,12 @@ run_tqkv() {  # IO [URI-OPTIONS [RESTORE-ARGS...]]
   t0=$(date +%s.%N)
   for ((w = 0; w < workers; ++w)); do
     "$tqkv" restore --store "$dir${2:+?$2}" --session "bench-io-$w" --io "$1" --drop-cache --json "${@:3}" \
-      >"$work/r$w.json" &
+      >"$work/r$w.json" 2>"$work/e$w" &
     pids+=($!)
   done
-  for p in "${pids[@]}"; do wait "$p"; done
+  for ((w = 0; w < workers; ++w)); do
+    wait "${pids[w]}" || { echo "bench-io: tqkv restore $* (worker $w) failed: $(cat "$work/e$w")" >&2; exit 1; }
+  done
   t1=$(date +%s.%N)
   python3 - "$work" "$workers" "$t0" "$t1" <<'EOF'
 import json, sys
