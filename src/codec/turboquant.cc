@@ -6,7 +6,9 @@
 // the work into batches over the thread pool.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
+#include <memory>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -20,6 +22,20 @@
 namespace tqkv::codec {
 namespace {
 
+// Conversion scratch: 64-byte aligned, so the kernels' whole-register stores never split a cache
+// line, and not zeroed (the kernels write every float before it is read).
+class Scratch {
+ public:
+  explicit Scratch(size_t floats) : buf_(std::make_unique_for_overwrite<float[]>(floats + 16)) {}
+  float* get() const {
+    const auto p = reinterpret_cast<uintptr_t>(buf_.get());
+    return reinterpret_cast<float*>((p + 63) & ~uintptr_t{63});
+  }
+
+ private:
+  std::unique_ptr<float[]> buf_;
+};
+
 class TurboQuantCodec final : public Codec {
  public:
   explicit TurboQuantCodec(const CodecParams& params)
@@ -29,6 +45,13 @@ class TurboQuantCodec final : public Codec {
     meta_bytes_ = plan_.meta_bytes();
     for (size_t i = 0; i < plan_.subsets().size(); ++i) kplans_.push_back(plan_.KernelPlan(i));
     qjl_offset_ = plan_.qjl_offset();
+    if (plan_.split()) {
+      for (size_t s = 0; s < 2; ++s) {
+        split_plan_.sub[s] = kplans_[s];
+        split_plan_.norm_offset[s] = plan_.subsets()[s].norm_offset;
+        split_plan_.planes_offset[s] = plan_.subsets()[s].planes_offset;
+      }
+    }
     if (params_.qjl) {
       Prng prng(params_.qjl_seed);
       qjl_s_.resize(d * d);
@@ -49,23 +72,8 @@ class TurboQuantCodec final : public Codec {
                                      " bytes, need " + std::to_string(meta_bytes_));
     }
     const size_t d = params_.head_dim;
-    const auto& k = kernels::ActiveKernels();
     std::vector<double> energy(d, 0.0);
-    std::vector<float> row(d);
-    const auto* src = static_cast<const uint8_t*>(x);
-    const size_t d8 = d / 8 * 8;
-    for (size_t i = 0; i < n; ++i) {
-      k.to_f32(src + i * stride * DTypeSize(dtype), dtype, d, row.data());
-      const float* r = row.data();
-      double* e = energy.data();
-      // Fixed-length blocks of 8 so the compiler vectorises without an epilogue; same sums.
-      for (size_t c = 0; c < d8; c += 8) {
-        for (size_t j = 0; j < 8; ++j) {
-          e[c + j] += static_cast<double>(r[c + j]) * static_cast<double>(r[c + j]);
-        }
-      }
-      for (size_t c = d8; c < d; ++c) e[c] += static_cast<double>(r[c]) * static_cast<double>(r[c]);
-    }
+    kernels::ActiveKernels().channel_energy(x, dtype, n, stride, d, energy.data());
     // NaN energies rank as +inf so the comparison stays a strict weak order.
     for (auto& e : energy) {
       if (std::isnan(e)) e = HUGE_VAL;
@@ -89,16 +97,13 @@ class TurboQuantCodec final : public Codec {
     TQKV_RETURN_IF_ERROR(plan_.CheckMask("Encode", meta));
     const auto& k = kernels::ActiveKernels();
     const size_t d = params_.head_dim;
-    const size_t m0 = params_.split() ? params_.subsets[0].channels : 0;
     const size_t in_pitch = stride * DTypeSize(dtype);
     const auto* src = static_cast<const uint8_t*>(x);
     uint8_t* codes = out.data();
-    // f32 input of an unsplit codec goes straight to the kernel (no copy).
-    const bool direct = dtype == DType::kF32 && !params_.split();
+    // f32 input goes straight to the kernels (no copy).
+    const bool direct = dtype == DType::kF32;
     ParallelFor(pool, n, kGrain, [&](size_t b, size_t e) {
-      std::vector<float> xf(direct ? 0 : kBatch * d);
-      // Both subsets' gathered floats, each followed by the split kernels' slack.
-      std::vector<float> gathered(params_.split() ? kBatch * d + 2 * kernels::kSplitSlack : 0);
+      Scratch xf(direct ? 0 : std::min(kBatch, e - b) * d);
       std::vector<float> qjl_scratch(params_.qjl ? 2 * d : 0);
       for (size_t start = b; start < e; start += kBatch) {
         const size_t cnt = std::min(kBatch, e - start);
@@ -109,24 +114,18 @@ class TurboQuantCodec final : public Codec {
           xs_stride = stride;
         } else {
           if (stride == d) {  // contiguous: one conversion call for the batch
-            k.to_f32(src + start * in_pitch, dtype, cnt * d, xf.data());
+            k.to_f32(src + start * in_pitch, dtype, cnt * d, xf.get());
           } else {
             for (size_t i = 0; i < cnt; ++i) {
-              k.to_f32(src + (start + i) * in_pitch, dtype, d, xf.data() + i * d);
+              k.to_f32(src + (start + i) * in_pitch, dtype, d, xf.get() + i * d);
             }
           }
-          xs = xf.data();
+          xs = xf.get();
           xs_stride = d;
         }
         uint8_t* code = codes + start * code_bytes_;
         if (params_.split()) {
-          float* g[2] = {gathered.data(), gathered.data() + kBatch * m0 + kernels::kSplitSlack};
-          k.split_gather(xs, xs_stride, cnt, meta.data(), d, g[0], m0, g[1], d - m0);
-          for (size_t s = 0; s < 2; ++s) {
-            const PlannedSubset& sub = plan_.subsets()[s];
-            k.encode(kplans_[s], g[s], sub.channels, cnt, code + sub.norm_offset,
-                     code + sub.planes_offset, code_bytes_);
-          }
+          k.split_encode(split_plan_, xs, xs_stride, cnt, meta.data(), code, code_bytes_);
           // A non-finite input makes the whole vector invalid, not just the subset holding it.
           for (size_t i = 0; i < cnt; ++i) PoisonIfAnyNaN(code + i * code_bytes_);
         } else {
@@ -170,15 +169,12 @@ class TurboQuantCodec final : public Codec {
     TQKV_RETURN_IF_ERROR(plan_.CheckMask("Decode", meta));
     const auto& k = kernels::ActiveKernels();
     const size_t d = params_.head_dim;
-    const size_t m0 = params_.split() ? params_.subsets[0].channels : 0;
     const size_t out_pitch = stride * DTypeSize(dtype);
     auto* dst = static_cast<uint8_t*>(out);
     const uint8_t* in = codes.data();
-    const bool direct = dtype == DType::kF32 && !params_.split();
+    const bool direct = dtype == DType::kF32;
     ParallelFor(pool, n, kGrain, [&](size_t b, size_t e) {
-      std::vector<float> xf(direct ? 0 : kBatch * d);
-      // Both subsets' gathered floats, each followed by the split kernels' slack.
-      std::vector<float> gathered(params_.split() ? kBatch * d + 2 * kernels::kSplitSlack : 0);
+      Scratch xf(direct ? 0 : std::min(kBatch, e - b) * d);
       for (size_t start = b; start < e; start += kBatch) {
         const size_t cnt = std::min(kBatch, e - start);
         const uint8_t* code = in + start * code_bytes_;
@@ -188,17 +184,11 @@ class TurboQuantCodec final : public Codec {
           xs = reinterpret_cast<float*>(dst + start * out_pitch);
           xs_stride = stride;
         } else {
-          xs = xf.data();
+          xs = xf.get();
           xs_stride = d;
         }
         if (params_.split()) {
-          float* g[2] = {gathered.data(), gathered.data() + kBatch * m0 + kernels::kSplitSlack};
-          for (size_t s = 0; s < 2; ++s) {
-            const PlannedSubset& sub = plan_.subsets()[s];
-            k.decode(kplans_[s], code + sub.norm_offset, code + sub.planes_offset, code_bytes_,
-                     cnt, g[s], sub.channels);
-          }
-          k.split_scatter(g[0], m0, g[1], d - m0, cnt, meta.data(), d, xs, xs_stride);
+          k.split_decode(split_plan_, code, code_bytes_, cnt, meta.data(), xs, xs_stride);
         } else {
           const PlannedSubset& sub = plan_.subsets()[0];
           k.decode(kplans_[0], code + sub.norm_offset, code + sub.planes_offset, code_bytes_, cnt,
@@ -294,6 +284,7 @@ class TurboQuantCodec final : public Codec {
   size_t qjl_offset_ = 0;
   CodecPlan plan_;                          // owns every array kplans_ points into
   std::vector<kernels::SubsetPlan> kplans_;  // plan_.KernelPlan(i)
+  kernels::SplitPlan split_plan_;            // split codecs: kplans_ and the subsets' offsets
   std::vector<float> qjl_s_;     // QJL matrix S, d*d row-major
 };
 

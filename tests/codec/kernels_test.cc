@@ -579,6 +579,162 @@ TEST(KernelsSimd, AddScaledMatchesReference) {
   }
 }
 
+// The fused split kernels of every table against the reference (which is split_gather + encode
+// of each subset, and decode of each subset + split_scatter): the rotation kinds the presets use
+// (Hadamard outliers, Kronecker rest), Haar (the tables' batch-wise route), d beyond the fused
+// route's 512 channels, odd-sized reference shapes, strided vectors and codes, edge-case inputs.
+TEST(KernelsSimd, SplitEncodeDecodeMatchReference) {
+  std::mt19937 rng(46);
+  struct Shape {
+    uint32_t m0, m1;
+    RotationKind r0, r1;
+    uint32_t b0, b1;
+  };
+  const std::vector<Shape> shapes = {
+      {32, 96, RotationKind::kHadamard, RotationKind::kKronecker, 4, 2},
+      {32, 96, RotationKind::kHadamard, RotationKind::kKronecker, 5, 3},
+      {16, 48, RotationKind::kHadamard2, RotationKind::kKronecker, 6, 1},
+      {64, 192, RotationKind::kKronecker, RotationKind::kKronecker, 8, 4},
+      {8, 40, RotationKind::kHadamard, RotationKind::kKronecker, 7, 2},  // q = 5
+      {32, 96, RotationKind::kHadamard, RotationKind::kHaar, 4, 2},
+      {24, 8, RotationKind::kHaar, RotationKind::kHadamard, 3, 3},
+      {8, 512, RotationKind::kHadamard, RotationKind::kHadamard, 4, 2},   // d / 8 = 65 chunks
+      {5, 12, RotationKind::kKronecker, RotationKind::kHaar, 3, 2},       // reference shapes
+  };
+  for (const Shape& sh : shapes) {
+    for (DType nd : {DType::kF32, DType::kF16}) {
+      const bool nc = rng() & 1;
+      TestPlan t0 = MakePlan(sh.m0, sh.b0, sh.r0, nd, nc, rng);
+      TestPlan t1 = MakePlan(sh.m1, sh.b1, sh.r1, nd, nc, rng);
+      const size_t d = sh.m0 + sh.m1;
+      std::vector<uint8_t> mask((d + 7) / 8, 0);
+      std::vector<uint32_t> channels(d);
+      for (uint32_t c = 0; c < d; ++c) channels[c] = c;
+      std::shuffle(channels.begin(), channels.end(), rng);
+      for (uint32_t i = 0; i < sh.m0; ++i) {
+        mask[channels[i] / 8] |= uint8_t(1u << (channels[i] % 8));
+      }
+      SplitPlan sp;
+      sp.sub[0] = t0.plan;
+      sp.sub[1] = t1.plan;
+      const size_t nb = DTypeSize(nd);
+      sp.norm_offset[0] = 0;
+      sp.norm_offset[1] = nb;
+      sp.planes_offset[0] = 2 * nb;
+      sp.planes_offset[1] = 2 * nb + t0.plan.planes_bytes();
+      const size_t gap = sh.b0 % 2;
+      const size_t code_stride = 2 * nb + t0.plan.planes_bytes() + t1.plan.planes_bytes() + 3 * gap;
+      const size_t x_stride = d + 5 * gap;
+      size_t n = 0;
+      const std::vector<float> x = MakeInputs(static_cast<uint32_t>(d), x_stride, &n, rng);
+      std::vector<uint8_t> want(n * code_stride, 0xCD);
+      ScalarKernels().split_encode(sp, x.data(), x_stride, n, mask.data(), want.data(),
+                                   code_stride);
+      // The reference is the composition of the unfused kernels.
+      {
+        std::vector<float> g0(n * sh.m0 + kSplitSlack), g1(n * sh.m1 + kSplitSlack);
+        ScalarKernels().split_gather(x.data(), x_stride, n, mask.data(), d, g0.data(), sh.m0,
+                                     g1.data(), sh.m1);
+        std::vector<uint8_t> comp(n * code_stride, 0xCD);
+        ScalarKernels().encode(t0.plan, g0.data(), sh.m0, n, comp.data(), comp.data() + 2 * nb,
+                               code_stride);
+        ScalarKernels().encode(t1.plan, g1.data(), sh.m1, n, comp.data() + nb,
+                               comp.data() + sp.planes_offset[1], code_stride);
+        ASSERT_EQ(comp, want);
+      }
+      // Decode also random codes (any bytes but the norms, which stay finite).
+      std::vector<uint8_t> codes = want;
+      for (int extra = 0; extra < 9; ++extra) {
+        std::vector<uint8_t> c(code_stride);
+        for (auto& b : c) b = static_cast<uint8_t>(rng());
+        for (size_t s = 0; s < 2; ++s) {
+          const float norm = std::ldexp(1.0f, static_cast<int>(rng() % 20) - 10);
+          if (nd == DType::kF32) {
+            std::memcpy(c.data() + s * nb, &norm, 4);
+          } else {
+            const uint16_t h = FloatToHalf(norm);
+            std::memcpy(c.data() + s * nb, &h, 2);
+          }
+        }
+        codes.insert(codes.end(), c.begin(), c.end());
+      }
+      const size_t n_dec = codes.size() / code_stride;
+      const size_t out_stride = d + 3 * gap;
+      std::vector<float> want_out(n_dec * out_stride, -1.0f);
+      ScalarKernels().split_decode(sp, codes.data(), code_stride, n_dec, mask.data(),
+                                   want_out.data(), out_stride);
+      for (const KernelTable* table : SimdTables()) {
+        SCOPED_TRACE(std::string(table->name) + " m0=" + std::to_string(sh.m0) +
+                     " m1=" + std::to_string(sh.m1) + " " + std::string(DTypeName(nd)));
+        std::vector<uint8_t> got(n * code_stride, 0xCD);
+        table->split_encode(sp, x.data(), x_stride, n, mask.data(), got.data(), code_stride);
+        for (size_t v = 0; v < n; ++v) {
+          ASSERT_EQ(0, std::memcmp(&got[v * code_stride], &want[v * code_stride], code_stride))
+              << "vector " << v;
+        }
+        std::vector<float> got_out(n_dec * out_stride, -1.0f);
+        table->split_decode(sp, codes.data(), code_stride, n_dec, mask.data(), got_out.data(),
+                            out_stride);
+        for (size_t i = 0; i < got_out.size(); ++i) {
+          ASSERT_TRUE(SameFloat(got_out[i], want_out[i]))
+              << "vector " << i / out_stride << " lane " << i % out_stride;
+        }
+        // One vector and none.
+        std::vector<float> one(out_stride, -1.0f);
+        table->split_decode(sp, codes.data(), code_stride, 1, mask.data(), one.data(), out_stride);
+        for (size_t i = 0; i < out_stride; ++i) ASSERT_TRUE(SameFloat(one[i], want_out[i]));
+        table->split_encode(sp, nullptr, x_stride, 0, mask.data(), nullptr, code_stride);
+        table->split_decode(sp, nullptr, code_stride, 0, mask.data(), nullptr, out_stride);
+      }
+    }
+  }
+}
+
+// SelectGroupMeta's channel energies: every table gives the reference's sums bit for bit (and
+// the reference the plain double loop), f16/bf16/f32, strided rows, d with and without a tail.
+TEST(KernelsSimd, ChannelEnergyMatchesReference) {
+  std::mt19937 rng(47);
+  std::normal_distribution<float> gauss;
+  for (DType dt : {DType::kF16, DType::kBF16, DType::kF32}) {
+    for (size_t d : {4u, 8u, 12u, 20u, 128u, 130u, 1032u}) {
+      for (size_t n : {0u, 1u, 3u, 4u, 9u}) {
+        const size_t stride = d + 3;
+        std::vector<float> xf(n * stride);
+        for (auto& v : xf) v = gauss(rng) * std::ldexp(1.0f, static_cast<int>(rng() % 30) - 15);
+        if (n > 2) {
+          xf[stride + 1] = kInf;
+          xf[2 * stride + 2] = kNaN;
+        }
+        std::vector<uint8_t> x(xf.size() * DTypeSize(dt));
+        ScalarKernels().from_f32(xf.data(), xf.size(), dt, x.data());
+        std::vector<double> want(d, 0.25);
+        ScalarKernels().channel_energy(x.data(), dt, n, stride, d, want.data());
+        std::vector<double> plain(d, 0.25);
+        for (size_t i = 0; i < n; ++i) {
+          for (size_t c = 0; c < d; ++c) {
+            const double v = LoadAsFloat(x.data(), dt, i * stride + c);
+            plain[c] += v * v;
+          }
+        }
+        for (size_t c = 0; c < d; ++c) {
+          ASSERT_TRUE(plain[c] == want[c] || (std::isnan(plain[c]) && std::isnan(want[c])));
+        }
+        for (const KernelTable* table : SimdTables()) {
+          SCOPED_TRACE(std::string(table->name) + " d=" + std::to_string(d) +
+                       " n=" + std::to_string(n) + " " + std::string(DTypeName(dt)));
+          std::vector<double> got(d, 0.25);
+          table->channel_energy(x.data(), dt, n, stride, d, got.data());
+          for (size_t c = 0; c < d; ++c) {
+            ASSERT_TRUE(std::bit_cast<uint64_t>(got[c]) == std::bit_cast<uint64_t>(want[c]) ||
+                        (std::isnan(got[c]) && std::isnan(want[c])))
+                << c;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(KernelsSimd, HalfToFloatAllPatterns) {
   std::vector<uint16_t> h(65536 + 5);
   for (size_t i = 0; i < h.size(); ++i) h[i] = static_cast<uint16_t>(i);

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "codec/kernels/internal.h"
 #include "codec/kernels/kernels.h"
@@ -538,6 +539,66 @@ void SignedFwhtBlock(const float* x, const float* signs, float* t) {
   for (int r = 0; r < R; ++r) _mm256_store_ps(t + 8 * r, v[r]);
 }
 
+// y = (M (x) I_B) x, B = 8 * R, with mt = M^T (q*q): for each output block a, R accumulators
+// take the q fmas in the reference's order (a' ascending); one broadcast serves R registers.
+// Accumulators in chunks of at most 8 registers, so large blocks do not spill. x aligned; the
+// result goes to y (scaled by `scale` when given: encode), or with `signs`, through the block's
+// FWHT in registers and the sign multiply (decode: u never goes to memory).
+// kQ > 0 fixes q at compile time (q = 3: 96 = 3 * 32, 48, 192), so the loops unroll and the q * q
+// weights stay in registers.
+template <int R, int kQ>
+inline void KronMixBlocks(const float* mt, const float* x, size_t q_runtime, const float* scale,
+                          const float* signs, float* y) {
+  const size_t q = kQ > 0 ? static_cast<size_t>(kQ) : q_runtime;
+  constexpr int kB = 8 * R;
+  constexpr int kChunk = R < 8 ? R : 8;
+#pragma GCC unroll 4
+  for (size_t a = 0; a < q; ++a) {
+    if (signs != nullptr && R <= 16) {  // decode: the whole block in registers
+      __m256 acc[R];
+#pragma GCC unroll 16
+      for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+#pragma GCC unroll 4
+      for (size_t a2 = 0; a2 < q; ++a2) {
+        const __m256 w = _mm256_broadcast_ss(mt + a2 * q + a);
+        const float* xb = x + a2 * kB;
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(w, _mm256_load_ps(xb + 8 * r), acc[r]);
+      }
+      FwhtRegs<R>(acc);
+      float* yb = y + a * kB;
+      const float* sb = signs + a * kB;
+#pragma GCC unroll 16
+      for (int r = 0; r < R; ++r) {
+        _mm256_storeu_ps(yb + 8 * r, _mm256_mul_ps(acc[r], _mm256_loadu_ps(sb + 8 * r)));
+      }
+      continue;
+    }
+    for (int r0 = 0; r0 < R; r0 += kChunk) {
+      __m256 acc[kChunk];
+#pragma GCC unroll 8
+      for (int r = 0; r < kChunk; ++r) acc[r] = _mm256_setzero_ps();
+#pragma GCC unroll 4
+      for (size_t a2 = 0; a2 < q; ++a2) {
+        const __m256 w = _mm256_broadcast_ss(mt + a2 * q + a);
+        const float* xb = x + a2 * kB + 8 * r0;
+#pragma GCC unroll 8
+        for (int r = 0; r < kChunk; ++r) {
+          acc[r] = _mm256_fmadd_ps(w, _mm256_load_ps(xb + 8 * r), acc[r]);
+        }
+      }
+      if (scale != nullptr) {
+        const __m256 s = _mm256_set1_ps(*scale);
+#pragma GCC unroll 8
+        for (int r = 0; r < kChunk; ++r) acc[r] = _mm256_mul_ps(acc[r], s);
+      }
+      float* yb = y + a * kB + 8 * r0;
+#pragma GCC unroll 8
+      for (int r = 0; r < kChunk; ++r) _mm256_store_ps(yb + 8 * r, acc[r]);
+    }
+  }
+}
+
 // out = signs * Fwht(u) for one block (u aligned).
 template <int R>
 void FwhtSignedBlock(const float* u, const float* signs, float* out) {
@@ -551,61 +612,66 @@ void FwhtSignedBlock(const float* u, const float* signs, float* out) {
   }
 }
 
-using BlockFn = void (*)(const float*, const float*, float*);
+// z = KronMix(Q_q^T, Fwht of each block of signs * x) * scale (z aligned).
+template <int R, int kQ>
+void KronForward(const SubsetPlan& p, const float* x, float scale, float* z) {
+  constexpr size_t kB = 8 * R;
+  alignas(32) float t[kMaxDim];
+  for (size_t j = 0; j < p.dim; j += kB) SignedFwhtBlock<R>(x + j, p.signs1 + j, t + j);
+  KronMixBlocks<R, kQ>(p.haar_t, t, p.dim / kB, &scale, nullptr, z);
+}
 
-template <template <int> class F>
-BlockFn PickBlock(uint32_t block) {
+// out = signs * (Fwht of each block of KronMix(Q_q, v)) (v aligned).
+template <int R, int kQ>
+void KronInverse(const SubsetPlan& p, const float* v, float* out) {
+  constexpr size_t kB = 8 * R;
+  if constexpr (R <= 16) {
+    KronMixBlocks<R, kQ>(p.haar, v, p.dim / kB, nullptr, p.signs1, out);
+  } else {
+    alignas(32) float u[kMaxDim];
+    KronMixBlocks<R, kQ>(p.haar, v, p.dim / kB, nullptr, nullptr, u);
+    for (size_t j = 0; j < p.dim; j += kB) FwhtSignedBlock<R>(u + j, p.signs1 + j, out + j);
+  }
+}
+
+template <template <int> class F, typename Fn>
+Fn PickByBlock(uint32_t block) {
   switch (block / 8) {
-    case 1: return F<1>::Run;
-    case 2: return F<2>::Run;
-    case 4: return F<4>::Run;
-    case 8: return F<8>::Run;
-    case 16: return F<16>::Run;
-    case 32: return F<32>::Run;
-    case 64: return F<64>::Run;
-    case 128: return F<128>::Run;
+    case 1: return F<1>::kFn;
+    case 2: return F<2>::kFn;
+    case 4: return F<4>::kFn;
+    case 8: return F<8>::kFn;
+    case 16: return F<16>::kFn;
+    case 32: return F<32>::kFn;
+    case 64: return F<64>::kFn;
+    case 128: return F<128>::kFn;
   }
   return nullptr;
 }
 template <int R>
-struct SignedFwhtOp {
-  static void Run(const float* x, const float* s, float* t) { SignedFwhtBlock<R>(x, s, t); }
+struct KronForwardOp {
+  static constexpr ForwardFn kFn = KronForward<R, 0>;
 };
 template <int R>
-struct FwhtSignedOp {
-  static void Run(const float* u, const float* s, float* out) { FwhtSignedBlock<R>(u, s, out); }
+struct KronInverseOp {
+  static constexpr InverseFn kFn = KronInverse<R, 0>;
 };
-
-// y = (M (x) I_B) x with mt = M^T (q*q): per output register, q fmas in the reference's order.
-// x aligned; y[j] = acc * scale when scale is given (encode), else acc.
-inline void KronMix(const float* mt, const float* x, size_t m, size_t block, const float* scale,
-                    float* y) {
-  const size_t q = m / block;
-  for (size_t a = 0; a < q; ++a) {
-    for (size_t off = 0; off < block; off += 8) {
-      __m256 acc = _mm256_setzero_ps();
-      for (size_t a2 = 0; a2 < q; ++a2) {
-        acc = _mm256_fmadd_ps(_mm256_broadcast_ss(mt + a2 * q + a),
-                              _mm256_load_ps(x + a2 * block + off), acc);
-      }
-      if (scale != nullptr) acc = _mm256_mul_ps(acc, _mm256_set1_ps(*scale));
-      _mm256_storeu_ps(y + a * block + off, acc);
-    }
-  }
+// q = 3 only where 3 * B fits kMaxDim (larger shapes never reach the SIMD path).
+template <int R>
+struct KronForward3Op {
+  static constexpr ForwardFn kFn = 24 * R <= kMaxDim ? KronForward<R, 3> : KronForward<R, 0>;
+};
+template <int R>
+struct KronInverse3Op {
+  static constexpr InverseFn kFn = 24 * R <= kMaxDim ? KronInverse<R, 3> : KronInverse<R, 0>;
+};
+ForwardFn PickKronForward(const SubsetPlan& p) {
+  if (p.dim == 3 * p.block) return PickByBlock<KronForward3Op, ForwardFn>(p.block);
+  return PickByBlock<KronForwardOp, ForwardFn>(p.block);
 }
-
-void KronForward(const SubsetPlan& p, const float* x, float scale, float* z) {
-  alignas(32) float t[kMaxDim];
-  const BlockFn fwht = PickBlock<SignedFwhtOp>(p.block);
-  for (size_t j = 0; j < p.dim; j += p.block) fwht(x + j, p.signs1 + j, t + j);
-  KronMix(p.haar_t, t, p.dim, p.block, &scale, z);
-}
-
-void KronInverse(const SubsetPlan& p, const float* v, float* out) {
-  alignas(32) float u[kMaxDim];
-  KronMix(p.haar, v, p.dim, p.block, nullptr, u);
-  const BlockFn fwht = PickBlock<FwhtSignedOp>(p.block);
-  for (size_t j = 0; j < p.dim; j += p.block) fwht(u + j, p.signs1 + j, out + j);
+InverseFn PickKronInverse(const SubsetPlan& p) {
+  if (p.dim == 3 * p.block) return PickByBlock<KronInverse3Op, InverseFn>(p.block);
+  return PickByBlock<KronInverseOp, InverseFn>(p.block);
 }
 
 // kRegs (1..4) registers of z -> 32 index bytes (zero padded); with norm correction also adds the
@@ -630,14 +696,69 @@ inline void QuantizeGroup(const SubsetPlan& plan, const Tables& t, const float* 
   _mm256_store_si256(reinterpret_cast<__m256i*>(idx), PackIdx32(q[0], q[1], q[2], q[3]));
 }
 
+ForwardFn PickForwardFn(const SubsetPlan& plan) {
+  if (plan.rotation == RotationKind::kHaar) return nullptr;
+  if (plan.rotation == RotationKind::kKronecker) return PickKronForward(plan);
+  return PickForward(plan.dim);
+}
+InverseFn PickInverseFn(const SubsetPlan& plan) {
+  if (plan.rotation == RotationKind::kHaar) return nullptr;
+  if (plan.rotation == RotationKind::kKronecker) return PickKronInverse(plan);
+  return PickInverse(plan.dim);
+}
+
+// One vector: norm, rotation (forward; null for Haar: z then holds Q x already), scale, quantize,
+// pack. z (kMaxDim floats) and idx (kMaxDim + 32 bytes) are aligned scratch.
+template <int kBits>
+inline void EncodeVec(const SubsetPlan& plan, const Tables& t, ForwardFn forward, const float* xv,
+                      float* z, uint8_t* idx, uint8_t* norm_out, uint8_t* planes) {
+  const size_t m = plan.dim;
+  const float norm = _mm_cvtss_f32(_mm_sqrt_ss(_mm_set_ss(Sum8Squares(xv, m))));
+  if (norm == 0.0f || !std::isfinite(norm)) {
+    StoreNorm(norm == 0.0f ? 0.0f : std::numeric_limits<float>::quiet_NaN(), plan.norm_dtype,
+              norm_out);
+    std::memset(planes, 0, plan.planes_bytes());
+    return;
+  }
+  const float s = plan.enc_scale / norm;
+  if (forward == nullptr) {
+    const __m256 sv = _mm256_set1_ps(s);
+    for (size_t j = 0; j < m; j += 8) {
+      _mm256_store_ps(z + j, _mm256_mul_ps(_mm256_load_ps(z + j), sv));
+    }
+  } else {
+    forward(plan, xv, s, z);
+  }
+  // Quantize 32 lanes at a time; a short last group is padded with zero indices.
+  __m256 csum = _mm256_setzero_ps();
+  size_t j = 0;
+  for (; j + 32 <= m; j += 32) QuantizeGroup<kBits, 4>(plan, t, z + j, &csum, idx + j);
+  switch ((m - j) / 8) {
+    case 1:
+      QuantizeGroup<kBits, 1>(plan, t, z + j, &csum, idx + j);
+      break;
+    case 2:
+      QuantizeGroup<kBits, 2>(plan, t, z + j, &csum, idx + j);
+      break;
+    case 3:
+      QuantizeGroup<kBits, 3>(plan, t, z + j, &csum, idx + j);
+      break;
+  }
+  float stored = norm;
+  if (plan.norm_correction) {
+    stored =
+        norm * _mm_cvtss_f32(_mm_sqrt_ss(_mm_set_ss(static_cast<float>(m) / ReduceSum8(csum))));
+  }
+  StoreNorm(stored, plan.norm_dtype, norm_out);
+  PackPlanesFromBytes<kBits>(idx, m, planes);
+}
+
 template <int kBits>
 void EncodeBits(const SubsetPlan& plan, const float* x, size_t x_stride, size_t n,
                 uint8_t* norm_out, uint8_t* planes_out, size_t code_stride) {
   const size_t m = plan.dim;
   const bool haar = plan.rotation == RotationKind::kHaar;
-  const ForwardFn forward = haar                                        ? nullptr
-                            : plan.rotation == RotationKind::kKronecker ? KronForward
-                                                                        : PickForward(plan.dim);
+  const ForwardFn forward = PickForwardFn(plan);
   Tables t;
   InitTables(plan, &t);
   alignas(32) float zbuf[kHaarBatch][kMaxDim];
@@ -656,47 +777,8 @@ void EncodeBits(const SubsetPlan& plan, const float* x, size_t x_stride, size_t 
     }
     for (size_t b = 0; b < nb; ++b) {
       const size_t v = v0 + b;
-      float* z = zbuf[b];
-      const float* xv = x + v * x_stride;
-      uint8_t* planes = planes_out + v * code_stride;
-      const float norm = _mm_cvtss_f32(_mm_sqrt_ss(_mm_set_ss(Sum8Squares(xv, m))));
-      if (norm == 0.0f || !std::isfinite(norm)) {
-        StoreNorm(norm == 0.0f ? 0.0f : std::numeric_limits<float>::quiet_NaN(), plan.norm_dtype,
-                  norm_out + v * code_stride);
-        std::memset(planes, 0, plan.planes_bytes());
-        continue;
-      }
-      const float s = plan.enc_scale / norm;
-      if (haar) {
-        const __m256 sv = _mm256_set1_ps(s);
-        for (size_t j = 0; j < m; j += 8) {
-          _mm256_store_ps(z + j, _mm256_mul_ps(_mm256_load_ps(z + j), sv));
-        }
-      } else {
-        forward(plan, xv, s, z);
-      }
-      // Quantize 32 lanes at a time; a short last group is padded with zero indices.
-      __m256 csum = _mm256_setzero_ps();
-      size_t j = 0;
-      for (; j + 32 <= m; j += 32) QuantizeGroup<kBits, 4>(plan, t, z + j, &csum, idx + j);
-      switch ((m - j) / 8) {
-        case 1:
-          QuantizeGroup<kBits, 1>(plan, t, z + j, &csum, idx + j);
-          break;
-        case 2:
-          QuantizeGroup<kBits, 2>(plan, t, z + j, &csum, idx + j);
-          break;
-        case 3:
-          QuantizeGroup<kBits, 3>(plan, t, z + j, &csum, idx + j);
-          break;
-      }
-      float stored = norm;
-      if (plan.norm_correction) {
-        stored =
-            norm * _mm_cvtss_f32(_mm_sqrt_ss(_mm_set_ss(static_cast<float>(m) / ReduceSum8(csum))));
-      }
-      StoreNorm(stored, plan.norm_dtype, norm_out + v * code_stride);
-      PackPlanesFromBytes<kBits>(idx, m, planes);
+      EncodeVec<kBits>(plan, t, forward, x + v * x_stride, zbuf[b], idx, norm_out + v * code_stride,
+                       planes_out + v * code_stride);
     }
   }
 }
@@ -713,14 +795,38 @@ void Encode(const SubsetPlan& plan, const float* x, size_t x_stride, size_t n, u
   kByBits[plan.bits - 1](plan, x, x_stride, n, norm_out, planes_out, code_stride);
 }
 
+// One vector's scaled centroids v = c[idx] * a into vbuf (aligned, kMaxDim floats).
+template <int kBits>
+inline void DequantizeVec(const SubsetPlan& plan, const Tables& t, const uint8_t* norm_in,
+                          const uint8_t* planes, uint8_t* idx, float* vbuf) {
+  const size_t m = plan.dim;
+  const float a = LoadNorm(norm_in, plan.norm_dtype) * plan.dec_scale;
+  const __m256 av = _mm256_set1_ps(a);
+  UnpackPlanesToBytes<kBits>(planes, m, idx);
+  if constexpr (kBits <= 5) {
+    // Scaling the centroids first gives each lane the same product c[idx] * a, one op less.
+    __m256 cent[4];
+    for (int r = 0; r < 4; ++r) cent[r] = _mm256_mul_ps(t.cent[r], av);
+    for (size_t j = 0; j < m; j += 8) {
+      const __m256i q =
+          _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(idx + j)));
+      _mm256_store_ps(vbuf + j, Lookup8<kBits>(plan, cent, q));
+    }
+  } else {
+    for (size_t j = 0; j < m; j += 8) {
+      const __m256i q =
+          _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(idx + j)));
+      _mm256_store_ps(vbuf + j, _mm256_mul_ps(Lookup8<kBits>(plan, t.cent, q), av));
+    }
+  }
+}
+
 template <int kBits>
 void DecodeBits(const SubsetPlan& plan, const uint8_t* norm_in, const uint8_t* planes_in,
                 size_t code_stride, size_t n, float* out, size_t out_stride) {
   const size_t m = plan.dim;
   const bool haar = plan.rotation == RotationKind::kHaar;
-  const InverseFn inverse = haar                                        ? nullptr
-                            : plan.rotation == RotationKind::kKronecker ? KronInverse
-                                                                        : PickInverse(plan.dim);
+  const InverseFn inverse = PickInverseFn(plan);
   Tables t;
   InitTables(plan, &t);
   alignas(32) float vbufs[kHaarBatch][kMaxDim];
@@ -730,27 +836,9 @@ void DecodeBits(const SubsetPlan& plan, const uint8_t* norm_in, const uint8_t* p
     const size_t nb = std::min(batch, n - k0);
     for (size_t b = 0; b < nb; ++b) {
       const size_t k = k0 + b;
-      float* vbuf = vbufs[b];
-      const float a = LoadNorm(norm_in + k * code_stride, plan.norm_dtype) * plan.dec_scale;
-      const __m256 av = _mm256_set1_ps(a);
-      UnpackPlanesToBytes<kBits>(planes_in + k * code_stride, m, idx);
-      if constexpr (kBits <= 5) {
-        // Scaling the centroids first gives each lane the same product c[idx] * a, one op less.
-        __m256 cent[4];
-        for (int r = 0; r < 4; ++r) cent[r] = _mm256_mul_ps(t.cent[r], av);
-        for (size_t j = 0; j < m; j += 8) {
-          const __m256i q =
-              _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(idx + j)));
-          _mm256_store_ps(vbuf + j, Lookup8<kBits>(plan, cent, q));
-        }
-      } else {
-        for (size_t j = 0; j < m; j += 8) {
-          const __m256i q =
-              _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(idx + j)));
-          _mm256_store_ps(vbuf + j, _mm256_mul_ps(Lookup8<kBits>(plan, t.cent, q), av));
-        }
-      }
-      if (!haar) inverse(plan, vbuf, out + k * out_stride);
+      DequantizeVec<kBits>(plan, t, norm_in + k * code_stride, planes_in + k * code_stride, idx,
+                           vbufs[b]);
+      if (!haar) inverse(plan, vbufs[b], out + k * out_stride);
     }
     if (haar) {
       const float* vs[kHaarBatch];
@@ -862,6 +950,238 @@ void SplitScatter(const float* in0, size_t m0, const float* in1, size_t m1, size
   }
 }
 
+// ---- split codecs fused per vector: gather, both subsets, scatter, all in L1 ----
+//
+// Batch-wise (gather 64 vectors, encode each subset, scatter) streams every float through a
+// 32 KiB buffer per step; per vector the subsets' floats stay in a few cache lines. Haar subsets
+// keep the batched products (MatVecTBatch), so they, and shapes the reference handles, take the
+// batch-wise route.
+
+bool Fusable(const SubsetPlan& p) { return Vectorised(p) && p.rotation != RotationKind::kHaar; }
+
+// The group mask's data movement, worked out once per call: for 8-channel chunk k, where its
+// outlier and regular channels start in the subset vectors and the lane permutations. Gather and
+// scatter then need no mask bits, popcounts or table look-ups per vector.
+constexpr size_t kMaxChunks = 64;  // fused route: d <= 512
+struct SplitMap {
+  size_t chunks = 0;
+  alignas(32) int32_t set[kMaxChunks][8];    // lanes of the outlier channels, ascending
+  alignas(32) int32_t unset[kMaxChunks][8];  // lanes of the regular channels, ascending
+  alignas(32) int32_t rank[kMaxChunks][8];   // lane l: its position within its subset's run
+  alignas(32) int32_t sel[kMaxChunks][8];    // -1 where lane l is an outlier channel
+  uint32_t off0[kMaxChunks], off1[kMaxChunks];
+};
+
+void InitSplitMap(const uint8_t* mask, size_t d, SplitMap* map) {
+  const SplitLut& t = Lut();
+  map->chunks = d / 8;
+  uint32_t o0 = 0, o1 = 0;
+  for (size_t k = 0; k < map->chunks; ++k) {
+    const uint8_t mb = mask[k];
+    for (int l = 0; l < 8; ++l) {
+      map->set[k][l] = t.set[mb][l];
+      map->unset[k][l] = t.unset[mb][l];
+      map->rank[k][l] = t.rank[mb][l];
+      map->sel[k][l] = (mb >> l) & 1 ? -1 : 0;
+    }
+    map->off0[k] = o0;
+    map->off1[k] = o1;
+    const int cnt = __builtin_popcount(mb);
+    o0 += cnt;
+    o1 += 8 - cnt;
+  }
+}
+
+// One vector, as SplitGather / SplitScatter (the same slack after out0 / out1).
+inline void GatherVec(const SplitMap& map, const float* xv, float* out0, float* out1) {
+  for (size_t k = 0; k < map.chunks; ++k) {
+    const __m256 v = _mm256_loadu_ps(xv + 8 * k);
+    const __m256i s = _mm256_load_si256(reinterpret_cast<const __m256i*>(map.set[k]));
+    const __m256i u = _mm256_load_si256(reinterpret_cast<const __m256i*>(map.unset[k]));
+    _mm256_storeu_ps(out0 + map.off0[k], _mm256_permutevar8x32_ps(v, s));
+    _mm256_storeu_ps(out1 + map.off1[k], _mm256_permutevar8x32_ps(v, u));
+  }
+}
+
+inline void ScatterVec(const SplitMap& map, const float* in0, const float* in1, float* xv) {
+  for (size_t k = 0; k < map.chunks; ++k) {
+    const __m256i rank = _mm256_load_si256(reinterpret_cast<const __m256i*>(map.rank[k]));
+    const __m256 a = _mm256_permutevar8x32_ps(_mm256_loadu_ps(in0 + map.off0[k]), rank);
+    const __m256 b = _mm256_permutevar8x32_ps(_mm256_loadu_ps(in1 + map.off1[k]), rank);
+    const __m256 sel = _mm256_load_ps(reinterpret_cast<const float*>(map.sel[k]));
+    _mm256_storeu_ps(xv + 8 * k, _mm256_blendv_ps(b, a, sel));
+  }
+}
+
+using EncodeVecFn = void (*)(const SubsetPlan&, const Tables&, ForwardFn, const float*, float*,
+                             uint8_t*, uint8_t*, uint8_t*);
+using DequantizeVecFn = void (*)(const SubsetPlan&, const Tables&, const uint8_t*,
+                                 const uint8_t*, uint8_t*, float*);
+template <int kBits>
+void EncodeVecFnT(const SubsetPlan& plan, const Tables& t, ForwardFn forward, const float* xv,
+                  float* z, uint8_t* idx, uint8_t* norm_out, uint8_t* planes) {
+  EncodeVec<kBits>(plan, t, forward, xv, z, idx, norm_out, planes);
+}
+template <int kBits>
+void DequantizeVecFnT(const SubsetPlan& plan, const Tables& t, const uint8_t* norm_in,
+                      const uint8_t* planes, uint8_t* idx, float* vbuf) {
+  DequantizeVec<kBits>(plan, t, norm_in, planes, idx, vbuf);
+}
+
+// One subset's per-call state.
+struct VecCoder {
+  Tables t;
+  ForwardFn forward;
+  InverseFn inverse;
+  EncodeVecFn encode;
+  DequantizeVecFn dequantize;
+};
+
+void InitVecCoder(const SubsetPlan& p, VecCoder* c) {
+  static constexpr EncodeVecFn kEnc[8] = {EncodeVecFnT<1>, EncodeVecFnT<2>, EncodeVecFnT<3>,
+                                          EncodeVecFnT<4>, EncodeVecFnT<5>, EncodeVecFnT<6>,
+                                          EncodeVecFnT<7>, EncodeVecFnT<8>};
+  static constexpr DequantizeVecFn kDeq[8] = {
+      DequantizeVecFnT<1>, DequantizeVecFnT<2>, DequantizeVecFnT<3>, DequantizeVecFnT<4>,
+      DequantizeVecFnT<5>, DequantizeVecFnT<6>, DequantizeVecFnT<7>, DequantizeVecFnT<8>};
+  InitTables(p, &c->t);
+  c->forward = PickForwardFn(p);
+  c->inverse = PickInverseFn(p);
+  c->encode = kEnc[p.bits - 1];
+  c->dequantize = kDeq[p.bits - 1];
+}
+
+constexpr size_t kSplitChunk = 16;  // vectors per step of the batch-wise route
+
+bool FusedRoute(const SplitPlan& sp) {
+  return Fusable(sp.sub[0]) && Fusable(sp.sub[1]) &&
+         (sp.sub[0].dim + sp.sub[1].dim) / 8 <= kMaxChunks;
+}
+
+// The fused route's per-call state: both subsets' tables and the mask's movement.
+struct FusedSplit {
+  VecCoder c[2];
+  SplitMap map;
+};
+
+void InitFusedSplit(const SplitPlan& sp, const uint8_t* mask, FusedSplit* f) {
+  InitVecCoder(sp.sub[0], &f->c[0]);
+  InitVecCoder(sp.sub[1], &f->c[1]);
+  InitSplitMap(mask, sp.sub[0].dim + sp.sub[1].dim, &f->map);
+}
+
+// The batch-wise route: step(first vector, count, subset 0 floats, subset 1 floats) over chunks
+// of kSplitChunk vectors.
+template <typename Step>
+void SplitBatches(const SplitPlan& sp, size_t n, Step&& step) {
+  std::vector<float> g0(kSplitChunk * sp.sub[0].dim + kSplitSlack);
+  std::vector<float> g1(kSplitChunk * sp.sub[1].dim + kSplitSlack);
+  for (size_t i = 0; i < n; i += kSplitChunk) {
+    step(i, std::min(kSplitChunk, n - i), g0.data(), g1.data());
+  }
+}
+
+void SplitEncode(const SplitPlan& sp, const float* x, size_t x_stride, size_t n,
+                 const uint8_t* mask, uint8_t* code, size_t code_stride) {
+  const SubsetPlan& p0 = sp.sub[0];
+  const SubsetPlan& p1 = sp.sub[1];
+  const size_t m0 = p0.dim, m1 = p1.dim, d = m0 + m1;
+  if (n == 0) return;
+  if (!FusedRoute(sp)) {
+    SplitBatches(sp, n, [&](size_t i, size_t cnt, float* g0, float* g1) {
+      uint8_t* c = code + i * code_stride;
+      SplitGather(x + i * x_stride, x_stride, cnt, mask, d, g0, m0, g1, m1);
+      Encode(p0, g0, m0, cnt, c + sp.norm_offset[0], c + sp.planes_offset[0], code_stride);
+      Encode(p1, g1, m1, cnt, c + sp.norm_offset[1], c + sp.planes_offset[1], code_stride);
+    });
+    return;
+  }
+  FusedSplit f;
+  InitFusedSplit(sp, mask, &f);
+  const VecCoder& c0 = f.c[0];
+  const VecCoder& c1 = f.c[1];
+  // Two buffers per subset: vector i + 1 is gathered before vector i is encoded, so the gather's
+  // overlapping stores have reached L1 when the encoder loads them (a load spanning stores still
+  // in flight cannot be forwarded and waits for them).
+  alignas(32) float g0[2][kMaxDim + kSplitSlack];
+  alignas(32) float g1[2][kMaxDim + kSplitSlack];
+  alignas(32) float z[kMaxDim];
+  alignas(32) uint8_t idx[kMaxDim + 32];
+  GatherVec(f.map, x, g0[0], g1[0]);
+  for (size_t i = 0; i < n; ++i) {
+    const size_t cur = i & 1;
+    if (i + 1 < n) GatherVec(f.map, x + (i + 1) * x_stride, g0[cur ^ 1], g1[cur ^ 1]);
+    uint8_t* c = code + i * code_stride;
+    c0.encode(p0, c0.t, c0.forward, g0[cur], z, idx, c + sp.norm_offset[0],
+              c + sp.planes_offset[0]);
+    c1.encode(p1, c1.t, c1.forward, g1[cur], z, idx, c + sp.norm_offset[1],
+              c + sp.planes_offset[1]);
+  }
+}
+
+void SplitDecode(const SplitPlan& sp, const uint8_t* code, size_t code_stride, size_t n,
+                 const uint8_t* mask, float* x, size_t x_stride) {
+  const SubsetPlan& p0 = sp.sub[0];
+  const SubsetPlan& p1 = sp.sub[1];
+  const size_t m0 = p0.dim, m1 = p1.dim, d = m0 + m1;
+  if (n == 0) return;
+  if (!FusedRoute(sp)) {
+    SplitBatches(sp, n, [&](size_t i, size_t cnt, float* g0, float* g1) {
+      const uint8_t* c = code + i * code_stride;
+      Decode(p0, c + sp.norm_offset[0], c + sp.planes_offset[0], code_stride, cnt, g0, m0);
+      Decode(p1, c + sp.norm_offset[1], c + sp.planes_offset[1], code_stride, cnt, g1, m1);
+      SplitScatter(g0, m0, g1, m1, cnt, mask, d, x + i * x_stride, x_stride);
+    });
+    return;
+  }
+  FusedSplit f;
+  InitFusedSplit(sp, mask, &f);
+  const VecCoder& c0 = f.c[0];
+  const VecCoder& c1 = f.c[1];
+  // Vector i is scattered after vector i + 1 is decoded, for the same reason as in SplitEncode:
+  // the scatter's unaligned loads span the inverse rotation's stores.
+  alignas(32) float v[kMaxDim];
+  alignas(32) float g0[2][kMaxDim + kSplitSlack];
+  alignas(32) float g1[2][kMaxDim + kSplitSlack];
+  alignas(32) uint8_t idx[kMaxDim + 32];
+  for (size_t i = 0; i < n; ++i) {
+    const size_t cur = i & 1;
+    const uint8_t* c = code + i * code_stride;
+    c0.dequantize(p0, c0.t, c + sp.norm_offset[0], c + sp.planes_offset[0], idx, v);
+    c0.inverse(p0, v, g0[cur]);
+    c1.dequantize(p1, c1.t, c + sp.norm_offset[1], c + sp.planes_offset[1], idx, v);
+    c1.inverse(p1, v, g1[cur]);
+    if (i > 0) ScatterVec(f.map, g0[cur ^ 1], g1[cur ^ 1], x + (i - 1) * x_stride);
+  }
+  ScatterVec(f.map, g0[(n - 1) & 1], g1[(n - 1) & 1], x + (n - 1) * x_stride);
+}
+
+// energy[c] += double(x)^2 per vector in order; 4 vectors per pass over the accumulators, each
+// channel's adds still one vector after the other.
+void ChannelEnergy(const void* x, DType dtype, size_t n, size_t stride, size_t d,
+                   double* energy) {
+  if (d % 4 != 0 || d > kMaxDim) {
+    ScalarKernels().channel_energy(x, dtype, n, stride, d, energy);
+    return;
+  }
+  constexpr size_t kRows = 4;
+  alignas(32) float rows[kRows][kMaxDim];
+  const auto* src = static_cast<const uint8_t*>(x);
+  const size_t pitch = stride * DTypeSize(dtype);
+  for (size_t i = 0; i < n; i += kRows) {
+    const size_t cnt = std::min(kRows, n - i);
+    for (size_t r = 0; r < cnt; ++r) ToF32(src + (i + r) * pitch, dtype, d, rows[r]);
+    for (size_t c = 0; c < d; c += 4) {
+      __m256d acc = _mm256_loadu_pd(energy + c);
+      for (size_t r = 0; r < cnt; ++r) {
+        const __m256d v = _mm256_cvtps_pd(_mm_load_ps(rows[r] + c));
+        acc = _mm256_add_pd(acc, _mm256_mul_pd(v, v));
+      }
+      _mm256_storeu_pd(energy + c, acc);
+    }
+  }
+}
+
 // mul then add, never _mm256_fmadd_ps: the reference rounds the product first.
 void AddScaled(const float* mean, const float* scale, size_t n, size_t d, float* x,
                size_t x_stride) {
@@ -882,7 +1202,8 @@ void AddScaled(const float* mean, const float* scale, size_t n, size_t d, float*
 namespace internal {
 const KernelTable& Avx2Table() {
   static const KernelTable table{"avx2", ToF32, FromF32, Encode, Decode, SplitGather,
-                                 SplitScatter, AddScaled};
+                                 SplitScatter, SplitEncode, SplitDecode, ChannelEnergy,
+                                 AddScaled};
   return table;
 }
 }  // namespace internal

@@ -72,6 +72,14 @@ struct SubsetPlan {
   size_t planes_bytes() const { return bits * plane_bytes(); }
 };
 
+// A split codec's two subsets (subset 0: the outlier channels the group mask marks) and where
+// their bytes sit within one code.
+struct SplitPlan {
+  SubsetPlan sub[2];
+  size_t norm_offset[2] = {0, 0};
+  size_t planes_offset[2] = {0, 0};
+};
+
 struct KernelTable {
   const char* name;
   // dst[i] = float(src[i]) for n elements.
@@ -94,6 +102,20 @@ struct KernelTable {
   // The inverse: channel c of vector i from in0/in1 as above (the same slack, for reads).
   void (*split_scatter)(const float* in0, size_t m0, const float* in1, size_t m1, size_t n,
                         const uint8_t* mask, size_t d, float* x, size_t x_stride);
+  // Split codecs, fused per vector (d = sub[0].dim + sub[1].dim channels): the same bytes as
+  // split_gather followed by encode of each subset, vector i's subset s going to
+  // code + i * code_stride + norm_offset[s] / planes_offset[s].
+  void (*split_encode)(const SplitPlan& plan, const float* x, size_t x_stride, size_t n,
+                       const uint8_t* mask, uint8_t* code, size_t code_stride);
+  // The inverse: the same floats as decode of each subset followed by split_scatter.
+  void (*split_decode)(const SplitPlan& plan, const uint8_t* code, size_t code_stride, size_t n,
+                       const uint8_t* mask, float* x, size_t x_stride);
+  // SelectGroupMeta's channel energies: for i = 0..n-1 in order, energy[c] += double(x_ic)^2 for
+  // every channel c < d, x_ic channel c of vector i (at x + i * stride elements of dtype)
+  // converted to float; the product of two floats' doubles is exact, so each step is one
+  // rounding of the add, and every table gives the same sums bit for bit.
+  void (*channel_energy)(const void* x, DType dtype, size_t n, size_t stride, size_t d,
+                         double* energy);
   // Mean-removed keys: x_i[j] += scale[i] * mean[j] for n vectors of d floats (vector i at
   // x + i * x_stride); the product is rounded, then added (no fma), so every table agrees bit
   // for bit with the reference and with the CUDA decoder.

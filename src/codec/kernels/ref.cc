@@ -234,6 +234,46 @@ void SplitScatter(const float* in0, size_t m0, const float* in1, size_t m1, size
   }
 }
 
+void SplitEncode(const SplitPlan& plan, const float* x, size_t x_stride, size_t n,
+                 const uint8_t* mask, uint8_t* code, size_t code_stride) {
+  const size_t m0 = plan.sub[0].dim, m1 = plan.sub[1].dim;
+  std::vector<float> g0(m0 + kSplitSlack), g1(m1 + kSplitSlack);
+  for (size_t i = 0; i < n; ++i) {
+    SplitGather(x + i * x_stride, x_stride, 1, mask, m0 + m1, g0.data(), m0, g1.data(), m1);
+    uint8_t* c = code + i * code_stride;
+    Encode(plan.sub[0], g0.data(), m0, 1, c + plan.norm_offset[0], c + plan.planes_offset[0],
+           code_stride);
+    Encode(plan.sub[1], g1.data(), m1, 1, c + plan.norm_offset[1], c + plan.planes_offset[1],
+           code_stride);
+  }
+}
+
+void SplitDecode(const SplitPlan& plan, const uint8_t* code, size_t code_stride, size_t n,
+                 const uint8_t* mask, float* x, size_t x_stride) {
+  const size_t m0 = plan.sub[0].dim, m1 = plan.sub[1].dim;
+  std::vector<float> g0(m0 + kSplitSlack), g1(m1 + kSplitSlack);
+  for (size_t i = 0; i < n; ++i) {
+    const uint8_t* c = code + i * code_stride;
+    Decode(plan.sub[0], c + plan.norm_offset[0], c + plan.planes_offset[0], code_stride, 1,
+           g0.data(), m0);
+    Decode(plan.sub[1], c + plan.norm_offset[1], c + plan.planes_offset[1], code_stride, 1,
+           g1.data(), m1);
+    SplitScatter(g0.data(), m0, g1.data(), m1, 1, mask, m0 + m1, x + i * x_stride, x_stride);
+  }
+}
+
+void ChannelEnergy(const void* x, DType dtype, size_t n, size_t stride, size_t d,
+                   double* energy) {
+  std::vector<float> row(d);
+  const auto* src = static_cast<const uint8_t*>(x);
+  for (size_t i = 0; i < n; ++i) {
+    ToF32(src + i * stride * DTypeSize(dtype), dtype, d, row.data());
+    for (size_t c = 0; c < d; ++c) {
+      energy[c] += static_cast<double>(row[c]) * static_cast<double>(row[c]);
+    }
+  }
+}
+
 void AddScaled(const float* mean, const float* scale, size_t n, size_t d, float* x,
                size_t x_stride) {
   for (size_t i = 0; i < n; ++i) {
@@ -247,7 +287,8 @@ void AddScaled(const float* mean, const float* scale, size_t n, size_t d, float*
 
 const KernelTable& ScalarKernels() {
   static const KernelTable table{"scalar", ToF32, FromF32, Encode, Decode, SplitGather,
-                                 SplitScatter, AddScaled};
+                                 SplitScatter, SplitEncode, SplitDecode, ChannelEnergy,
+                                 AddScaled};
   return table;
 }
 
