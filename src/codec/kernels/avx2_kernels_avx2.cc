@@ -109,7 +109,7 @@ inline float Sum8Squares(const float* v, size_t m) {
 // In-register FWHT stages h = 1, 2, 4. For lane i the reference computes a + b (low) or a - b
 // (high); here fma(self, +-1, partner): the product is exact, so one rounding of b + a or a + (-b),
 // which equal a + b and a - b bit for bit (NaN payloads aside).
-inline __m256 FwhtIn8(__m256 x) {
+[[gnu::always_inline]] inline __m256 FwhtIn8(__m256 x) {
   const __m256 s1 = _mm256_setr_ps(1, -1, 1, -1, 1, -1, 1, -1);
   const __m256 s2 = _mm256_setr_ps(1, 1, -1, -1, 1, 1, -1, -1);
   const __m256 s4 = _mm256_setr_ps(1, 1, 1, 1, -1, -1, -1, -1);
@@ -122,8 +122,10 @@ inline __m256 FwhtIn8(__m256 x) {
 // Unnormalised FWHT of 8 * R floats held as R registers. Beyond 8 registers: both halves first,
 // then the last stage across them. Every element sees the same operations in the same order as
 // stage by stage, and working on 8 registers at a time spills far less.
+// Always inlined: as a call, the registers would go through memory (GCC stops inlining the
+// recursive instances once several callers use them).
 template <int R>
-inline void FwhtRegs(__m256* x) {
+[[gnu::always_inline]] inline void FwhtRegs(__m256* x) {
   if constexpr (R > 8) {
     FwhtRegs<R / 2>(x);
     FwhtRegs<R / 2>(x + R / 2);
@@ -158,23 +160,33 @@ struct Tables {
   alignas(32) float coarse[31][8];  // broadcast thresholds t[group * k + group - 1]
   __m256 cent[4];                   // centroids 0..31 (used up to 5 bits)
   __m256 thr[2];                    // thresholds 0..14 (binary search at 3 and 4 bits)
+  __m256 fine5[3];                  // 5 bits: lane g of fine5[k] = threshold 4g + k
 };
+
+// Eight lanes built in registers (scalar stores followed by a vector load of the same bytes
+// would wait for the stores: no store-to-load forwarding across sizes).
+template <typename At>
+inline __m256 Lanes(At&& at) {
+  return _mm256_setr_ps(at(0), at(1), at(2), at(3), at(4), at(5), at(6), at(7));
+}
 
 void InitTables(const SubsetPlan& p, Tables* t) {
   const int bits = static_cast<int>(p.bits);
   const uint32_t group = 1u << GroupShift(bits);
   for (int k = 0; k < CoarseCount(bits); ++k) {
-    for (int l = 0; l < 8; ++l) t->coarse[k][l] = p.thresholds[group * k + group - 1];
+    _mm256_store_ps(t->coarse[k], _mm256_set1_ps(p.thresholds[group * k + group - 1]));
   }
-  alignas(32) float c[32] = {};
   const uint32_t nc = p.bits <= 5 ? (1u << p.bits) : 0;
-  for (uint32_t k = 0; k < nc; ++k) c[k] = p.centroids[k];
-  for (int r = 0; r < 4; ++r) t->cent[r] = _mm256_load_ps(c + 8 * r);
-  alignas(32) float th[16] = {};
+  for (uint32_t r = 0; r < 4; ++r) {
+    t->cent[r] = Lanes([&](uint32_t l) { return 8 * r + l < nc ? p.centroids[8 * r + l] : 0.0f; });
+  }
   const uint32_t nt = p.bits <= 4 ? (1u << p.bits) - 1 : 0;
-  for (uint32_t k = 0; k < nt; ++k) th[k] = p.thresholds[k];
-  t->thr[0] = _mm256_load_ps(th);
-  t->thr[1] = _mm256_load_ps(th + 8);
+  for (uint32_t r = 0; r < 2; ++r) {
+    t->thr[r] = Lanes([&](uint32_t l) { return 8 * r + l < nt ? p.thresholds[8 * r + l] : 0.0f; });
+  }
+  for (uint32_t k = 0; k < 3; ++k) {
+    t->fine5[k] = Lanes([&](uint32_t g) { return p.bits == 5 ? p.thresholds[4 * g + k] : 0.0f; });
+  }
 }
 
 // Index of each lane of 4 registers: the number of thresholds strictly below z (ordered compares,
@@ -183,6 +195,27 @@ void InitTables(const SubsetPlan& p, Tables* t) {
 // registers at once keep several gathers in flight.
 template <int kBits>
 inline void Quantize4x8(const SubsetPlan& p, const Tables& t, const __m256* z, __m256i* idx) {
+  if constexpr (kBits == 5) {
+    // count = 4g + f: g = #{j < 7 : t[4j + 3] < z} is count / 4, then f = #{k < 3 : t[4g + k] < z}
+    // with the group's three thresholds permuted into the lanes (25 ops a register, not 62).
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r) {
+      __m256i g = _mm256_setzero_si256();
+#pragma GCC unroll 7
+      for (int j = 0; j < 7; ++j) {
+        const __m256 tj = _mm256_load_ps(t.coarse[4 * j + 3]);
+        g = _mm256_sub_epi32(g, _mm256_castps_si256(_mm256_cmp_ps(tj, z[r], _CMP_LT_OQ)));
+      }
+      __m256i f = _mm256_slli_epi32(g, 2);
+#pragma GCC unroll 3
+      for (int k = 0; k < 3; ++k) {
+        const __m256 tv = _mm256_permutevar8x32_ps(t.fine5[k], g);
+        f = _mm256_sub_epi32(f, _mm256_castps_si256(_mm256_cmp_ps(tv, z[r], _CMP_LT_OQ)));
+      }
+      idx[r] = f;
+    }
+    return;
+  }
   if constexpr (kBits >= 3 && kBits <= 4) {
     // Binary search with the thresholds in registers: fewer ops than 7 or 15 compares.
     // The first probe is one broadcast threshold; at 4 bits its outcome also picks the register
@@ -710,8 +743,9 @@ InverseFn PickInverseFn(const SubsetPlan& plan) {
 // One vector: norm, rotation (forward; null for Haar: z then holds Q x already), scale, quantize,
 // pack. z (kMaxDim floats) and idx (kMaxDim + 32 bytes) are aligned scratch.
 template <int kBits>
-inline void EncodeVec(const SubsetPlan& plan, const Tables& t, ForwardFn forward, const float* xv,
-                      float* z, uint8_t* idx, uint8_t* norm_out, uint8_t* planes) {
+[[gnu::always_inline]] inline void EncodeVec(const SubsetPlan& plan, const Tables& t,
+                                             ForwardFn forward, const float* xv, float* z,
+                                             uint8_t* idx, uint8_t* norm_out, uint8_t* planes) {
   const size_t m = plan.dim;
   const float norm = _mm_cvtss_f32(_mm_sqrt_ss(_mm_set_ss(Sum8Squares(xv, m))));
   if (norm == 0.0f || !std::isfinite(norm)) {
@@ -797,8 +831,9 @@ void Encode(const SubsetPlan& plan, const float* x, size_t x_stride, size_t n, u
 
 // One vector's scaled centroids v = c[idx] * a into vbuf (aligned, kMaxDim floats).
 template <int kBits>
-inline void DequantizeVec(const SubsetPlan& plan, const Tables& t, const uint8_t* norm_in,
-                          const uint8_t* planes, uint8_t* idx, float* vbuf) {
+[[gnu::always_inline]] inline void DequantizeVec(const SubsetPlan& plan, const Tables& t,
+                                                 const uint8_t* norm_in, const uint8_t* planes,
+                                                 uint8_t* idx, float* vbuf) {
   const size_t m = plan.dim;
   const float a = LoadNorm(norm_in, plan.norm_dtype) * plan.dec_scale;
   const __m256 av = _mm256_set1_ps(a);
@@ -1156,30 +1191,53 @@ void SplitDecode(const SplitPlan& sp, const uint8_t* code, size_t code_stride, s
   ScatterVec(f.map, g0[(n - 1) & 1], g1[(n - 1) & 1], x + (n - 1) * x_stride);
 }
 
-// energy[c] += double(x)^2 per vector in order; 4 vectors per pass over the accumulators, each
-// channel's adds still one vector after the other.
+// Four channels of a row as floats, exactly as ToF32 converts them.
+template <DType kT>
+inline __m128 Load4AsFloat(const uint8_t* row, size_t c) {
+  if constexpr (kT == DType::kF32) return _mm_loadu_ps(reinterpret_cast<const float*>(row) + c);
+  const __m128i h = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + 2 * c));
+  if constexpr (kT == DType::kF16) return _mm_cvtph_ps(h);
+  return _mm_castsi128_ps(_mm_slli_epi32(_mm_cvtepu16_epi32(h), 16));
+}
+
+// energy[c] += double(x)^2 per vector in order; kRows vectors per pass over the accumulators,
+// each channel's adds still one vector after the other.
+template <DType kT, int kRows>
+inline void EnergyRows(const uint8_t* rows, size_t pitch, size_t d, double* energy) {
+  for (size_t c = 0; c < d; c += 4) {
+    __m256d acc = _mm256_loadu_pd(energy + c);
+#pragma GCC unroll 4
+    for (int r = 0; r < kRows; ++r) {
+      const __m256d v = _mm256_cvtps_pd(Load4AsFloat<kT>(rows + r * pitch, c));
+      acc = _mm256_add_pd(acc, _mm256_mul_pd(v, v));
+    }
+    _mm256_storeu_pd(energy + c, acc);
+  }
+}
+
+template <DType kT>
+void ChannelEnergyT(const uint8_t* src, size_t n, size_t pitch, size_t d, double* energy) {
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) EnergyRows<kT, 4>(src + i * pitch, pitch, d, energy);
+  for (; i < n; ++i) EnergyRows<kT, 1>(src + i * pitch, pitch, d, energy);
+}
+
 void ChannelEnergy(const void* x, DType dtype, size_t n, size_t stride, size_t d,
                    double* energy) {
-  if (d % 4 != 0 || d > kMaxDim) {
-    ScalarKernels().channel_energy(x, dtype, n, stride, d, energy);
-    return;
-  }
-  constexpr size_t kRows = 4;
-  alignas(32) float rows[kRows][kMaxDim];
   const auto* src = static_cast<const uint8_t*>(x);
   const size_t pitch = stride * DTypeSize(dtype);
-  for (size_t i = 0; i < n; i += kRows) {
-    const size_t cnt = std::min(kRows, n - i);
-    for (size_t r = 0; r < cnt; ++r) ToF32(src + (i + r) * pitch, dtype, d, rows[r]);
-    for (size_t c = 0; c < d; c += 4) {
-      __m256d acc = _mm256_loadu_pd(energy + c);
-      for (size_t r = 0; r < cnt; ++r) {
-        const __m256d v = _mm256_cvtps_pd(_mm_load_ps(rows[r] + c));
-        acc = _mm256_add_pd(acc, _mm256_mul_pd(v, v));
-      }
-      _mm256_storeu_pd(energy + c, acc);
-    }
+  if (d % 4 != 0) return ScalarKernels().channel_energy(x, dtype, n, stride, d, energy);
+  switch (dtype) {
+    case DType::kF16:
+      return ChannelEnergyT<DType::kF16>(src, n, pitch, d, energy);
+    case DType::kBF16:
+      return ChannelEnergyT<DType::kBF16>(src, n, pitch, d, energy);
+    case DType::kF32:
+      return ChannelEnergyT<DType::kF32>(src, n, pitch, d, energy);
+    default:
+      break;
   }
+  ScalarKernels().channel_energy(x, dtype, n, stride, d, energy);
 }
 
 // mul then add, never _mm256_fmadd_ps: the reference rounds the product first.
