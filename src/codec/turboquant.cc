@@ -103,6 +103,13 @@ class TurboQuantCodec final : public Codec {
     // f32 input goes straight to the kernels (no copy).
     const bool direct = dtype == DType::kF32;
     ParallelFor(pool, n, kGrain, [&](size_t b, size_t e) {
+      if (params_.split()) {  // the split kernel converts each vector itself
+        k.split_encode(split_plan_, src + b * in_pitch, dtype, stride, e - b, meta.data(),
+                       codes + b * code_bytes_, code_bytes_);
+        // A non-finite input makes the whole vector invalid, not just the subset holding it.
+        for (size_t i = b; i < e; ++i) PoisonIfAnyNaN(codes + i * code_bytes_);
+        return;
+      }
       Scratch xf(direct ? 0 : std::min(kBatch, e - b) * d);
       std::vector<float> qjl_scratch(params_.qjl ? 2 * d : 0);
       for (size_t start = b; start < e; start += kBatch) {
@@ -124,15 +131,9 @@ class TurboQuantCodec final : public Codec {
           xs_stride = d;
         }
         uint8_t* code = codes + start * code_bytes_;
-        if (params_.split()) {
-          k.split_encode(split_plan_, xs, xs_stride, cnt, meta.data(), code, code_bytes_);
-          // A non-finite input makes the whole vector invalid, not just the subset holding it.
-          for (size_t i = 0; i < cnt; ++i) PoisonIfAnyNaN(code + i * code_bytes_);
-        } else {
-          const PlannedSubset& sub = plan_.subsets()[0];
-          k.encode(kplans_[0], xs, xs_stride, cnt, code + sub.norm_offset,
-                   code + sub.planes_offset, code_bytes_);
-        }
+        const PlannedSubset& sub = plan_.subsets()[0];
+        k.encode(kplans_[0], xs, xs_stride, cnt, code + sub.norm_offset, code + sub.planes_offset,
+                 code_bytes_);
         if (params_.qjl) {
           for (size_t i = 0; i < cnt; ++i) {
             QjlEncode(k, xs + i * xs_stride, code + i * code_bytes_, qjl_scratch.data());
@@ -174,6 +175,11 @@ class TurboQuantCodec final : public Codec {
     const uint8_t* in = codes.data();
     const bool direct = dtype == DType::kF32;
     ParallelFor(pool, n, kGrain, [&](size_t b, size_t e) {
+      if (params_.split() && mean == nullptr) {  // the split kernel converts each vector itself
+        k.split_decode(split_plan_, in + b * code_bytes_, code_bytes_, e - b, meta.data(),
+                       dst + b * out_pitch, dtype, stride);
+        return;
+      }
       Scratch xf(direct ? 0 : std::min(kBatch, e - b) * d);
       for (size_t start = b; start < e; start += kBatch) {
         const size_t cnt = std::min(kBatch, e - start);
@@ -188,7 +194,8 @@ class TurboQuantCodec final : public Codec {
           xs_stride = d;
         }
         if (params_.split()) {
-          k.split_decode(split_plan_, code, code_bytes_, cnt, meta.data(), xs, xs_stride);
+          k.split_decode(split_plan_, code, code_bytes_, cnt, meta.data(), xs, DType::kF32,
+                         xs_stride);
         } else {
           const PlannedSubset& sub = plan_.subsets()[0];
           k.decode(kplans_[0], code + sub.norm_offset, code + sub.planes_offset, code_bytes_, cnt,

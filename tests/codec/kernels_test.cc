@@ -628,8 +628,8 @@ TEST(KernelsSimd, SplitEncodeDecodeMatchReference) {
       size_t n = 0;
       const std::vector<float> x = MakeInputs(static_cast<uint32_t>(d), x_stride, &n, rng);
       std::vector<uint8_t> want(n * code_stride, 0xCD);
-      ScalarKernels().split_encode(sp, x.data(), x_stride, n, mask.data(), want.data(),
-                                   code_stride);
+      ScalarKernels().split_encode(sp, x.data(), DType::kF32, x_stride, n, mask.data(),
+                                   want.data(), code_stride);
       // The reference is the composition of the unfused kernels.
       {
         std::vector<float> g0(n * sh.m0 + kSplitSlack), g1(n * sh.m1 + kSplitSlack);
@@ -662,29 +662,67 @@ TEST(KernelsSimd, SplitEncodeDecodeMatchReference) {
       const size_t out_stride = d + 3 * gap;
       std::vector<float> want_out(n_dec * out_stride, -1.0f);
       ScalarKernels().split_decode(sp, codes.data(), code_stride, n_dec, mask.data(),
-                                   want_out.data(), out_stride);
+                                   want_out.data(), DType::kF32, out_stride);
+      // The same vectors as fp16 and bf16, in and out: the conversions of to_f32 / from_f32.
+      std::vector<std::vector<uint8_t>> want_codes_h, want_out_h;
+      for (DType io : {DType::kF16, DType::kBF16}) {
+        std::vector<uint8_t> xh(x.size() * 2);
+        ScalarKernels().from_f32(x.data(), x.size(), io, xh.data());
+        std::vector<uint8_t> ch(n * code_stride, 0xCD);
+        ScalarKernels().split_encode(sp, xh.data(), io, x_stride, n, mask.data(), ch.data(),
+                                     code_stride);
+        std::vector<float> xr(x.size());
+        ScalarKernels().to_f32(xh.data(), io, xh.size() / 2, xr.data());
+        std::vector<uint8_t> cf(n * code_stride, 0xCD);
+        ScalarKernels().split_encode(sp, xr.data(), DType::kF32, x_stride, n, mask.data(),
+                                     cf.data(), code_stride);
+        ASSERT_EQ(ch, cf);
+        std::vector<uint8_t> oh(n_dec * out_stride * 2, 0xEE);
+        ScalarKernels().split_decode(sp, codes.data(), code_stride, n_dec, mask.data(), oh.data(),
+                                     io, out_stride);
+        want_codes_h.push_back(ch);
+        want_out_h.push_back(oh);
+      }
       for (const KernelTable* table : SimdTables()) {
         SCOPED_TRACE(std::string(table->name) + " m0=" + std::to_string(sh.m0) +
                      " m1=" + std::to_string(sh.m1) + " " + std::string(DTypeName(nd)));
         std::vector<uint8_t> got(n * code_stride, 0xCD);
-        table->split_encode(sp, x.data(), x_stride, n, mask.data(), got.data(), code_stride);
+        table->split_encode(sp, x.data(), DType::kF32, x_stride, n, mask.data(), got.data(),
+                            code_stride);
         for (size_t v = 0; v < n; ++v) {
           ASSERT_EQ(0, std::memcmp(&got[v * code_stride], &want[v * code_stride], code_stride))
               << "vector " << v;
         }
         std::vector<float> got_out(n_dec * out_stride, -1.0f);
         table->split_decode(sp, codes.data(), code_stride, n_dec, mask.data(), got_out.data(),
-                            out_stride);
+                            DType::kF32, out_stride);
         for (size_t i = 0; i < got_out.size(); ++i) {
           ASSERT_TRUE(SameFloat(got_out[i], want_out[i]))
               << "vector " << i / out_stride << " lane " << i % out_stride;
         }
+        int h = 0;
+        for (DType io : {DType::kF16, DType::kBF16}) {
+          std::vector<uint8_t> xh(x.size() * 2);
+          ScalarKernels().from_f32(x.data(), x.size(), io, xh.data());
+          std::vector<uint8_t> ch(n * code_stride, 0xCD);
+          table->split_encode(sp, xh.data(), io, x_stride, n, mask.data(), ch.data(),
+                              code_stride);
+          ASSERT_EQ(ch, want_codes_h[h]) << DTypeName(io);
+          std::vector<uint8_t> oh(n_dec * out_stride * 2, 0xEE);
+          table->split_decode(sp, codes.data(), code_stride, n_dec, mask.data(), oh.data(), io,
+                              out_stride);
+          ASSERT_EQ(oh, want_out_h[h]) << DTypeName(io);
+          ++h;
+        }
         // One vector and none.
         std::vector<float> one(out_stride, -1.0f);
-        table->split_decode(sp, codes.data(), code_stride, 1, mask.data(), one.data(), out_stride);
+        table->split_decode(sp, codes.data(), code_stride, 1, mask.data(), one.data(),
+                            DType::kF32, out_stride);
         for (size_t i = 0; i < out_stride; ++i) ASSERT_TRUE(SameFloat(one[i], want_out[i]));
-        table->split_encode(sp, nullptr, x_stride, 0, mask.data(), nullptr, code_stride);
-        table->split_decode(sp, nullptr, code_stride, 0, mask.data(), nullptr, out_stride);
+        table->split_encode(sp, nullptr, DType::kF16, x_stride, 0, mask.data(), nullptr,
+                            code_stride);
+        table->split_decode(sp, nullptr, code_stride, 0, mask.data(), nullptr, DType::kF16,
+                            out_stride);
       }
     }
   }

@@ -1027,10 +1027,34 @@ void InitSplitMap(const uint8_t* mask, size_t d, SplitMap* map) {
   }
 }
 
-// One vector, as SplitGather / SplitScatter (the same slack after out0 / out1).
-inline void GatherVec(const SplitMap& map, const float* xv, float* out0, float* out1) {
+// Eight elements of dtype kT as floats, exactly as ToF32 converts them, and back as FromF32.
+template <DType kT>
+inline __m256 Load8AsFloat(const void* row, size_t c) {
+  if constexpr (kT == DType::kF32) return _mm256_loadu_ps(static_cast<const float*>(row) + c);
+  const __m128i h =
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(row) + c));
+  if constexpr (kT == DType::kF16) return _mm256_cvtph_ps(h);
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+template <DType kT>
+inline void Store8FromFloat(void* row, size_t c, __m256 v) {
+  if constexpr (kT == DType::kF32) {
+    _mm256_storeu_ps(static_cast<float*>(row) + c, v);
+  } else {
+    auto* dst = reinterpret_cast<__m128i*>(static_cast<uint16_t*>(row) + c);
+    if constexpr (kT == DType::kF16) {
+      _mm_storeu_si128(dst, _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+    } else {
+      _mm_storeu_si128(dst, FloatToBF16x8(v));
+    }
+  }
+}
+
+// One vector (d elements of kT), as to_f32 + SplitGather (the same slack after out0 / out1).
+template <DType kT>
+inline void GatherVec(const SplitMap& map, const void* xv, float* out0, float* out1) {
   for (size_t k = 0; k < map.chunks; ++k) {
-    const __m256 v = _mm256_loadu_ps(xv + 8 * k);
+    const __m256 v = Load8AsFloat<kT>(xv, 8 * k);
     const __m256i s = _mm256_load_si256(reinterpret_cast<const __m256i*>(map.set[k]));
     const __m256i u = _mm256_load_si256(reinterpret_cast<const __m256i*>(map.unset[k]));
     _mm256_storeu_ps(out0 + map.off0[k], _mm256_permutevar8x32_ps(v, s));
@@ -1038,13 +1062,15 @@ inline void GatherVec(const SplitMap& map, const float* xv, float* out0, float* 
   }
 }
 
-inline void ScatterVec(const SplitMap& map, const float* in0, const float* in1, float* xv) {
+// As SplitScatter + from_f32.
+template <DType kT>
+inline void ScatterVec(const SplitMap& map, const float* in0, const float* in1, void* xv) {
   for (size_t k = 0; k < map.chunks; ++k) {
     const __m256i rank = _mm256_load_si256(reinterpret_cast<const __m256i*>(map.rank[k]));
     const __m256 a = _mm256_permutevar8x32_ps(_mm256_loadu_ps(in0 + map.off0[k]), rank);
     const __m256 b = _mm256_permutevar8x32_ps(_mm256_loadu_ps(in1 + map.off1[k]), rank);
     const __m256 sel = _mm256_load_ps(reinterpret_cast<const float*>(map.sel[k]));
-    _mm256_storeu_ps(xv + 8 * k, _mm256_blendv_ps(b, a, sel));
+    Store8FromFloat<kT>(xv, 8 * k, _mm256_blendv_ps(b, a, sel));
   }
 }
 
@@ -1105,36 +1131,27 @@ void InitFusedSplit(const SplitPlan& sp, const uint8_t* mask, FusedSplit* f) {
   InitSplitMap(mask, sp.sub[0].dim + sp.sub[1].dim, &f->map);
 }
 
-// The batch-wise route: step(first vector, count, subset 0 floats, subset 1 floats) over chunks
-// of kSplitChunk vectors.
+// The batch-wise route: step(first vector, count, f32 rows, subset 0 floats, subset 1 floats)
+// over chunks of kSplitChunk vectors.
 template <typename Step>
 void SplitBatches(const SplitPlan& sp, size_t n, Step&& step) {
+  const size_t d = sp.sub[0].dim + sp.sub[1].dim;
+  std::vector<float> xf(kSplitChunk * d);
   std::vector<float> g0(kSplitChunk * sp.sub[0].dim + kSplitSlack);
   std::vector<float> g1(kSplitChunk * sp.sub[1].dim + kSplitSlack);
   for (size_t i = 0; i < n; i += kSplitChunk) {
-    step(i, std::min(kSplitChunk, n - i), g0.data(), g1.data());
+    step(i, std::min(kSplitChunk, n - i), xf.data(), g0.data(), g1.data());
   }
 }
 
-void SplitEncode(const SplitPlan& sp, const float* x, size_t x_stride, size_t n,
-                 const uint8_t* mask, uint8_t* code, size_t code_stride) {
-  const SubsetPlan& p0 = sp.sub[0];
-  const SubsetPlan& p1 = sp.sub[1];
-  const size_t m0 = p0.dim, m1 = p1.dim, d = m0 + m1;
-  if (n == 0) return;
-  if (!FusedRoute(sp)) {
-    SplitBatches(sp, n, [&](size_t i, size_t cnt, float* g0, float* g1) {
-      uint8_t* c = code + i * code_stride;
-      SplitGather(x + i * x_stride, x_stride, cnt, mask, d, g0, m0, g1, m1);
-      Encode(p0, g0, m0, cnt, c + sp.norm_offset[0], c + sp.planes_offset[0], code_stride);
-      Encode(p1, g1, m1, cnt, c + sp.norm_offset[1], c + sp.planes_offset[1], code_stride);
-    });
-    return;
-  }
+template <DType kT>
+void SplitEncodeFused(const SplitPlan& sp, const void* x, size_t pitch, size_t n,
+                      const uint8_t* mask, uint8_t* code, size_t code_stride) {
   FusedSplit f;
   InitFusedSplit(sp, mask, &f);
   const VecCoder& c0 = f.c[0];
   const VecCoder& c1 = f.c[1];
+  const auto* src = static_cast<const uint8_t*>(x);
   // Two buffers per subset: vector i + 1 is gathered before vector i is encoded, so the gather's
   // overlapping stores have reached L1 when the encoder loads them (a load spanning stores still
   // in flight cannot be forwarded and waits for them).
@@ -1142,39 +1159,55 @@ void SplitEncode(const SplitPlan& sp, const float* x, size_t x_stride, size_t n,
   alignas(32) float g1[2][kMaxDim + kSplitSlack];
   alignas(32) float z[kMaxDim];
   alignas(32) uint8_t idx[kMaxDim + 32];
-  GatherVec(f.map, x, g0[0], g1[0]);
+  GatherVec<kT>(f.map, src, g0[0], g1[0]);
   for (size_t i = 0; i < n; ++i) {
     const size_t cur = i & 1;
-    if (i + 1 < n) GatherVec(f.map, x + (i + 1) * x_stride, g0[cur ^ 1], g1[cur ^ 1]);
+    if (i + 1 < n) GatherVec<kT>(f.map, src + (i + 1) * pitch, g0[cur ^ 1], g1[cur ^ 1]);
     uint8_t* c = code + i * code_stride;
-    c0.encode(p0, c0.t, c0.forward, g0[cur], z, idx, c + sp.norm_offset[0],
+    c0.encode(sp.sub[0], c0.t, c0.forward, g0[cur], z, idx, c + sp.norm_offset[0],
               c + sp.planes_offset[0]);
-    c1.encode(p1, c1.t, c1.forward, g1[cur], z, idx, c + sp.norm_offset[1],
+    c1.encode(sp.sub[1], c1.t, c1.forward, g1[cur], z, idx, c + sp.norm_offset[1],
               c + sp.planes_offset[1]);
   }
 }
 
-void SplitDecode(const SplitPlan& sp, const uint8_t* code, size_t code_stride, size_t n,
-                 const uint8_t* mask, float* x, size_t x_stride) {
-  const SubsetPlan& p0 = sp.sub[0];
-  const SubsetPlan& p1 = sp.sub[1];
-  const size_t m0 = p0.dim, m1 = p1.dim, d = m0 + m1;
+void SplitEncode(const SplitPlan& sp, const void* x, DType dtype, size_t x_stride, size_t n,
+                 const uint8_t* mask, uint8_t* code, size_t code_stride) {
+  const size_t m0 = sp.sub[0].dim, m1 = sp.sub[1].dim, d = m0 + m1;
+  const size_t pitch = x_stride * DTypeSize(dtype);
+  const auto* src = static_cast<const uint8_t*>(x);
   if (n == 0) return;
-  if (!FusedRoute(sp)) {
-    SplitBatches(sp, n, [&](size_t i, size_t cnt, float* g0, float* g1) {
-      const uint8_t* c = code + i * code_stride;
-      Decode(p0, c + sp.norm_offset[0], c + sp.planes_offset[0], code_stride, cnt, g0, m0);
-      Decode(p1, c + sp.norm_offset[1], c + sp.planes_offset[1], code_stride, cnt, g1, m1);
-      SplitScatter(g0, m0, g1, m1, cnt, mask, d, x + i * x_stride, x_stride);
-    });
-    return;
+  if (FusedRoute(sp)) {
+    switch (dtype) {
+      case DType::kF16:
+        return SplitEncodeFused<DType::kF16>(sp, x, pitch, n, mask, code, code_stride);
+      case DType::kBF16:
+        return SplitEncodeFused<DType::kBF16>(sp, x, pitch, n, mask, code, code_stride);
+      case DType::kF32:
+        return SplitEncodeFused<DType::kF32>(sp, x, pitch, n, mask, code, code_stride);
+      default:
+        break;
+    }
   }
+  SplitBatches(sp, n, [&](size_t i, size_t cnt, float* xf, float* g0, float* g1) {
+    for (size_t r = 0; r < cnt; ++r) ToF32(src + (i + r) * pitch, dtype, d, xf + r * d);
+    uint8_t* c = code + i * code_stride;
+    SplitGather(xf, d, cnt, mask, d, g0, m0, g1, m1);
+    Encode(sp.sub[0], g0, m0, cnt, c + sp.norm_offset[0], c + sp.planes_offset[0], code_stride);
+    Encode(sp.sub[1], g1, m1, cnt, c + sp.norm_offset[1], c + sp.planes_offset[1], code_stride);
+  });
+}
+
+template <DType kT>
+void SplitDecodeFused(const SplitPlan& sp, const uint8_t* code, size_t code_stride, size_t n,
+                      const uint8_t* mask, void* x, size_t pitch) {
   FusedSplit f;
   InitFusedSplit(sp, mask, &f);
   const VecCoder& c0 = f.c[0];
   const VecCoder& c1 = f.c[1];
-  // Vector i is scattered after vector i + 1 is decoded, for the same reason as in SplitEncode:
-  // the scatter's unaligned loads span the inverse rotation's stores.
+  auto* dst = static_cast<uint8_t*>(x);
+  // Vector i is scattered after vector i + 1 is decoded, for the same reason as in
+  // SplitEncodeFused: the scatter's unaligned loads span the inverse rotation's stores.
   alignas(32) float v[kMaxDim];
   alignas(32) float g0[2][kMaxDim + kSplitSlack];
   alignas(32) float g1[2][kMaxDim + kSplitSlack];
@@ -1182,13 +1215,40 @@ void SplitDecode(const SplitPlan& sp, const uint8_t* code, size_t code_stride, s
   for (size_t i = 0; i < n; ++i) {
     const size_t cur = i & 1;
     const uint8_t* c = code + i * code_stride;
-    c0.dequantize(p0, c0.t, c + sp.norm_offset[0], c + sp.planes_offset[0], idx, v);
-    c0.inverse(p0, v, g0[cur]);
-    c1.dequantize(p1, c1.t, c + sp.norm_offset[1], c + sp.planes_offset[1], idx, v);
-    c1.inverse(p1, v, g1[cur]);
-    if (i > 0) ScatterVec(f.map, g0[cur ^ 1], g1[cur ^ 1], x + (i - 1) * x_stride);
+    c0.dequantize(sp.sub[0], c0.t, c + sp.norm_offset[0], c + sp.planes_offset[0], idx, v);
+    c0.inverse(sp.sub[0], v, g0[cur]);
+    c1.dequantize(sp.sub[1], c1.t, c + sp.norm_offset[1], c + sp.planes_offset[1], idx, v);
+    c1.inverse(sp.sub[1], v, g1[cur]);
+    if (i > 0) ScatterVec<kT>(f.map, g0[cur ^ 1], g1[cur ^ 1], dst + (i - 1) * pitch);
   }
-  ScatterVec(f.map, g0[(n - 1) & 1], g1[(n - 1) & 1], x + (n - 1) * x_stride);
+  ScatterVec<kT>(f.map, g0[(n - 1) & 1], g1[(n - 1) & 1], dst + (n - 1) * pitch);
+}
+
+void SplitDecode(const SplitPlan& sp, const uint8_t* code, size_t code_stride, size_t n,
+                 const uint8_t* mask, void* x, DType dtype, size_t x_stride) {
+  const size_t m0 = sp.sub[0].dim, m1 = sp.sub[1].dim, d = m0 + m1;
+  const size_t pitch = x_stride * DTypeSize(dtype);
+  auto* dst = static_cast<uint8_t*>(x);
+  if (n == 0) return;
+  if (FusedRoute(sp)) {
+    switch (dtype) {
+      case DType::kF16:
+        return SplitDecodeFused<DType::kF16>(sp, code, code_stride, n, mask, x, pitch);
+      case DType::kBF16:
+        return SplitDecodeFused<DType::kBF16>(sp, code, code_stride, n, mask, x, pitch);
+      case DType::kF32:
+        return SplitDecodeFused<DType::kF32>(sp, code, code_stride, n, mask, x, pitch);
+      default:
+        break;
+    }
+  }
+  SplitBatches(sp, n, [&](size_t i, size_t cnt, float* xf, float* g0, float* g1) {
+    const uint8_t* c = code + i * code_stride;
+    Decode(sp.sub[0], c + sp.norm_offset[0], c + sp.planes_offset[0], code_stride, cnt, g0, m0);
+    Decode(sp.sub[1], c + sp.norm_offset[1], c + sp.planes_offset[1], code_stride, cnt, g1, m1);
+    SplitScatter(g0, m0, g1, m1, cnt, mask, d, xf, d);
+    for (size_t r = 0; r < cnt; ++r) FromF32(xf + r * d, d, dtype, dst + (i + r) * pitch);
+  });
 }
 
 // Four channels of a row as floats, exactly as ToF32 converts them.

@@ -102,14 +102,15 @@ struct KernelTable {
   // The inverse: channel c of vector i from in0/in1 as above (the same slack, for reads).
   void (*split_scatter)(const float* in0, size_t m0, const float* in1, size_t m1, size_t n,
                         const uint8_t* mask, size_t d, float* x, size_t x_stride);
-  // Split codecs, fused per vector (d = sub[0].dim + sub[1].dim channels): the same bytes as
-  // split_gather followed by encode of each subset, vector i's subset s going to
-  // code + i * code_stride + norm_offset[s] / planes_offset[s].
-  void (*split_encode)(const SplitPlan& plan, const float* x, size_t x_stride, size_t n,
-                       const uint8_t* mask, uint8_t* code, size_t code_stride);
-  // The inverse: the same floats as decode of each subset followed by split_scatter.
+  // Split codecs, fused per vector (d = sub[0].dim + sub[1].dim channels; vector i at
+  // x + i * x_stride elements of dtype): the same bytes as to_f32, split_gather and encode of
+  // each subset, vector i's subset s going to code + i * code_stride + norm_offset[s] /
+  // planes_offset[s].
+  void (*split_encode)(const SplitPlan& plan, const void* x, DType dtype, size_t x_stride,
+                       size_t n, const uint8_t* mask, uint8_t* code, size_t code_stride);
+  // The inverse: the same elements as decode of each subset, split_scatter and from_f32.
   void (*split_decode)(const SplitPlan& plan, const uint8_t* code, size_t code_stride, size_t n,
-                       const uint8_t* mask, float* x, size_t x_stride);
+                       const uint8_t* mask, void* x, DType dtype, size_t x_stride);
   // SelectGroupMeta's channel energies: for i = 0..n-1 in order, energy[c] += double(x_ic)^2 for
   // every channel c < d, x_ic channel c of vector i (at x + i * stride elements of dtype)
   // converted to float; the product of two floats' doubles is exact, so each step is one

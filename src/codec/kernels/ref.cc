@@ -234,12 +234,14 @@ void SplitScatter(const float* in0, size_t m0, const float* in1, size_t m1, size
   }
 }
 
-void SplitEncode(const SplitPlan& plan, const float* x, size_t x_stride, size_t n,
+void SplitEncode(const SplitPlan& plan, const void* x, DType dtype, size_t x_stride, size_t n,
                  const uint8_t* mask, uint8_t* code, size_t code_stride) {
-  const size_t m0 = plan.sub[0].dim, m1 = plan.sub[1].dim;
-  std::vector<float> g0(m0 + kSplitSlack), g1(m1 + kSplitSlack);
+  const size_t m0 = plan.sub[0].dim, m1 = plan.sub[1].dim, d = m0 + m1;
+  std::vector<float> xf(d), g0(m0 + kSplitSlack), g1(m1 + kSplitSlack);
+  const auto* src = static_cast<const uint8_t*>(x);
   for (size_t i = 0; i < n; ++i) {
-    SplitGather(x + i * x_stride, x_stride, 1, mask, m0 + m1, g0.data(), m0, g1.data(), m1);
+    ToF32(src + i * x_stride * DTypeSize(dtype), dtype, d, xf.data());
+    SplitGather(xf.data(), d, 1, mask, d, g0.data(), m0, g1.data(), m1);
     uint8_t* c = code + i * code_stride;
     Encode(plan.sub[0], g0.data(), m0, 1, c + plan.norm_offset[0], c + plan.planes_offset[0],
            code_stride);
@@ -249,16 +251,18 @@ void SplitEncode(const SplitPlan& plan, const float* x, size_t x_stride, size_t 
 }
 
 void SplitDecode(const SplitPlan& plan, const uint8_t* code, size_t code_stride, size_t n,
-                 const uint8_t* mask, float* x, size_t x_stride) {
-  const size_t m0 = plan.sub[0].dim, m1 = plan.sub[1].dim;
-  std::vector<float> g0(m0 + kSplitSlack), g1(m1 + kSplitSlack);
+                 const uint8_t* mask, void* x, DType dtype, size_t x_stride) {
+  const size_t m0 = plan.sub[0].dim, m1 = plan.sub[1].dim, d = m0 + m1;
+  std::vector<float> xf(d), g0(m0 + kSplitSlack), g1(m1 + kSplitSlack);
+  auto* dst = static_cast<uint8_t*>(x);
   for (size_t i = 0; i < n; ++i) {
     const uint8_t* c = code + i * code_stride;
     Decode(plan.sub[0], c + plan.norm_offset[0], c + plan.planes_offset[0], code_stride, 1,
            g0.data(), m0);
     Decode(plan.sub[1], c + plan.norm_offset[1], c + plan.planes_offset[1], code_stride, 1,
            g1.data(), m1);
-    SplitScatter(g0.data(), m0, g1.data(), m1, 1, mask, m0 + m1, x + i * x_stride, x_stride);
+    SplitScatter(g0.data(), m0, g1.data(), m1, 1, mask, d, xf.data(), d);
+    FromF32(xf.data(), d, dtype, dst + i * x_stride * DTypeSize(dtype));
   }
 }
 
