@@ -26,11 +26,12 @@ using testing_util::Pattern;
 using testing_util::ScratchDir;
 using testing_util::WriteObject;
 
-// io=direct in 64 KiB pieces with `qd` threads.
+// io=direct in 64 KiB pieces with `qd` threads (engine=threads: not io_uring).
 PosixStoreOptions Direct(const std::string& dir, uint32_t qd) {
   PosixStoreOptions o;
   o.dir = dir;
   o.io = IoMode::kDirect;
+  o.direct_threads = true;
   o.queue_depth = qd;
   o.chunk_bytes = 64u << 10;
   return o;

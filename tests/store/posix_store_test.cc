@@ -157,6 +157,7 @@ TEST(PosixStoreTest, ShortTransfersAreResumed) {
     PosixStoreOptions o;
     o.dir = dir.path() + "/" + std::string(IoModeName(mode));
     o.io = mode;
+    o.direct_threads = mode == IoMode::kDirect;  // the preads, whose transfers are simulated
     o.simulate_short_io = true;
     o.write_buffer_bytes = 64 * 1024;
     auto store = OpenPosixStore(o);
@@ -234,7 +235,12 @@ TEST(PosixStoreTest, UriOptionsAreChecked) {
   EXPECT_NE(MustOpen(base + "/?io=buffered"), nullptr);
   EXPECT_NE(MustOpen("file://localhost" + dir.path()), nullptr);
   EXPECT_NE(MustOpen(dir.path() + "?io=direct"), nullptr);
+  EXPECT_NE(MustOpen(base + "?io=direct&engine=threads"), nullptr);
+  EXPECT_NE(MustOpen(base + "?io=direct&engine=uring"), nullptr);
+  EXPECT_NE(MustOpen(base + "?io=direct&engine=threads")->Uri().find("engine=threads"),
+            std::string::npos);
   const std::string bad[] = {
+      base + "?io=direct&engine=fast",
       base + "?io=fast",      base + "?bogus=1",     base + "?qd=0",      base + "?qd=1000",
       base + "?chunk=1000",   base + "?chunk=128m",  base + "?create=2",  base + "?io=direct&io=uring",
       base + "?io",           "file://otherhost/x",  "file://",           "nosuch://x",

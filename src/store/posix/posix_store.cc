@@ -106,7 +106,10 @@ struct Shared {
     return store_internal::ObjectPath(opts.dir, key);
   }
   bool WantDirect() const { return opts.io != IoMode::kBuffered && !direct_refused.load(); }
-  bool WantUring() const { return opts.io == IoMode::kUring && WantDirect() && !uring_refused; }
+  bool UringEngine() const {
+    return opts.io == IoMode::kUring || (opts.io == IoMode::kDirect && !opts.direct_threads);
+  }
+  bool WantUring() const { return UringEngine() && WantDirect() && !uring_refused; }
   IoMode EffectiveMode() const {
     if (opts.io == IoMode::kBuffered || direct_refused) return IoMode::kBuffered;
     if (opts.io == IoMode::kUring && uring_refused) return IoMode::kDirect;
@@ -604,6 +607,7 @@ class PosixStore final : public Store, public SessionAdmin {
     }
     uri += "?io=" + std::string(IoModeName(o.io));
     if (o.io != IoMode::kBuffered) uri += "&qd=" + std::to_string(o.queue_depth);
+    if (o.io == IoMode::kDirect && o.direct_threads) uri += "&engine=threads";
     uri += "&chunk=" + std::to_string(o.chunk_bytes);
     return uri;
   }
@@ -867,7 +871,7 @@ Result<std::unique_ptr<Store>> OpenPosixStore(const PosixStoreOptions& options) 
   if (o.io != IoMode::kBuffered) {
     if (o.simulate_no_direct || !ProbeDirect(o.dir)) sh->direct_refused = true;
   }
-  if (o.io == IoMode::kUring) {
+  if (o.io == IoMode::kUring || (o.io == IoMode::kDirect && !o.direct_threads)) {
 #ifdef TQKV_HAVE_IO_URING
     if (!posix_internal::UringReader::Create(o.queue_depth, 0).ok()) sh->uring_refused = true;
 #else
@@ -893,6 +897,13 @@ Result<std::unique_ptr<Store>> OpenPosixStoreFromUri(const StoreUri& uri) {
   o.queue_depth = static_cast<uint32_t>(qd);
   TQKV_RETURN_IF_ERROR(opts.GetUint("chunk", kAlign, 64u << 20, &o.chunk_bytes));
   TQKV_RETURN_IF_ERROR(opts.GetBool("create", &o.create_dir));
+  if (const std::string* engine = opts.Find("engine")) {
+    if (*engine != "threads" && *engine != "uring") {
+      return Status::InvalidArgument("posix store: engine=" + *engine +
+                                     " (io=direct reads with uring or threads)");
+    }
+    o.direct_threads = *engine == "threads";
+  }
   TQKV_RETURN_IF_ERROR(opts.Finish());
   return OpenPosixStore(o);
 }

@@ -23,6 +23,10 @@ struct PosixStoreOptions {
   // (at most 16; 1 = one synchronous pread at a time on the caller's thread).
   uint32_t queue_depth = 8;
   uint64_t chunk_bytes = 1u << 20;    // largest single I/O request; multiple of 4096
+  // io=direct reads through io_uring where the kernel allows it (no thread wake-up per request:
+  // it holds the disk's rate when the cores are busy, docs/store.md §4), else with `qd` threads
+  // of preads; true: always the threads (URI `engine=threads`).
+  bool direct_threads = false;
   uint64_t write_buffer_bytes = 4u << 20;  // append staging buffer; multiple of 4096
   bool create_dir = true;
   // Tests: behave as if the filesystem refused O_DIRECT (EINVAL), to exercise the fallback.
