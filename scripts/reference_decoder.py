@@ -487,6 +487,21 @@ def parse_header(body, version):
     # format.md section 3: version 5 adds V's codec index per layer (else V uses K's)
     h["layer_codec_v"] = ([r.take("H") for _ in range(h["layers"])] if version >= 5
                           else list(h["layer_codec"]))
+    # format.md section 4: version 6 adds the guard's figures, which decoding does not need
+    h["guard_stride"], h["allocated_bits"], h["codec_error"] = 0, 0.0, []
+    if version >= 6:
+        h["guard_stride"] = r.take("I")
+        h["allocated_bits"] = bits_f32(r.take("I"))
+        if r.pos + 48 * h["layers"] > len(body):
+            raise Corrupt("codec errors")
+        h["codec_error"] = [r.take("ddd")
+                            for _ in range(2 * h["layers"])]
+        if h["guard_stride"] == 0 or not all(
+                math.isfinite(v) and v >= 0 for e in h["codec_error"] for v in e):
+            raise Corrupt("codec errors")
+        a = h["allocated_bits"]
+        if a != 0 and not (math.isfinite(a) and 0 < a <= 64):
+            raise Corrupt("allocated bits")
     if r.pos != len(body):
         raise Corrupt("trailing header bytes")
     return h
@@ -590,7 +605,7 @@ def read_container(data):
     if size < ALIGN + 16 + 64 or data[:8] != MAGIC or data[-8:] != MAGIC:
         raise Corrupt("size or magic")
     version, flags, checksum_type = struct.unpack_from("<IIB", data, 8)
-    if not 1 <= version <= 5:
+    if not 1 <= version <= 6:
         raise Corrupt("unsupported format version %d" % version)
     if flags != 0 or checksum_type != 1 or data[17:20] != b"\0\0\0":
         raise Corrupt("flags, checksum type or reserved")
@@ -606,7 +621,8 @@ def read_container(data):
     if header_end > index_offset or any(data[32 + header_size:header_end]):
         raise Corrupt("header block")
     h = parse_header(data[32:32 + header_size], version)
-    want_version = (5 if h["layer_codec_v"] != h["layer_codec"] else
+    want_version = (6 if h["guard_stride"] or h["allocated_bits"] else
+                    5 if h["layer_codec_v"] != h["layer_codec"] else
                     4 if h["key_mean_block"] else 3 if h["engine_state"] else
                     2 if h["exact_head"] + h["exact_tail"] else 1)
     if version != want_version or h["exact_head"] + h["exact_tail"] > h["tokens"]:

@@ -46,6 +46,17 @@ inline constexpr const char* kKeyMeansHelp =
 // Sets opts.key_mean_block / key_mean_dtype from a --key-means value ("" leaves the defaults).
 Status ApplyKeyMeans(const std::string& text, CheckpointOptions& opts);
 
+inline constexpr const char* kStrictHelp =
+    "Refuse the checkpoint when some layer's K or V codec error exceeds the guard's threshold "
+    "(0.5 of the vectors' varying energy; docs/codec.md §9); nothing is written then";
+inline constexpr const char* kNoGuardHelp =
+    "Do not measure and record the codec's error per layer (format version 6; docs/codec.md §9)";
+// The guard's outcome of a checkpoint (and the allocator's choice with auto:B): a line on stdout, one warning per layer and tensor over
+// the threshold on stderr.
+void PrintGuardReport(const CheckpointStats& stats, const CheckpointOptions& options);
+// `tqkv inspect`'s guard lines for a header ("not recorded" before format version 6).
+void PrintGuardTable(const ContainerHeader& header);
+
 // Subcommand callbacks report their outcome here; main returns it.
 void SetExitCode(int code);
 int ExitCode();

@@ -93,9 +93,12 @@ void RegisterImport(CLI::App* llama) {
     uint32_t head_dim = 0;
     size_t threads = 0;
     Target target;
+    bool strict = false, no_guard = false;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("IN", o->in, "Slot file (llama-server --slot-save-path) or state blob")->required();
+  cmd->add_flag("--strict", o->strict, kStrictHelp);
+  cmd->add_flag("--no-guard", o->no_guard, kNoGuardHelp);
   o->target.Add(cmd, "Output .tqkv (or --store and --session)");
   cmd->add_option("--head-dim", o->head_dim, "The model's head dimension (K/V rows split into heads of it)")
       ->required();
@@ -120,6 +123,8 @@ void RegisterImport(CLI::App* llama) {
       TQKV_RETURN_IF_ERROR(ApplyCodecs(o->codec, o->layer_codecs, opts));
       TQKV_RETURN_IF_ERROR(ApplyExactTokens(o->exact_tokens, opts));
       TQKV_RETURN_IF_ERROR(ApplyKeyMeans(o->key_means, opts));
+      opts.strict = o->strict;
+      opts.guard = !o->no_guard;
       ThreadPool pool(o->threads);
       opts.pool = &pool;
       TQKV_ASSIGN_OR_RETURN(StoreAndKey sk, o->target.Open(true));
@@ -131,6 +136,7 @@ void RegisterImport(CLI::App* llama) {
                   is_slot ? "slot file" : "state", slot.state.size() / 1e6, st.bytes_written / 1e6,
                   o->codec.c_str(), static_cast<double>(slot.state.size()) / st.bytes_written,
                   st.seconds);
+      PrintGuardReport(st, opts);
       return Status::Ok();
     }();
     Report("llama import", s);

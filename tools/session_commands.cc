@@ -71,9 +71,12 @@ void RegisterCheckpoint(CLI::App& app) {
     std::vector<std::string> layer_codecs;
     std::string exact_tokens, key_means;
     size_t threads = 0;
+    bool strict = false, no_guard = false;
   };
   auto o = std::make_shared<Opts>();
   o->geo.Add(cmd);
+  cmd->add_flag("--strict", o->strict, kStrictHelp);
+  cmd->add_flag("--no-guard", o->no_guard, kNoGuardHelp);
   cmd->add_option("--tokens", o->tokens, "Context length")
       ->check(CountIn(0, UINT64_MAX))
       ->capture_default_str();
@@ -99,6 +102,8 @@ void RegisterCheckpoint(CLI::App& app) {
       TQKV_RETURN_IF_ERROR(ApplyCodecs(o->codec, o->layer_codecs, opts));
       TQKV_RETURN_IF_ERROR(ApplyExactTokens(o->exact_tokens, opts));
       TQKV_RETURN_IF_ERROR(ApplyKeyMeans(o->key_means, opts));
+      opts.strict = o->strict;
+      opts.guard = !o->no_guard;
       ThreadPool pool(o->threads);
       opts.pool = &pool;
       TQKV_ASSIGN_OR_RETURN(auto store, OpenStore(o->store));
@@ -110,6 +115,7 @@ void RegisterCheckpoint(CLI::App& app) {
                   st.bytes_written / 1e6, st.fp16_bytes / 1e6,
                   static_cast<double>(st.fp16_bytes) / st.bytes_written, st.seconds,
                   st.encode_seconds, st.write_seconds);
+      PrintGuardReport(st, opts);
       if (!o->json_path.empty()) {
         EmitJson({{"session", o->session}, {"codec", o->codec}, {"tokens", o->tokens},
                   {"bytes_written", st.bytes_written}, {"fp16_bytes", st.fp16_bytes},
@@ -206,8 +212,11 @@ void RegisterCompress(CLI::App& app) {
     std::vector<std::string> layer_codecs;
     std::string exact_tokens, key_means;
     size_t threads = 0;
+    bool strict = false, no_guard = false;
   };
   auto o = std::make_shared<Opts>();
+  cmd->add_flag("--strict", o->strict, kStrictHelp);
+  cmd->add_flag("--no-guard", o->no_guard, kNoGuardHelp);
   cmd->add_option("IN", o->in, "Input .safetensors (tensors layers.<i>.k / .v)")->required();
   cmd->add_option("OUT", o->out, "Output .tqkv")->required();
   cmd->add_option("--codec", o->codec, "Codec spec")->capture_default_str();
@@ -223,6 +232,8 @@ void RegisterCompress(CLI::App& app) {
       TQKV_RETURN_IF_ERROR(ApplyCodecs(o->codec, o->layer_codecs, opts));
       TQKV_RETURN_IF_ERROR(ApplyExactTokens(o->exact_tokens, opts));
       TQKV_RETURN_IF_ERROR(ApplyKeyMeans(o->key_means, opts));
+      opts.strict = o->strict;
+      opts.guard = !o->no_guard;
       ThreadPool pool(o->threads);
       opts.pool = &pool;
       TQKV_ASSIGN_OR_RETURN(StoreAndKey sk, OpenFilePath(o->out, true));
@@ -230,6 +241,7 @@ void RegisterCompress(CLI::App& app) {
       std::printf("%s: %.1f MB -> %.1f MB (%.2fx) in %.3f s\n", o->out.c_str(), st.fp16_bytes / 1e6,
                   st.bytes_written / 1e6, static_cast<double>(st.fp16_bytes) / st.bytes_written,
                   st.seconds);
+      PrintGuardReport(st, opts);
       return Status::Ok();
     }();
     Report("compress", s);
@@ -304,6 +316,11 @@ void RegisterInspect(CLI::App& app) {
                     static_cast<unsigned long long>(mean_bytes));
       }
       std::printf("format      version %u\n", ContainerVersionFor(h));
+      if (h.allocated_bits > 0) {
+        std::printf("allocated   codecs chosen per layer and tensor for %g bits/value\n",
+                    h.allocated_bits);
+      }
+      PrintGuardTable(h);
       if (d.codecs.size() > 1) {
         std::printf("per layer   ");
         for (size_t l = 0; l < d.layer_codecs.size(); ++l) {

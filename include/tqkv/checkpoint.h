@@ -6,6 +6,7 @@
 #ifndef TQKV_INCLUDE_TQKV_CHECKPOINT_H_
 #define TQKV_INCLUDE_TQKV_CHECKPOINT_H_
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "tqkv/codec.h"
+#include "tqkv/container.h"
 #include "tqkv/kv_cache.h"
 #include "tqkv/kv_source.h"
 #include "tqkv/status.h"
@@ -32,11 +34,19 @@ struct LayerCodec {
 };
 
 inline constexpr uint32_t kKeyMeanPerSession = 0xFFFFFFFFu;
+// The guard's threshold on a codec's error relative to the varying part of the vectors
+// (RelativeError in container.h; docs/codec.md §9 says how it was chosen).
+inline constexpr double kGuardThreshold = 0.5;
 inline constexpr uint32_t kDefaultKeyMeanBlock = 128;
 
 struct CheckpointOptions {
   CodecSpec codec;                          // default codec for every layer (K, and V unless v_codec)
   std::optional<CodecSpec> v_codec;         // V's default where it differs (format version 5)
+  // > 0: the bit allocator ("auto:B", docs/codec.md §10) picks each layer's K and V codec from
+  // tq2, tq2.5, tq3, tq3.5 and tq4 for at most this many bits per value, every byte of the
+  // container counted, by the errors measured on the session; codec, v_codec and layer_overrides
+  // are then unused (overrides are refused). The choice is stored (format version 6).
+  double allocate_bits = 0;
   std::vector<LayerCodec> layer_overrides;  // e.g. first and last layers at more bits
   uint32_t token_block = 0;                 // tokens per chunk; 0: about 2 MiB chunks
   ThreadPool* pool = nullptr;               // encode threads; null: the calling thread
@@ -56,9 +66,16 @@ struct CheckpointOptions {
   // docs/accuracy.md measures the default.
   uint32_t key_mean_block = kDefaultKeyMeanBlock;
   DType key_mean_dtype = DType::kF16;  // f16 or f32
+  // The guard (format version 6, docs/codec.md §9): measure each layer's K and V codec error on
+  // every GuardStride-th token and store it; off: not recorded (the lowest version as before).
+  bool guard = true;
+  // Refuse the checkpoint (InvalidArgument, nothing left in the store) when some layer's K or V
+  // relative error exceeds guard_threshold; otherwise CheckpointStats::guard_exceeded says so.
+  bool strict = false;
+  double guard_threshold = kGuardThreshold;
 };
 
-// Sets codec and v_codec from a plain or K/V spec (ParseKvCodecSpec).
+// Sets codec, v_codec and allocate_bits from a plain, K/V or auto spec (ParseKvCodecSpec).
 void SetCodec(CheckpointOptions& options, const KvCodecSpec& spec);
 
 struct ExactTokens {
@@ -84,7 +101,22 @@ struct CheckpointStats {
   double encode_seconds = 0;    // time spent selecting metadata and encoding
   double write_seconds = 0;     // time spent in Append and Commit
   double source_seconds = 0;    // time spent producing the session (KvSource::ReadLayer)
+  double guard_seconds = 0;     // time spent measuring codec errors (reading layers included)
+  // As stored (ContainerHeader::guard_stride / codec_error, [layer][K, V]); empty without guard.
+  uint32_t guard_stride = 0;
+  std::vector<TensorCodecError> codec_error;
+  std::vector<uint32_t> guard_exceeded;  // entries 2·layer + kv over options.guard_threshold
+  // With allocate_bits: the codec chosen per layer, [layer][K, V] labels ("tq3.5").
+  std::vector<std::array<std::string, 2>> allocated;
 };
+
+// Entries 2·layer + kv of `errors` whose RelativeError exceeds `threshold`.
+std::vector<uint32_t> GuardExceeded(const std::vector<TensorCodecError>& errors, double threshold);
+// A guard figure for people: 3 significant digits ("96.5", "0.0339"), "inf".
+std::string FormatGuardFigure(double v);
+// "layer 0 K: 96.5 > 0.5, layer 1 K: 2.4 > 0.5" for the GuardExceeded entries.
+std::string DescribeGuardExceeded(const std::vector<TensorCodecError>& errors,
+                                  const std::vector<uint32_t>& exceeded, double threshold);
 
 // Parses "L:SPEC" (e.g. "0:tq4", "0:k4v2", "0:k:tq4/v:fp16") into a LayerCodec; SPEC as
 // ParseKvCodecSpec.

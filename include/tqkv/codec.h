@@ -65,10 +65,14 @@ std::string FormatCodecSpec(const CodecSpec& spec);
 // Separate codecs for keys and values (docs/codec.md §2). k == v for a plain spec.
 struct KvCodecSpec {
   CodecSpec k, v;
+  // "auto:B": the checkpoint picks each layer's K and V codec for B bits per value, every byte
+  // counted (CheckpointOptions::allocate_bits, docs/codec.md §10); k and v are then tq3.
+  double auto_bits = 0;
   bool same() const { return k == v; }
   bool operator==(const KvCodecSpec&) const = default;
 };
-// Parses a plain spec (both tensors) or a K/V spec: the preset family "kAvB" (A, B each 1..8,
+// Parses "auto:B" (B bits per value, 0 < B <= 64: the bit allocator), a plain spec (both
+// tensors) or a K/V spec: the preset family "kAvB" (A, B each 1..8,
 // 2.5 or 3.5: K as tqA, V as tqB, e.g. k4v2, k3.5v2.5) or the general "k:SPEC/v:SPEC" (each a
 // plain spec, e.g. "k:tq4,norm=f16/v:tq2"). '/' in a plain spec is always followed by a digit, so
 // the "/v:" that ends the K part is unambiguous.

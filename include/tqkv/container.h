@@ -26,10 +26,12 @@ namespace tqkv {
 
 // Version 2 adds exact rows (ContainerHeader::exact_head/exact_tail), version 3 an engine state
 // (ContainerHeader::engine_state), version 4 mean-removed keys (ContainerHeader::key_mean_block);
-// version 5 separate K and V codecs (ContainerHeader::layer_codec_v);
+// version 5 separate K and V codecs (ContainerHeader::layer_codec_v), version 6 the codec's
+// measured error per layer and tensor (ContainerHeader::guard_stride, codec_error) and the
+// allocator's budget (allocated_bits);
 // a writer emits the lowest version that holds the session, so files without the newer features
 // stay readable by older readers.
-inline constexpr uint32_t kContainerVersion = 5;
+inline constexpr uint32_t kContainerVersion = 6;
 // The largest engine state a header may carry (docs/format.md §4): 64 MiB, about 2 million cells
 // of a llama.cpp sequence state's metadata.
 inline constexpr uint64_t kMaxEngineStateBytes = 64ull << 20;
@@ -50,6 +52,19 @@ enum class ChunkType : uint8_t {
                    // block means [kv_head][mean block][head_dim], then each key's coefficient
                    // [kv_head][token], all key_mean_dtype
 };
+
+// One tensor's codec error as measured at checkpoint time (format version 6, docs/format.md §4):
+// sums over the sampled vectors of one layer's K or V, every KV head.
+struct TensorCodecError {
+  double err = 0;     // Σ ‖x − x̂‖², x̂ what a decoder restores (key means added back)
+  double var = 0;     // Σ ‖x − m_h‖², m_h the mean of head h's sampled vectors
+  double energy = 0;  // Σ ‖x‖²
+  bool operator==(const TensorCodecError&) const = default;
+};
+// err / var, the guard's figure: 0 when err is 0, +inf when var is 0 but err is not.
+double RelativeError(const TensorCodecError& e);
+// The share of the energy that is the heads' means: 1 − var / energy (0 without energy).
+double SharedFraction(const TensorCodecError& e);
 
 struct ContainerHeader {
   std::string model;            // free text, e.g. "qwen2.5-7b"
@@ -78,6 +93,12 @@ struct ContainerHeader {
   // in f32 before converting. Needs tokens >= 1.
   uint32_t key_mean_block = 0;
   DType key_mean_dtype = DType::kF32;
+  // Version 6: the codec's error measured on tokens t with t % guard_stride == 0 (0: not
+  // recorded), per layer K then V (2 × layers entries), and the bits/value budget the codecs were
+  // allocated for (0: chosen by the caller).
+  uint32_t guard_stride = 0;
+  std::vector<TensorCodecError> codec_error;
+  float allocated_bits = 0;
 };
 
 // The codec index of `layer`'s K (kv 0) or V (kv 1) tensor. layer < layers; the header must
@@ -121,9 +142,10 @@ inline std::array<TokenRange, 2> ExactRanges(const ContainerHeader& h) {
 
 inline bool HasExactRows(const ContainerHeader& h) { return h.exact_head != 0 || h.exact_tail != 0; }
 
-// The format version a header needs: 5 with separate K/V codecs, else 4 with key means, else 3
-// with an engine state, else 2 with exact rows, else 1.
+// The format version a header needs: 6 with codec errors, else 5 with separate K/V codecs, else 4
+// with key means, else 3 with an engine state, else 2 with exact rows, else 1.
 inline uint32_t ContainerVersionFor(const ContainerHeader& h) {
+  if (h.guard_stride != 0 || h.allocated_bits != 0) return 6;
   if (HasSeparateKvCodecs(h)) return 5;
   if (h.key_mean_block != 0) return 4;
   return !h.engine_state.empty() ? 3 : HasExactRows(h) ? 2 : 1;

@@ -69,6 +69,9 @@ struct MigrateRow {
   std::vector<double> disagree_ref_margins;  // the reference's top-1 - top-2 at those steps
   uint32_t center_keys_block = 0;            // when keys were centered, else 0
   double key_residual_energy = 0;
+  // The guard's figures of the checkpoint (docs/codec.md §9): RelativeError per layer, K then V.
+  std::vector<double> guard_rel_err;
+  std::vector<std::string> allocated;  // auto:B rows: the codec chosen per layer ("k4v2")
 };
 
 struct MigrateReport {

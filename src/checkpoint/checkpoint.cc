@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
+#include <cstdio>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -12,6 +14,8 @@
 #include <optional>
 #include <thread>
 
+#include "checkpoint/bit_allocator.h"
+#include "checkpoint/codec_guard.h"
 #include "checkpoint/key_means.h"
 #include "checkpoint/layout.h"
 #include "format/container_layout.h"
@@ -139,6 +143,10 @@ Result<LayerCodec> ParseLayerCodec(std::string_view text) {
     layer = layer * 10 + static_cast<uint32_t>(c - '0');
   }
   TQKV_ASSIGN_OR_RETURN(KvCodecSpec spec, ParseKvCodecSpec(text.substr(colon + 1)));
+  if (spec.auto_bits > 0) {
+    return Status::InvalidArgument("layer codec '" + std::string(text) +
+                                   "': auto:B is a session's codec, not a layer's");
+  }
   LayerCodec out{layer, spec.k, std::nullopt};
   if (!spec.same()) out.v_spec = spec.v;
   return out;
@@ -148,6 +156,7 @@ void SetCodec(CheckpointOptions& options, const KvCodecSpec& spec) {
   options.codec = spec.k;
   options.v_codec.reset();
   if (!spec.same()) options.v_codec = spec.v;
+  options.allocate_bits = spec.auto_bits;
 }
 
 Result<ExactTokens> ParseExactTokens(std::string_view text) {
@@ -207,6 +216,33 @@ std::string FormatKeyMeans(const KeyMeanSetting& s) {
   return s.block != 0 && s.dtype == DType::kF32 ? block + ",f32" : block;
 }
 
+std::vector<uint32_t> GuardExceeded(const std::vector<TensorCodecError>& errors,
+                                    double threshold) {
+  std::vector<uint32_t> out;
+  for (size_t i = 0; i < errors.size(); ++i) {
+    if (!(RelativeError(errors[i]) <= threshold)) out.push_back(static_cast<uint32_t>(i));
+  }
+  return out;
+}
+
+std::string FormatGuardFigure(double v) {
+  if (std::isinf(v)) return "inf";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, v >= 100 ? "%.0f" : v >= 0.01 ? "%.3g" : "%.2g", v);
+  return buf;
+}
+
+std::string DescribeGuardExceeded(const std::vector<TensorCodecError>& errors,
+                                  const std::vector<uint32_t>& exceeded, double threshold) {
+  std::string out;
+  for (uint32_t i : exceeded) {
+    if (!out.empty()) out += ", ";
+    out += "layer " + std::to_string(i / 2) + (i % 2 ? " V: " : " K: ") +
+           FormatGuardFigure(RelativeError(errors[i])) + " > " + FormatGuardFigure(threshold);
+  }
+  return out;
+}
+
 namespace {
 
 // The container header of a session: geometry, codecs, exact rows, engine state, key means.
@@ -237,6 +273,96 @@ ContainerHeader PlanHeader(const KvSource& source, const CheckpointOptions& opti
     header.key_mean_dtype = options.key_mean_dtype;
   }
   return header;
+}
+
+// The bit allocator (docs/codec.md §10): measures every preset on every tensor of the session,
+// picks per layer and tensor within the budget (every byte of the file counted: the overhead
+// beyond the codes is found by planning the real header, then the codes' budget shrinks by it
+// until the whole file fits), and replaces `codecs` and `header` with the choice.
+Status AllocateCodecs(const KvSource& source, const CheckpointOptions& options,
+                      const LayerTensorsFn& layer_tensors, float* residual, SessionCodecs& codecs,
+                      ContainerHeader& header, CheckpointStats& stats) {
+  const ModelGeometry& g = source.geometry();
+  const uint64_t tokens = header.tokens;
+  char budget_text[32];
+  std::snprintf(budget_text, sizeof budget_text, "auto:%g", options.allocate_bits);
+  const auto bad = [&](const std::string& why) {
+    return Status::InvalidArgument(std::string(budget_text) + ": " + why);
+  };
+  if (!options.layer_overrides.empty()) {
+    return bad("the allocator picks every layer's codecs; per-layer overrides cannot go with it");
+  }
+  if (tokens == 0) return Status::Ok();  // nothing to measure: the placeholder codecs stay
+  std::vector<CodecSpec> specs;
+  std::vector<std::unique_ptr<Codec>> owned;
+  std::vector<const Codec*> candidates;
+  for (const char* preset : kAllocatorPresets) {
+    TQKV_ASSIGN_OR_RETURN(CodecSpec spec, ParseCodecSpec(preset));
+    TQKV_ASSIGN_OR_RETURN(std::unique_ptr<Codec> codec, Codec::Create(spec, g.head_dim));
+    specs.push_back(spec);
+    candidates.push_back(codec.get());
+    owned.push_back(std::move(codec));
+  }
+  const uint32_t stride = GuardStride(tokens);
+  TQKV_ASSIGN_OR_RETURN(
+      const CandidateErrors errors,
+      MeasureCodecErrors(header, stride, layer_tensors,
+                         [&](uint32_t, int) { return candidates; }, residual, options.pool));
+  TensorBytes bytes(g.layers);
+  for (auto& layer : bytes) {
+    for (auto& kv : layer) {
+      for (const Codec* c : candidates) {
+        kv.push_back(tokens * g.kv_heads * c->code_bytes() + g.kv_heads * c->group_meta_bytes());
+      }
+    }
+  }
+  const double values = 2.0 * g.layers * static_cast<double>(tokens) * g.token_elems();
+  const auto budget = static_cast<uint64_t>(std::floor(options.allocate_bits * values / 8));
+  uint64_t overhead = 0;
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    if (overhead > budget) break;
+    auto choice = AllocateGreedy(errors, bytes, budget - overhead);
+    if (!choice.ok()) break;
+    CheckpointOptions chosen = options;
+    chosen.allocate_bits = 0;
+    chosen.codec = specs[0];
+    chosen.v_codec.reset();
+    uint64_t code_bytes = 0;
+    std::vector<TensorCodecError> chosen_errors;
+    for (uint32_t l = 0; l < g.layers; ++l) {
+      const auto [k, v] = (*choice)[l];
+      chosen.layer_overrides.push_back(
+          {l, specs[k], k == v ? std::nullopt : std::optional<CodecSpec>(specs[v])});
+      code_bytes += bytes[l][0][k] + bytes[l][1][v];
+      chosen_errors.push_back(errors[l][0][k]);
+      chosen_errors.push_back(errors[l][1][v]);
+    }
+    TQKV_ASSIGN_OR_RETURN(SessionCodecs planned, ResolveSessionCodecs(chosen, g));
+    ContainerHeader h = PlanHeader(source, chosen, planned);
+    h.guard_stride = stride;
+    h.codec_error = std::move(chosen_errors);
+    h.allocated_bits = static_cast<float>(options.allocate_bits);
+    TQKV_ASSIGN_OR_RETURN(const uint64_t file, ContainerFileBytes(h));
+    if (file <= budget) {
+      stats.allocated.clear();
+      for (uint32_t l = 0; l < g.layers; ++l) {
+        stats.allocated.push_back({FormatCodecSpec(specs[(*choice)[l][0]]),
+                                   FormatCodecSpec(specs[(*choice)[l][1]])});
+      }
+      codecs = std::move(planned);
+      header = std::move(h);
+      return Status::Ok();
+    }
+    overhead = std::max(overhead + 1, file - code_bytes);
+  }
+  // Report what the cheapest choice needs.
+  uint64_t cheapest = 0;
+  for (const auto& layer : bytes) cheapest += layer[0][0] + layer[1][0];
+  char need[96];
+  std::snprintf(need, sizeof need, "%.3f", 8.0 * static_cast<double>(cheapest + overhead) / values);
+  return bad(std::string("no choice of ") + kAllocatorPresets[0] + ".." +
+             kAllocatorPresets.back() + " fits: " + kAllocatorPresets[0] +
+             " everywhere needs about " + need + " bits per value for this session");
 }
 
 ChunkEntry LayerChunk(ChunkType type, uint32_t layer) {
@@ -385,7 +511,7 @@ Result<CheckpointStats> Checkpoint(KvSource& source, const CheckpointOptions& op
   TQKV_RETURN_IF_ERROR(ValidateGeometry(g).WithContext("checkpoint"));
   TQKV_ASSIGN_OR_RETURN(SessionCodecs codecs,
                         ResolveSessionCodecs(options, g));
-  const ContainerHeader header = PlanHeader(source, options, codecs);
+  ContainerHeader header = PlanHeader(source, options, codecs);
   const DType dtype = source.dtype();
   const uint64_t tokens = header.tokens;
   const auto* cache_source = dynamic_cast<const CacheSource*>(&source);
@@ -412,6 +538,61 @@ Result<CheckpointStats> Checkpoint(KvSource& source, const CheckpointOptions& op
     if (!s.ok()) return refuse(s);
   }
 
+  // A layer's tensors: the cache's own, or read into the layer buffers.
+  double source_seconds = 0;
+  const auto layer_tensors = [&](uint32_t layer, const void* tensors[2]) -> Status {
+    if (cache_source != nullptr) {
+      tensors[0] = cache_source->cache().k(layer);
+      tensors[1] = cache_source->cache().v(layer);
+      return Status::Ok();
+    }
+    const auto ts = Clock::now();
+    TQKV_RETURN_IF_ERROR(source.ReadLayer(layer, layer_k.data(), layer_v.data()));
+    source_seconds += Since(ts);
+    tensors[0] = layer_k.data();
+    tensors[1] = layer_v.data();
+    return Status::Ok();
+  };
+  CheckpointStats stats;
+  if (options.allocate_bits > 0) {
+    const auto tg = Clock::now();
+    if (Status s = AllocateCodecs(source, options, layer_tensors,
+                                  reinterpret_cast<float*>(residual_buf.data()), codecs, header,
+                                  stats);
+        !s.ok()) {
+      return refuse(s);
+    }
+    stats.guard_seconds = Since(tg);
+    stats.guard_stride = header.guard_stride;
+    stats.codec_error = header.codec_error;
+    stats.guard_exceeded = GuardExceeded(header.codec_error, options.guard_threshold);
+  } else if (options.guard && tokens > 0) {
+    const auto tg = Clock::now();
+    header.guard_stride = GuardStride(tokens);
+    auto measured = MeasureCodecErrors(
+        header, header.guard_stride, layer_tensors,
+        [&](uint32_t layer, int kv) { return std::vector<const Codec*>{&codecs.of(layer, kv)}; },
+        reinterpret_cast<float*>(residual_buf.data()), options.pool);
+    if (!measured.ok()) return refuse(measured.status());
+    for (const auto& layer : *measured) {
+      for (const auto& kv : layer) header.codec_error.push_back(kv.front());
+    }
+    stats.guard_seconds = Since(tg);
+    stats.guard_stride = header.guard_stride;
+    stats.codec_error = header.codec_error;
+    stats.guard_exceeded = GuardExceeded(header.codec_error, options.guard_threshold);
+  }
+  {
+    if (options.strict && !stats.guard_exceeded.empty()) {
+      return refuse(Status::InvalidArgument(
+          "refused by the guard (--strict): the codec's error exceeds " +
+          FormatGuardFigure(options.guard_threshold) + " of the varying part in " +
+          DescribeGuardExceeded(header.codec_error, stats.guard_exceeded,
+                                options.guard_threshold) +
+          "; try the default key means, more bits or --layer-codec L:SPEC for those layers"));
+    }
+  }
+
   TQKV_ASSIGN_OR_RETURN(std::unique_ptr<WritableObject> object, store.Create(key));
   auto created = ContainerWriter::Create(object.get(), header);
   if (!created.ok()) {
@@ -420,25 +601,15 @@ Result<CheckpointStats> Checkpoint(KvSource& source, const CheckpointOptions& op
   }
   std::unique_ptr<ContainerWriter> writer = std::move(created).value();
 
-  CheckpointStats stats;
   ChunkWriterThread chunk_writer(writer.get(), 2);
   LayerWriter layers(header, codecs, chunk_writer, residual_buf, options.pool);
   Status status;
   for (uint32_t layer = 0; layer < g.layers && status.ok(); ++layer) {
     const void* tensors[2];
-    if (cache_source != nullptr) {
-      tensors[0] = cache_source->cache().k(layer);
-      tensors[1] = cache_source->cache().v(layer);
-    } else {
-      const auto ts = Clock::now();
-      status = source.ReadLayer(layer, layer_k.data(), layer_v.data());
-      stats.source_seconds += Since(ts);
-      if (!status.ok()) break;
-      tensors[0] = layer_k.data();
-      tensors[1] = layer_v.data();
-    }
-    status = layers.Write(layer, tensors);
+    status = layer_tensors(layer, tensors);
+    if (status.ok()) status = layers.Write(layer, tensors);
   }
+  stats.source_seconds = source_seconds;
   Status closed = chunk_writer.Close();
   if (status.ok()) status = closed;
   const auto tw = Clock::now();

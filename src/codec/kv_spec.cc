@@ -1,4 +1,7 @@
 // K/V codec specs: "k4v2", "k3.5v2.5", "k:tq4,norm=f16/v:tq2", or a plain spec for both.
+#include <charconv>
+#include <cmath>
+#include <cstdio>
 #include <string>
 #include <string_view>
 
@@ -61,9 +64,23 @@ Result<KvCodecSpec> ParseGeneral(std::string_view spec) {
   return KvCodecSpec{ks, vs};
 }
 
+// "auto:B": the bit allocator's budget; the codecs are placeholders until the checkpoint picks.
+Result<KvCodecSpec> ParseAuto(std::string_view spec) {
+  const std::string_view b = spec.substr(5);
+  double bits = 0;
+  const auto [ptr, ec] = std::from_chars(b.data(), b.data() + b.size(), bits);
+  if (b.empty() || ec != std::errc() || ptr != b.data() + b.size() || !std::isfinite(bits) ||
+      bits <= 0 || bits > 64) {
+    return Bad(spec, "auto:B wants a budget of bits per value in (0, 64] (e.g. auto:3.4)");
+  }
+  TQKV_ASSIGN_OR_RETURN(CodecSpec placeholder, ParseCodecSpec("tq3"));
+  return KvCodecSpec{placeholder, placeholder, bits};
+}
+
 }  // namespace
 
 Result<KvCodecSpec> ParseKvCodecSpec(std::string_view spec) {
+  if (spec.substr(0, 5) == "auto:") return ParseAuto(spec);
   if (spec.substr(0, 2) == "k:") return ParseGeneral(spec);
   if (!spec.empty() && spec[0] == 'k') return ParsePresetFamily(spec);
   if (spec.substr(0, 2) == "v:") return Bad(spec, "the K part comes first: k:SPEC/v:SPEC");
@@ -79,6 +96,11 @@ std::string JoinKvLabels(const std::string& k, const std::string& v) {
 }
 
 std::string FormatKvCodecSpec(const KvCodecSpec& spec) {
+  if (spec.auto_bits > 0) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "auto:%g", spec.auto_bits);
+    return buf;
+  }
   return JoinKvLabels(FormatCodecSpec(spec.k), FormatCodecSpec(spec.v));
 }
 

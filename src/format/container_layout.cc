@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <utility>
@@ -44,6 +45,7 @@ class BodyReader {
   uint32_t U32(std::string_view what) { return Take<uint32_t>(4, what, LoadU32); }
   uint64_t U64(std::string_view what) { return Take<uint64_t>(8, what, LoadU64); }
   float F32(std::string_view what) { return std::bit_cast<float>(U32(what)); }
+  double F64(std::string_view what) { return std::bit_cast<double>(U64(what)); }
   std::span<const uint8_t> Bytes(uint64_t n, std::string_view what) {
     if (!Need(n, what)) return {};
     auto s = body_.subspan(pos_, n);
@@ -101,6 +103,7 @@ void ByteWriter::U64(uint64_t v) {
   out_->insert(out_->end(), b, b + 8);
 }
 void ByteWriter::F32(float v) { U32(std::bit_cast<uint32_t>(v)); }
+void ByteWriter::F64(double v) { U64(std::bit_cast<uint64_t>(v)); }
 
 std::string Hex(uint64_t v) {
   static constexpr char kDigits[] = "0123456789abcdef";
@@ -123,6 +126,38 @@ Status CorruptionAt(std::string_view name, std::string_view what, uint64_t offse
   msg.append(": expected ").append(expected).append(", got ").append(got);
   return Status::Corruption(std::move(msg));
 }
+
+namespace {
+
+// Version 6's guard fields (docs/format.md §4): one entry per layer and tensor, every sum finite
+// and not negative, a budget only with figures.
+template <typename Bad>
+Status ValidateCodecErrors(const ContainerHeader& h, const Bad& bad) {
+  if (h.guard_stride == 0) {
+    if (!h.codec_error.empty()) return bad("codec errors without a guard stride");
+    if (h.allocated_bits != 0) return bad("allocated bits without codec errors");
+    return Status::Ok();
+  }
+  if (h.codec_error.size() != uint64_t{h.geometry.layers} * 2) {
+    return bad("codec errors: " + std::to_string(h.codec_error.size()) + " entries for " +
+               std::to_string(h.geometry.layers) + " layers (expected 2 per layer)");
+  }
+  const auto valid = [](double v) { return std::isfinite(v) && v >= 0; };
+  for (size_t i = 0; i < h.codec_error.size(); ++i) {
+    const TensorCodecError& e = h.codec_error[i];
+    if (!valid(e.err) || !valid(e.var) || !valid(e.energy)) {
+      return bad("codec error of layer " + std::to_string(i / 2) + (i % 2 ? " V" : " K") +
+                 ": sums must be finite and not negative");
+    }
+  }
+  if (h.allocated_bits != 0 && !(std::isfinite(h.allocated_bits) && h.allocated_bits > 0 &&
+                                 h.allocated_bits <= 64)) {
+    return bad("allocated bits must be 0 or in (0, 64]");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
 
 Status ValidateHeader(const ContainerHeader& h) {
   auto bad = [](std::string why) { return Status::InvalidArgument("container header: " + why); };
@@ -198,6 +233,7 @@ Status ValidateHeader(const ContainerHeader& h) {
       return bad("key-means chunk size overflows 64 bits");
     }
   }
+  TQKV_RETURN_IF_ERROR(ValidateCodecErrors(h, bad));
   if (h.engine_state.size() > kMaxEngineStateBytes) {
     return bad("engine state of " + std::to_string(h.engine_state.size()) + " bytes (at most " +
                std::to_string(kMaxEngineStateBytes) + ")");
@@ -256,8 +292,17 @@ std::vector<uint8_t> EncodeHeaderBody(const ContainerHeader& h) {
     // Without key means (version 5 only) the dtype byte is 0 (docs/format.md §3).
     w.U8(h.key_mean_block == 0 ? 0 : static_cast<uint8_t>(h.key_mean_dtype));
   }
-  if (version >= 5) {
-    for (uint16_t idx : h.layer_codec_v) w.U16(idx);
+  if (version >= 5) {  // version 6 always has V's indices, maybe equal to K's
+    for (uint16_t idx : h.layer_codec_v.empty() ? h.layer_codec : h.layer_codec_v) w.U16(idx);
+  }
+  if (version >= 6) {
+    w.U32(h.guard_stride);
+    w.F32(h.allocated_bits);
+    for (const TensorCodecError& e : h.codec_error) {
+      w.F64(e.err);
+      w.F64(e.var);
+      w.F64(e.energy);
+    }
   }
   return out;
 }
@@ -354,6 +399,19 @@ Result<ContainerHeader> DecodeHeaderBody(std::span<const uint8_t> body, uint64_t
     if (!r.Need(uint64_t{h.geometry.layers} * 2, "layer V codec indices")) return r.status();
     h.layer_codec_v.resize(h.geometry.layers);
     for (uint16_t& idx : h.layer_codec_v) idx = r.U16("layer V codec index");
+  }
+  if (version >= 6) {
+    const uint64_t stride_at = r.offset();
+    h.guard_stride = r.U32("guard stride");
+    if (r.ok() && h.guard_stride == 0) r.Fail("guard stride", stride_at, "at least 1", "0");
+    h.allocated_bits = r.F32("allocated bits");
+    if (!r.Need(uint64_t{h.geometry.layers} * 2 * 24, "codec errors")) return r.status();
+    h.codec_error.resize(uint64_t{h.geometry.layers} * 2);
+    for (TensorCodecError& e : h.codec_error) {
+      e.err = r.F64("codec error");
+      e.var = r.F64("codec error varying energy");
+      e.energy = r.F64("codec error energy");
+    }
   }
   if (!r.ok()) return r.status();
   if (r.remaining() != 0) {
@@ -584,6 +642,15 @@ Result<uint64_t> ExpectedChunkBytes(const ContainerHeader& header, const ChunkEn
     }
   }
   return Status::InvalidArgument("chunk type " + std::to_string(static_cast<unsigned>(entry.type)));
+}
+
+double RelativeError(const TensorCodecError& e) {
+  if (e.err == 0) return 0;
+  return e.var == 0 ? std::numeric_limits<double>::infinity() : e.err / e.var;
+}
+
+double SharedFraction(const TensorCodecError& e) {
+  return e.energy > 0 ? std::max(0.0, 1.0 - e.var / e.energy) : 0.0;
 }
 
 }  // namespace tqkv

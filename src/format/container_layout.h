@@ -68,6 +68,7 @@ class ByteWriter {
   void U32(uint32_t v);
   void U64(uint64_t v);
   void F32(float v);
+  void F64(double v);
   void Bytes(std::span<const uint8_t> b) { out_->insert(out_->end(), b.begin(), b.end()); }
 
  private:

@@ -1,7 +1,11 @@
 // DescribeContainer: the figures `tqkv inspect` shows, derived from a parsed header and index.
 #include "tqkv/describe.h"
 
+#include "tqkv/checkpoint.h"
+
 #include <nlohmann/json.hpp>
+
+#include <algorithm>
 
 namespace tqkv {
 
@@ -32,6 +36,35 @@ std::string_view ChunkTypeLabel(const ChunkEntry& e) {
                                            : "K";
 }
 
+namespace {
+
+nlohmann::json TensorErrorJson(const TensorCodecError& e) {
+  return {{"rel_err", RelativeError(e)}, {"shared", SharedFraction(e)},
+          {"err", e.err},   {"var", e.var},  {"energy", e.energy}};
+}
+
+// The guard's figures (format version 6); {"recorded": false} for older files.
+nlohmann::json GuardJson(const ContainerHeader& h) {
+  using json = nlohmann::json;
+  if (h.guard_stride == 0) return {{"recorded", false}};
+  json layers = json::array();
+  double max_rel = 0;
+  for (size_t l = 0; l < h.codec_error.size() / 2; ++l) {
+    layers.push_back({{"layer", l},
+                      {"k", TensorErrorJson(h.codec_error[2 * l])},
+                      {"v", TensorErrorJson(h.codec_error[2 * l + 1])}});
+    for (int kv = 0; kv < 2; ++kv) max_rel = std::max(max_rel, RelativeError(h.codec_error[2 * l + kv]));
+  }
+  json exceeded = json::array();
+  for (uint32_t i : GuardExceeded(h.codec_error, kGuardThreshold)) {
+    exceeded.push_back("layer " + std::to_string(i / 2) + (i % 2 ? " V" : " K"));
+  }
+  return {{"recorded", true}, {"sample_stride", h.guard_stride}, {"max_rel_err", max_rel},
+          {"threshold", kGuardThreshold}, {"exceeded", exceeded}, {"layers", layers}};
+}
+
+}  // namespace
+
 std::string ContainerDescriptionJson(const ContainerDescription& d, bool with_chunks) {
   using json = nlohmann::json;
   const ContainerHeader& h = d.header;
@@ -57,6 +90,8 @@ std::string ContainerDescriptionJson(const ContainerDescription& d, bool with_ch
   j["layer_codec"] = h.layer_codec;
   j["layer_codec_v"] = h.layer_codec_v.empty() ? h.layer_codec : h.layer_codec_v;
   j["layer_codecs"] = d.layer_codecs;
+  j["guard"] = GuardJson(h);
+  j["allocated_bits"] = h.allocated_bits;
   if (with_chunks) {
     json chunks = json::array();
     for (const auto& e : d.chunks) {

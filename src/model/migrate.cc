@@ -194,7 +194,10 @@ Result<std::vector<Row>> BuildRows(const MigrateOptions& o, std::vector<LayerCod
   if (!overrides.empty()) {
     const size_t n = rows.size();
     for (size_t i = 0; i < n; ++i) {
-      if (rows[i].options.codec.kind == CodecKind::kRaw) continue;
+      // Raw rows need no overrides; auto:B rows pick every layer themselves.
+      if (rows[i].options.codec.kind == CodecKind::kRaw || rows[i].options.allocate_bits > 0) {
+        continue;
+      }
       Row r = rows[i];
       r.label += "+" + override_label;
       r.options.layer_overrides = overrides;
@@ -423,6 +426,15 @@ Result<MigrateRow> MeasureRow(const Experiment& x, const Row& row, size_t r) {
   out.bits_per_value = 8.0 * static_cast<double>(cs.bytes_written) /
                        (2.0 * geo.layers * static_cast<double>(o.tokens) * geo.token_elems());
   out.checkpoint_bytes = cs.bytes_written;
+  for (const TensorCodecError& e : cs.codec_error) out.guard_rel_err.push_back(RelativeError(e));
+  if (!cs.allocated.empty()) {
+    std::string chosen;
+    for (size_t l = 0; l < cs.allocated.size(); ++l) {
+      out.allocated.push_back(JoinKvLabels(cs.allocated[l][0], cs.allocated[l][1]));
+      chosen += " " + std::to_string(l) + ":" + out.allocated.back();
+    }
+    Say(o, "migrate: %s: allocated%s\n", row.label.c_str(), chosen.c_str());
+  }
   Say(o, "migrate: [%zu/%zu] %s: checkpoint %llu bytes (%.3f bits/value) %.1f s", r + 1, x.rows,
       row.label.c_str(), static_cast<unsigned long long>(cs.bytes_written), out.bits_per_value,
       Now() - t0);
@@ -558,6 +570,8 @@ std::string MigrateReportJson(const MigrateReport& report) {
                        {"kl_per_step", r.kl_per_step},
                        {"disagree_steps", r.disagree_steps},
                        {"disagree_ref_margins", r.disagree_ref_margins}});
+    if (!r.guard_rel_err.empty()) results.back()["guard_rel_err"] = r.guard_rel_err;
+    if (!r.allocated.empty()) results.back()["allocated"] = r.allocated;
     if (r.center_keys_block > 0) {
       results.back()["center_keys_block"] = r.center_keys_block;
       results.back()["key_residual_energy"] = r.key_residual_energy;

@@ -183,7 +183,7 @@ TEST_P(CheckpointRoundTrip, RestoreEqualsDirectDecodeBitForBit) {
       auto reader = ContainerReader::Open(object->get(), "s/one");
       ASSERT_TRUE(reader.ok());
       const bool tq = opts.codec.kind == CodecKind::kTurboQuant;  // K's codec decides
-      EXPECT_EQ(ContainerVersionFor((*reader)->header()) == 5, opts.v_codec.has_value());
+      EXPECT_EQ(HasSeparateKvCodecs((*reader)->header()), opts.v_codec.has_value());
       EXPECT_EQ((*reader)->header().key_mean_block,
                 tq ? std::min<uint32_t>(means.block, tokens) : 0u);
     }
@@ -372,7 +372,8 @@ TEST(Checkpoint, PerLayerKvOverridesAreStoredAndDecoded) {
   auto object = store.Open("kv").value();
   auto reader = ContainerReader::Open(object.get(), "kv").value();
   const auto& h = reader->header();
-  ASSERT_EQ(ContainerVersionFor(h), 5u);
+  ASSERT_EQ(ContainerVersionFor(h), 6u);  // the guard's figures; separate K/V codecs as in 5
+  ASSERT_TRUE(HasSeparateKvCodecs(h));
   ASSERT_EQ(h.layer_codec_v.size(), 3u);
   const auto label = [&](uint32_t l, uint8_t kv) { return CodecLabel(h.codecs[LayerCodecIndex(h, l, kv)]); };
   EXPECT_EQ(label(0, 0), "tq4");

@@ -197,7 +197,7 @@ TEST_F(DeviceSinkTest, KvCodecsReproduceTheHostRestore) {
   ASSERT_TRUE(Checkpoint(session_->cache(), opts, store_, "kv").ok());
   ASSERT_TRUE(RunOnFake("kv").ok());
   const ContainerHeader& h = reader_->header();
-  ASSERT_EQ(ContainerVersionFor(h), 5u);
+  ASSERT_TRUE(HasSeparateKvCodecs(h));
   EXPECT_EQ(plan_.meta_at[1], 2u * 8);              // layer 0: two K masks of 8 bytes
   EXPECT_EQ(plan_.meta_at[2], plan_.meta_at[1] + 2u * 8);  // layer 1: two V masks
   EXPECT_EQ(plan_.means_at[1], DevicePlan::kNoMeans);       // layer 1's keys are raw

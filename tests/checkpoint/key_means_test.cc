@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "checkpoint/key_means.h"
+#include "checkpoint/session_util.h"
 #include "tqkv/checkpoint.h"
 #include "tqkv/memory_store.h"
 
@@ -16,27 +17,8 @@ namespace {
 constexpr ModelGeometry kGeo{2, 2, 128};
 constexpr uint64_t kTokens = 300;
 
-// Keys: one fixed vector per (layer, head) with |μ_c| up to 300, plus N(0, 1) per token: the
-// shared part holds > 99 % of the energy. Values: N(0, 1).
 std::unique_ptr<KvCacheBuffer> SharedMeanSession() {
-  auto buf = KvCacheBuffer::Allocate("shared-mean", kGeo, DType::kF32, kTokens).value();
-  std::mt19937 rng(17);
-  std::normal_distribution<float> n01(0.0f, 1.0f);
-  std::uniform_real_distribution<float> big(-300.0f, 300.0f);
-  const size_t row = kGeo.token_elems();
-  for (uint32_t l = 0; l < kGeo.layers; ++l) {
-    std::vector<float> mu(row);
-    for (float& m : mu) m = big(rng);
-    auto* k = static_cast<float*>(buf->cache().k(l));
-    auto* v = static_cast<float*>(buf->cache().v(l));
-    for (uint64_t t = 0; t < kTokens; ++t) {
-      for (size_t i = 0; i < row; ++i) {
-        k[t * row + i] = mu[i] + n01(rng);
-        v[t * row + i] = n01(rng);
-      }
-    }
-  }
-  return buf;
+  return testing_util::SharedMeanSession(kGeo, kTokens);
 }
 
 // Mean over all (layer, head, token) of cos(k̂ − m, k − m), m the head's mean key over the

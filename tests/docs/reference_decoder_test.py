@@ -47,8 +47,12 @@ CASES = [
     ("tq3 + layer 1 tq2.5", 128, "F32", ["--codec", "tq3", "--layer-codec", "1:tq2.5"], ["f16"]),
     ("tq3 + exact tokens 2,3", 128, "F16", ["--codec", "tq3", "--exact-tokens", "2,3"], ["f16", "f32"]),
     ("bf16 + exact tokens 1,1", 32, "F32", ["--codec", "bf16", "--exact-tokens", "1,1"], ["f16"]),
-    # Key means (format version 4; the rows above use the default, one 20-token block here).
-    ("tq3, key means off (version 1)", 64, "F32", ["--codec", "tq3", "--key-means", "off"], ["f16"]),
+    # Key means (format version 4; the rows above use the default, one 20-token block here, and
+    # the guard's figures: format version 6).
+    ("tq3, key means off, no guard (version 1)", 64, "F32",
+     ["--codec", "tq3", "--key-means", "off", "--no-guard"], ["f16"]),
+    ("tq3, key means per 20 tokens, no guard (version 4)", 64, "F32",
+     ["--codec", "tq3", "--no-guard"], ["f16"]),
     ("tq3, key means per 8 tokens, f32", 64, "F16",
      ["--codec", "tq3", "--key-means", "8,f32"], ["f16", "f32"]),
     ("tq2.5, key means per 6 tokens + exact tokens 1,2", 64, "BF16",
@@ -58,6 +62,10 @@ CASES = [
     # Separate K and V codecs (format version 5), with and without key means.
     ("k4v2", 128, "F32", ["--codec", "k4v2"], ["f16", "f32"]),
     ("k3.5v2.5, key means off", 64, "F16", ["--codec", "k3.5v2.5", "--key-means", "off"], ["f16"]),
+    ("k3v2, no guard (version 5)", 64, "F16", ["--codec", "k3v2", "--no-guard"], ["f16"]),
+    # The bit allocator (format version 6 with a budget).
+    # (a tiny session: 4 KiB pages dominate its bits per value)
+    ("auto:40", 64, "F32", ["--codec", "auto:40"], ["f32"]),
     ("k:tq2.5/v:tq3,qjl=1 + exact tokens 1,1", 64, "F32",
      ["--codec", "k:tq2.5/v:tq3,qjl=1", "--exact-tokens", "1,1"], ["f32"]),
     ("tq3 + layer 0 k:fp16/v:tq2.5 + layer 1 k4v3", 64, "BF16",

@@ -1,4 +1,4 @@
-// Golden files: the fuzz seeds under fuzz/corpus/container/ are version-1 to -5 containers
+// Golden files: the fuzz seeds under fuzz/corpus/container/ are version-1 to -6 containers
 // written by an earlier build. They must still parse, and today's writer must still produce them byte for byte
 // (a layout change without a format_version bump fails here). TQKV_WRITE_GOLDEN=1 rewrites them.
 #include <gtest/gtest.h>
@@ -62,6 +62,18 @@ std::vector<Golden> Goldens() {
   kv_all.exact_tail = 1;
   kv_all.engine_state = {0x05};
   g.push_back({"v5_kv_codecs_key_means_exact.tqkv", kv_all});
+  // Version 6: the guard's codec errors (layer 0 K, V, layer 1 K, V) with one codec per layer
+  // and no key means; and with everything of version 5 and an allocator's budget.
+  ContainerHeader guard =
+      MakeHeader({2, 1, 16}, 3, 2, {TqParams(16, 3), RawParams(16)}, {0, 1});
+  guard.guard_stride = 1;
+  guard.codec_error = {{0.5, 16.0, 20.0}, {0.25, 15.0, 15.5}, {0.0, 14.0, 14.0}, {0.0, 13.0, 80.0}};
+  g.push_back({"v6_guard.tqkv", guard});
+  ContainerHeader guard_all = kv_all;
+  guard_all.guard_stride = 2;
+  guard_all.codec_error = guard.codec_error;
+  guard_all.allocated_bits = 3.25f;
+  g.push_back({"v6_guard_allocated_kv_key_means.tqkv", guard_all});
   return g;
 }
 

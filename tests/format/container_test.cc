@@ -470,11 +470,13 @@ TEST(ContainerReaderTest, VersionMustMatchTheHeader) {
   }
 }
 
-// The version-2 (exact rows), version-4 (key means) and version-5 (separate K/V codecs, with and
-// without key means) twins of the small container.
+// The version-2 (exact rows), version-4 (key means), version-5 (separate K/V codecs, with and
+// without key means) and version-6 (the guard's figures, with and without a budget) twins of the
+// small container.
 TEST(ContainerReaderTest, ExactRowsKeyMeansAndKvFilesEveryInformativeBitFlipIsCaught) {
   for (const ContainerHeader& header : {SmallExactHeader(), SmallCenteredHeader(), SmallKvHeader(),
-                                        SmallKvCenteredHeader()}) {
+                                        SmallKvCenteredHeader(), SmallGuardHeader(),
+                                        SmallGuardAllocatedHeader()}) {
   SCOPED_TRACE(ContainerVersionFor(header));
   WrittenContainer w = WriteContainer(header);
   ASSERT_TRUE(w.status.ok());

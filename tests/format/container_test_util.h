@@ -173,6 +173,25 @@ inline ContainerHeader SmallKvCenteredHeader() {
   return h;
 }
 
+// Format version 6: SmallHeader with the guard's figures (every 2nd token; layer 0 K, V, layer 1
+// K, V), no budget.
+inline ContainerHeader SmallGuardHeader() {
+  ContainerHeader h = SmallHeader();
+  h.guard_stride = 2;
+  h.codec_error = {{1.5, 3.0, 12.0}, {0.25, 8.0, 9.0}, {0.0, 0.0, 0.0}, {96.0, 1.0, 400.0}};
+  return h;
+}
+
+// SmallGuardHeader with separate K/V codecs, key means and a budget.
+inline ContainerHeader SmallGuardAllocatedHeader() {
+  ContainerHeader h = SmallCenteredHeader();
+  h.layer_codec_v = {1, 0};
+  h.guard_stride = 1;
+  h.codec_error = SmallGuardHeader().codec_error;
+  h.allocated_bits = 3.5f;
+  return h;
+}
+
 // Deterministic payload bytes (never all-zero, so a misplaced zero page is caught).
 inline std::vector<uint8_t> Payload(size_t n, uint64_t seed) {
   std::vector<uint8_t> v(n);

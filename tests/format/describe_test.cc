@@ -71,7 +71,12 @@ TEST(DescribeContainer, JsonWithAndWithoutChunks) {
   EXPECT_EQ(j["exact_tokens"]["first"], 0);
   EXPECT_EQ(j["key_means"]["block"], 20);  // the default 128, one block for 20 tokens
   EXPECT_EQ(j["key_means"]["dtype"], "f16");
-  EXPECT_EQ(j["format_version"], 4);
+  EXPECT_EQ(j["format_version"], 6);  // key means and the guard's figures
+  EXPECT_EQ(j["guard"]["recorded"], true);
+  EXPECT_EQ(j["guard"]["layers"].size(), 3u);
+  EXPECT_EQ(j["guard"]["sample_stride"], 1);
+  EXPECT_GT(j["guard"]["layers"][0]["k"]["rel_err"].get<double>(), 0.0);
+  EXPECT_EQ(j["allocated_bits"], 0.0);
   EXPECT_EQ(j["file_bytes"], x.d.file_bytes);
   EXPECT_EQ(j["layer_codec"].size(), 3u);
   const auto c = nlohmann::json::parse(ContainerDescriptionJson(x.d, true));
