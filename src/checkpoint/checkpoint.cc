@@ -391,10 +391,10 @@ class LayerWriter {
       means_bytes = KeyMeanValues(h_) * DTypeSize(h_.key_mean_dtype);
       means = chunks_.TakeBuffer();
       means.Reserve(means_bytes);
-      ComputeKeyMeans(h_, tensors[0], h_.source_dtype, {means.data(), means_bytes});
+      ComputeKeyMeans(h_, tensors[0], h_.source_dtype, {means.data(), means_bytes}, pool_);
       auto* residual = reinterpret_cast<float*>(residual_.data());
       CenterKeys(h_, tensors[0], h_.source_dtype,
-                 KeyMeansAsF32(h_, {means.data(), means_bytes}), residual);
+                 KeyMeansAsF32(h_, {means.data(), means_bytes}), residual, pool_);
       coded = {{residual, tensors[1]}, {DType::kF32, h_.source_dtype}};
     }
     Status status = WriteGroupMeta(layer, codec, coded);

@@ -124,9 +124,10 @@ Result<CandidateErrors> MeasureCodecErrors(const ContainerHeader& h, uint32_t st
         if (centered) {
           if (!means) {  // once per layer, as the checkpoint computes them
             means_bytes.resize(KeyMeanValues(h) * DTypeSize(h.key_mean_dtype));
-            ComputeKeyMeans(h, tensors[0], h.source_dtype, means_bytes);
+            ComputeKeyMeans(h, tensors[0], h.source_dtype, means_bytes, pool);
             means = KeyMeansAsF32(h, means_bytes);
-            CenterKeys(h, tensors[0], h.source_dtype, *means, residual);
+            // Every token: split codecs choose their outlier channels from all of them.
+            CenterKeys(h, tensors[0], h.source_dtype, *means, residual, pool);
           }
           view.coded = residual;
           view.coded_dtype = DType::kF32;

@@ -35,16 +35,19 @@ bool FiniteRow(const void* k, DType dtype, size_t at, size_t d) {
 
 }  // namespace
 
-void ComputeKeyMeans(const ContainerHeader& h, const void* k, DType dtype, std::span<uint8_t> out) {
+void ComputeKeyMeans(const ContainerHeader& h, const void* k, DType dtype, std::span<uint8_t> out,
+                     ThreadPool* pool) {
   const size_t heads = h.geometry.kv_heads, d = h.geometry.head_dim, row = heads * d;
   const uint64_t blocks = KeyMeanBlocks(h);
   const DType md = h.key_mean_dtype;
   const size_t msize = DTypeSize(md);
   uint8_t* alphas = out.data() + blocks * row * msize;
-  std::vector<double> acc(d);
-  std::vector<float> mu(d);
-  for (size_t hd = 0; hd < heads; ++hd) {
-    for (uint64_t b = 0; b < blocks; ++b) {
+  // Each (head, block) pair writes only its own mean and coefficients.
+  (void)ParallelForEach(pool, static_cast<size_t>(heads * blocks), 4, [&](size_t item) -> Status {
+      const size_t hd = item / blocks;
+      const uint64_t b = item % blocks;
+      std::vector<double> acc(d);
+      std::vector<float> mu(d);
       const uint64_t lo = b * h.key_mean_block;
       const uint64_t hi = std::min<uint64_t>(h.tokens, lo + h.key_mean_block);
       std::fill(acc.begin(), acc.end(), 0.0);
@@ -71,8 +74,8 @@ void ComputeKeyMeans(const ContainerHeader& h, const void* k, DType dtype, std::
         }
         Put(alphas + (hd * h.tokens + t) * msize, md, a);
       }
-    }
-  }
+      return Status::Ok();
+  });
 }
 
 KeyMeans KeyMeansAsF32(const ContainerHeader& h, std::span<const uint8_t> payload) {
@@ -89,10 +92,12 @@ KeyMeans KeyMeansAsF32(const ContainerHeader& h, std::span<const uint8_t> payloa
   return m;
 }
 
-void CenterKeys(const ContainerHeader& h, const void* k, DType dtype, const KeyMeans& m, float* out) {
+void CenterKeys(const ContainerHeader& h, const void* k, DType dtype, const KeyMeans& m, float* out,
+                ThreadPool* pool) {
   const size_t heads = h.geometry.kv_heads, d = h.geometry.head_dim, row = heads * d;
   const uint64_t blocks = KeyMeanBlocks(h);
-  for (uint64_t t = 0; t < h.tokens; ++t) {
+  (void)ParallelForEach(pool, static_cast<size_t>(h.tokens), 256, [&](size_t i) -> Status {
+    const uint64_t t = i;
     const uint64_t b = t / h.key_mean_block;
     for (size_t hd = 0; hd < heads; ++hd) {
       const float* mu = m.means.data() + (hd * blocks + b) * d;
@@ -100,7 +105,8 @@ void CenterKeys(const ContainerHeader& h, const void* k, DType dtype, const KeyM
       const size_t at = t * row + hd * d;
       for (size_t i = 0; i < d; ++i) out[at + i] = LoadAsFloat(k, dtype, at + i) - a * mu[i];
     }
-  }
+    return Status::Ok();
+  });
 }
 
 Status DecodeCenteredKeys(const ContainerHeader& h, const Codec& codec, const KeyMeans& m,

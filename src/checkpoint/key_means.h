@@ -28,7 +28,9 @@ namespace tqkv {
 //   to the stored dtype; a value that is not finite there is stored as 0;
 // * coefficients [kv_head][token]: α = (k·μ) / (μ·μ) in double over the stored μ, rounded to f32
 //   and the stored dtype; 0 when μ·μ = 0 or α is not finite there or k is not finite.
-void ComputeKeyMeans(const ContainerHeader& h, const void* k, DType dtype, std::span<uint8_t> out);
+// `pool` (may be null) spreads the (head, block) pairs; the bytes do not depend on it.
+void ComputeKeyMeans(const ContainerHeader& h, const void* k, DType dtype, std::span<uint8_t> out,
+                     ThreadPool* pool = nullptr);
 
 // A key-means payload as f32 values (f16 converted exactly).
 struct KeyMeans {
@@ -39,7 +41,9 @@ KeyMeans KeyMeansAsF32(const ContainerHeader& h, std::span<const uint8_t> payloa
 
 // The residual the K codes hold: per token and head, float(k) − α·μ in f32 (the product rounded,
 // then the difference), into `out` (tokens × kv_heads × head_dim floats, canonical layout).
-void CenterKeys(const ContainerHeader& h, const void* k, DType dtype, const KeyMeans& m, float* out);
+// `pool` (may be null) spreads the tokens.
+void CenterKeys(const ContainerHeader& h, const void* k, DType dtype, const KeyMeans& m, float* out,
+                ThreadPool* pool = nullptr);
 
 // Decodes the K codes of head `head`, tokens [token_begin, token_begin + n), of a layer with key
 // means: Codec::DecodeAdd per run of tokens in one mean block. `out` points at the head's first
