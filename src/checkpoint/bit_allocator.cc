@@ -17,14 +17,7 @@ Result<uint64_t> ContainerFileBytes(const ContainerHeader& h) {
   uint64_t end = AlignUp(kPreambleBytes + EncodeHeaderBody(h).size());
   uint64_t count = 0;
   for (ChunkSequence seq(h); !seq.done(); seq.Advance(), ++count) {
-    const ChunkKey k = seq.current();
-    ChunkEntry e;
-    e.type = k.type;
-    e.layer = k.layer;
-    e.kv = k.kv;
-    e.token_begin = k.token_begin;
-    e.token_count = k.token_count;
-    TQKV_ASSIGN_OR_RETURN(const uint64_t size, ExpectedChunkBytes(h, e));
+    TQKV_ASSIGN_OR_RETURN(const uint64_t size, ExpectedChunkBytes(h, seq.current().Entry()));
     end = AlignUp(end) + size;
   }
   return end + kIndexFixedBytes + kIndexRecordBytes * count + kFooterBytes;

@@ -119,6 +119,16 @@ struct ChunkKey {
   uint8_t kv = 0;
   uint64_t token_begin = 0;
   uint64_t token_count = 0;
+  // An entry with this key (offset, size and checksum left to the caller).
+  ChunkEntry Entry() const {
+    ChunkEntry e;
+    e.type = type;
+    e.layer = layer;
+    e.kv = kv;
+    e.token_begin = token_begin;
+    e.token_count = token_count;
+    return e;
+  }
   bool Matches(const ChunkEntry& e) const {
     return e.type == type && e.layer == layer && e.kv == kv && e.token_begin == token_begin &&
            e.token_count == token_count;

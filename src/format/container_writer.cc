@@ -109,12 +109,7 @@ Status ContainerWriterImpl::AddChunk(const ChunkEntry& key, std::span<const uint
                                    std::to_string(expected));
   }
   TQKV_RETURN_IF_ERROR(PadTo(format::AlignUp(written_)));
-  ChunkEntry e;
-  e.type = want.type;
-  e.layer = want.layer;
-  e.kv = want.kv;
-  e.token_begin = want.token_begin;
-  e.token_count = want.token_count;
+  ChunkEntry e = want.Entry();
   e.offset = written_;
   e.size = payload.size();
   e.checksum = format::Checksum(payload);
