@@ -26,6 +26,7 @@ STYLES = {                 # kind -> (shape, fill, stroke, legend)
     "tqkv": ("circle", "#1f77b4", "#1f77b4", "tqkv, key means (default)"),
     "tqkv-km-off": ("triangle", "white", "#1f77b4", "tqkv, key means off"),
     "tqkv-exact": ("square", "#2ca02c", "#2ca02c", "tqkv, exact tokens 4,128"),
+    "tqkv-sinks": ("square", "white", "#2ca02c", "tqkv, first tokens exact (4,0 or 1,0)"),
     "tqkv-km-session": ("triangle", "#9467bd", "#9467bd", "tqkv, one key mean per session"),
     "tqkv-kv": ("square", "#ff7f0e", "#ff7f0e", "tqkv, separate K/V codecs (k4v2 ...)"),
     "tqkv-auto": ("circle", "white", "#ff7f0e", "tqkv, bit allocator (auto:B)"),
@@ -39,8 +40,8 @@ def style_of(row):
     spec = row.get("spec", row["codec"])
     if spec.startswith("auto"):
         return "tqkv-auto"
-    if row.get("exact_tokens"):
-        return "tqkv-exact"
+    if row.get("exact_tokens"):  # "F,L": only the first tokens (attention sinks) when L is 0
+        return "tqkv-sinks" if row["exact_tokens"].endswith(",0") else "tqkv-exact"
     if spec.startswith("k") and "v" in spec:
         return "tqkv-kv"
     km = row.get("key_means", "default")
@@ -56,7 +57,8 @@ def label_of(row):
         return row["llama_kv_type"]
     spec = row.get("spec", row["codec"])
     if row.get("exact_tokens"):
-        return spec + "+exact"
+        exact = row["exact_tokens"]
+        return spec + "+exact" + ("" if exact == "4,128" else " " + exact)
     if row.get("key_means") in ("off", "session"):
         return f'{spec} km {row["key_means"]}'
     return spec
