@@ -32,6 +32,7 @@
 #include "tqkv/store_testing.h"
 #include "tqkv/synthetic_source.h"
 #include "tqkv/thread_pool.h"
+#include "tqkv/units.h"
 
 namespace tqkv::tools {
 namespace {
@@ -59,7 +60,18 @@ struct Options {
   uint64_t quality_tokens = 4096;
   uint64_t seed = 1;
   bool keep = false;
+  uint32_t read_lanes = RestoreOptions{}.read_lanes;  // every host restore and read stage
+  std::string read_ahead;                             // byte size; empty: RestoreOptions' default
+  uint64_t inflight_bytes = RestoreOptions{}.inflight_bytes;
 };
+
+// The reader settings every host restore and read stage of a run shares.
+RestoreOptions ReaderOptions(const Options& o) {
+  RestoreOptions ro;
+  ro.read_lanes = o.read_lanes;
+  ro.inflight_bytes = o.inflight_bytes;
+  return ro;
+}
 
 bool IsGpu(const Cell& c) { return c.target == bench::Target::kGpu; }
 
@@ -115,7 +127,7 @@ Status RunHostRestores(const Options& o, const ModelGeometry& g, const CodecSpec
   }
   auto restore_one = [&](Store& store, size_t w, bool drop, RestoreStats* st) -> Status {
     ThreadPool pool(pool_threads);
-    RestoreOptions ro;
+    RestoreOptions ro = ReaderOptions(o);
     ro.dtype = DType::kF16;
     ro.pool = pool_threads > 1 ? &pool : nullptr;
     ro.drop_cache = drop;
@@ -148,7 +160,7 @@ Status RunHostRestores(const Options& o, const ModelGeometry& g, const CodecSpec
     auto read_stage = [&](bool verify) {
       return [&, verify](size_t w) -> Result<bench::PhaseRun> {
         TQKV_ASSIGN_OR_RETURN(auto store, OpenWorkerStore(o, c));
-        return bench::ReadLikeRestore(*store, Key(c, w), verify, RestoreOptions{});
+        return bench::ReadLikeRestore(*store, Key(c, w), verify, ReaderOptions(o));
       };
     };
     TQKV_ASSIGN_OR_RETURN(auto raw, stage("raw read", read_stage(false)));
@@ -425,6 +437,9 @@ Status Run(Options o) {
   if (o.codecs.empty()) o.codecs = {"fp16", "tq3"};
   if (o.ios.empty()) o.ios = {"buffered", "direct"};
   if (o.workers == 0) return Status::InvalidArgument("--workers must be at least 1");
+  if (!o.read_ahead.empty()) {
+    TQKV_ASSIGN_OR_RETURN(o.inflight_bytes, ParseByteSize(o.read_ahead, 1, 4ull << 30));
+  }
   if (o.links.empty()) o.links = {0};
   for (double l : o.links) {
     if (!(l >= 0) || !std::isfinite(l)) {
@@ -506,6 +521,8 @@ Status Run(Options o) {
   out["model"] = o.model;
   out["store"] = o.store;
   out["max_memory"] = o.max_memory;
+  out["read_lanes"] = o.read_lanes;
+  out["read_ahead_bytes"] = o.inflight_bytes;
   out["machine"] = bench::MachineDescription();
   if (any_gpu) {
     out["gpu"] = {{"probe", gpu.probe}, {"device", gpu.device},
@@ -614,6 +631,11 @@ void RegisterBenchRestore(CLI::App& bench) {
   cmd->add_flag("!--no-breakdown", o->breakdown, "Skip the stages (raw read, read+checksum, decode only)");
   cmd->add_flag("!--no-quality", o->quality, "Skip the quality measurement");
   cmd->add_flag("--keep", o->keep, "Keep the session objects");
+  cmd->add_option("--read-lanes", o->read_lanes, "Batches each restore reads at once (as tqkv restore)")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  cmd->add_option("--read-ahead", o->read_ahead,
+                  "Bytes of chunks each restore reads ahead of its decoder (default 64MiB)");
   cmd->callback([o] { Report("bench restore", Run(*o)); });
 }
 

@@ -140,7 +140,7 @@ void RegisterRestore(CLI::App& app) {
   cmd->add_option("--store", o->store, kStoreUriHelp)->required();
   cmd->add_option("--session", o->session, "Session id")->required();
   cmd->add_option("--read-ahead", o->read_ahead,
-                  std::string("Bytes of chunks read ahead of the decoder (default 32MiB). ") +
+                  std::string("Bytes of chunks read ahead of the decoder (default 64MiB). ") +
                       kByteSizeHelp);
   cmd->add_option("--read-lanes", o->read_lanes, "Batches read at once")
       ->check(CountIn(1, 64))

@@ -132,10 +132,11 @@ Result<CheckpointStats> Checkpoint(const KvCache& cache, const CheckpointOptions
 struct RestoreOptions {
   DType dtype = DType::kF16;          // element type of the restored tensors
   ThreadPool* pool = nullptr;         // decode threads; null: the calling thread
-  uint64_t inflight_bytes = 32 << 20; // read-ahead budget
-  // Batches read at once (reader threads). One store batch ends with its slowest piece: a second
-  // one already queued keeps the disk busy through that tail (docs/benchmarks.md 2.5).
-  uint32_t read_lanes = 2;
+  uint64_t inflight_bytes = 64 << 20; // read-ahead budget
+  // Batches read at once (reader threads). One store batch ends with its slowest piece: others
+  // already queued keep the disk busy through that tail and through a lane's wake-up when the
+  // cores are busy (docs/benchmarks.md 2.5: 4 lanes, 64 MiB, qd 16 measured best).
+  uint32_t read_lanes = 4;
   // When set, the stored geometry must equal it (else InvalidArgument saying what differs).
   const ModelGeometry* expect_geometry = nullptr;
   bool drop_cache = false;            // evict the object from the page cache before reading

@@ -21,7 +21,7 @@ struct PosixStoreOptions {
   IoMode io = IoMode::kBuffered;
   // Requests in flight per ReadBatch (1..256): io=uring ring depth; io=direct I/O threads
   // (at most 16; 1 = one synchronous pread at a time on the caller's thread).
-  uint32_t queue_depth = 8;
+  uint32_t queue_depth = 16;
   uint64_t chunk_bytes = 1u << 20;    // largest single I/O request; multiple of 4096
   // io=direct reads through io_uring where the kernel allows it (no thread wake-up per request:
   // it holds the disk's rate when the cores are busy, docs/store.md §4), else with `qd` threads
