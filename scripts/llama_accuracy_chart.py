@@ -251,21 +251,22 @@ def main(argv):
     y_hi = math.ceil(math.log10(max(kls)))
     cols = 2 if len(panels) > 1 else 1
     rows = (len(panels) + cols - 1) // cols
-    legend_h = 44
-    svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{cols * W}" height="{rows * H + legend_h}" '
-           'font-family="sans-serif">', f'<rect width="100%" height="100%" fill="white"/>']
-    for i, (title, rep) in enumerate(panels):
-        svg += panel(title, rep, (i % cols) * W, (i // cols) * H, y_lo, y_hi)
-    y = rows * H + 14
-    x = 20
+    # The legend wraps: lay it out first, then size the picture to it (footer below its last row).
+    legend, y, x = [], rows * H + 14, 20
     used = {style_of(r) for _, rep in panels for r in rep["results"]}
     for shape, fill, stroke, text in (v for k, v in STYLES.items() if k in used):
-        svg.append(marker(shape, x, y, fill, stroke))
-        svg.append(f'<text x="{x + 9}" y="{y + 4}" font-size="11">{escape(text)}</text>')
+        legend.append(marker(shape, x, y, fill, stroke))
+        legend.append(f'<text x="{x + 9}" y="{y + 4}" font-size="11">{escape(text)}</text>')
         x += 14 + 6.2 * len(text) + 18
         if x > cols * W - 200:
             x, y = 20, y + 18
-    svg.append(f'<text x="20" y="{rows * H + legend_h - 4}" font-size="10" fill="#555">Lower is '
+    footer_y = (y if x == 20 else y + 18) + 6
+    svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{cols * W}" height="{footer_y + 8}" '
+           'font-family="sans-serif">', f'<rect width="100%" height="100%" fill="white"/>']
+    for i, (title, rep) in enumerate(panels):
+        svg += panel(title, rep, (i % cols) * W, (i // cols) * H, y_lo, y_hi)
+    svg += legend
+    svg.append(f'<text x="20" y="{footer_y}" font-size="10" fill="#555">Lower is '
                'better; left is smaller. Labels: configuration (top-1 agreement over the steps).</text>')
     svg.append("</svg>")
     with open(argv[1], "w") as f:
