@@ -20,6 +20,14 @@ context in another process continue as the uncompressed original does? (docs/lla
    plus one control row, f16 with flash attention (--no-f16-control leaves it out). Unlike the
    tqkv rows, the prefill itself runs on the quantized cache there (tqkv compresses a cache
    computed exactly): not the identical experiment.
+With --prefill-cache DIR the prefill's products (the saved sequence, the reference logits, the
+prompt tokens and llama.cpp's save figures) are kept under a key of the model file, prompt, N,
+steps, threads, batch size, flash attention and llama-cpp-python version, and a later run with the
+same key reuses them instead of prefilling again (`prefill_cached` in the JSON; CPU llama.cpp is
+deterministic, so the rows are those of the same experiment). Each tqkv and llama.cpp row lists
+its `flipped_steps`: the steps whose top-1 differs from the reference's, with the reference's
+margin between its first and second logit there (`reference_margins` has it for every step): a
+flip at a margin of 0.05 is a near-tie, one at 5 is a broken cache.
 The JSON (rewritten as each row comes in, so a long run keeps its finished rows; `done_s` is when
 a row was written) has the keys of `tqkv migrate` (model, prompt_tokens, steps, results[codec,
 top1, kl_mean, kl_max, max_logit_diff, k_cosine_mean, v_cosine_mean]) plus sizes, times and
@@ -29,7 +37,9 @@ the bits of their ggml blocks: q8_0 8.5, q5_0 5.5, q4_1 5.0, q4_0 4.5, f16 16).
 A --codecs entry is a codec spec with optional settings, each `@NAME=VALUE` (a ',' inside a value
 is written ':', since ',' separates entries): `@km=` is `tqkv llama import --key-means` (off,
 session, a block B, optionally :f16 or :f32), `@exact=` is --exact-tokens (FIRST:LAST). Example:
-`--codecs fp16,tq3,tq3@km=off,tq3@exact=4:128,tq4@km=session:f32`.
+`--codecs fp16,tq3,tq3@km=off,tq3@exact=4:128,tq4@km=session:f32`. An entry without @exact= gets
+`tqkv llama import`'s default (the last 4 tokens exact for lossy codecs; `@exact=0:0` for none);
+each row's `exact_tokens` is what its container holds.
 """
 
 from __future__ import annotations
@@ -134,6 +144,41 @@ def _kl(ref, got):
     return (np.exp(lp) * (lp - lq)).sum(axis=-1)
 
 
+def _margins(ref):
+    """Per step, the reference's top-1 logit minus its top-2 logit."""
+    top2 = np.sort(ref, axis=-1)[:, -2:]
+    return (top2[:, 1] - top2[:, 0]).astype(np.float64)
+
+
+def _flips(ref, got):
+    """The steps whose top-1 differs from the reference's, with the reference's margin there."""
+    margins = _margins(ref)
+    r, g = ref.argmax(-1), got.argmax(-1)
+    return [{"step": int(i), "ref_top1": int(r[i]), "got_top1": int(g[i]),
+             "ref_margin": round(float(margins[i]), 4)} for i in np.nonzero(r != g)[0]]
+
+
+def _stored_exact_tokens(cli, path):
+    """The container's exact rows as "FIRST,LAST" ("" for none): what the entry asked for, or
+    `tqkv llama import`'s default where it asked for nothing."""
+    out = subprocess.run([cli, "inspect", "--json", path], check=True, capture_output=True,
+                         text=True).stdout
+    et = json.loads(out)["exact_tokens"]
+    return f"{et['first']},{et['last']}" if et["first"] or et["last"] else ""
+
+
+def _prefill_key(args):
+    """What the prefill's products depend on: the model's bytes, the prompt's, N, steps, threads,
+    batches, flash attention and the engine's version."""
+    import llama_cpp
+    h = hashlib.sha256()
+    for path in (args.model, args.prompt_file):
+        h.update(_sha256(path).encode())
+    h.update(json.dumps([args.tokens, args.steps, args.threads, args.n_batch, args.flash_attn,
+                         llama_cpp.__version__]).encode())
+    return h.hexdigest()[:24]
+
+
 def _read_safetensors(path):
     with open(path, "rb") as f:
         n = int.from_bytes(f.read(8), "little")
@@ -199,7 +244,7 @@ def _llama_kv_rows(args, n_ctx, prompt, ref, emit, t_start):
             "kind": "llama.cpp", "llama_kv_type": name, "flash_attn": True,
             "top1": int((ref.argmax(-1) == got.argmax(-1)).sum()),
             "kl_mean": float(kl.mean()), "kl_max": float(kl.max()),
-            "max_logit_diff": float(np.abs(ref - got).max()),
+            "max_logit_diff": float(np.abs(ref - got).max()), "flipped_steps": _flips(ref, got),
             "bits_per_value": bits, "state_bytes": state_bytes, "prefill_s": prefill_s,
             "done_s": time.perf_counter() - t_start,
         })
@@ -222,25 +267,51 @@ def run(args, emit=lambda report: None):
 
     llm = _open(args.model, n_ctx, args.threads, args.flash_attn, args.n_batch)
     prompt = _tokenize(llm, args.prompt_file, n + steps)
-    t0 = time.perf_counter()
-    llm.eval(prompt[:n])
-    prefill_s = time.perf_counter() - t0
-    blob = tl.get_sequence_state(llm, 0)
     head_dim = tl.head_dim_of(llm)
     n_layer = llama_cpp_model_int(llm, "llama_model_n_layer")
     n_head_kv = llama_cpp_model_int(llm, "llama_model_n_head_kv")
     values = 2 * n_layer * n_head_kv * head_dim * n
     tmp = tempfile.mkdtemp(prefix="llama_migrate_")
-    # llama.cpp's own save, for the size and time figures.
-    import llama_cpp
-    slot_path = os.path.join(tmp, "slot.bin")
-    t0 = time.perf_counter()
-    arr = (llama_cpp.llama_token * n)(*prompt[:n])
-    llama_cpp.llama_state_seq_save_file(llm._ctx.ctx, slot_path.encode(), 0, arr, n)
-    llama_save_s = time.perf_counter() - t0
     feed = prompt[n:n + steps]
-    ref = teacher_force(llm, feed)
-    del llm
+    import llama_cpp
+    cache, cached_hit = None, False
+    if args.prefill_cache:
+        cache = os.path.join(args.prefill_cache, _prefill_key(args))
+    if cache and os.path.exists(os.path.join(cache, "meta.json")):
+        cached_hit = True
+        with open(os.path.join(cache, "meta.json")) as f:
+            meta = json.load(f)
+        if meta["prompt"] != prompt:
+            raise SystemExit(f"{cache}: cached prompt tokens differ from this run's")
+        with open(os.path.join(cache, "state.bin"), "rb") as f:
+            blob = f.read()
+        ref = np.load(os.path.join(cache, "ref.npy"))
+        prefill_s, llama_save_s, slot_bytes = meta["prefill_s"], meta["llama_save_s"], meta["slot_bytes"]
+        del llm
+    else:
+        t0 = time.perf_counter()
+        llm.eval(prompt[:n])
+        prefill_s = time.perf_counter() - t0
+        blob = tl.get_sequence_state(llm, 0)
+        # llama.cpp's own save, for the size and time figures.
+        slot_path = os.path.join(tmp, "slot.bin")
+        t0 = time.perf_counter()
+        arr = (llama_cpp.llama_token * n)(*prompt[:n])
+        llama_cpp.llama_state_seq_save_file(llm._ctx.ctx, slot_path.encode(), 0, arr, n)
+        llama_save_s = time.perf_counter() - t0
+        slot_bytes = os.path.getsize(slot_path)
+        ref = teacher_force(llm, feed)
+        del llm
+        if cache:
+            os.makedirs(cache + ".part", exist_ok=True)
+            with open(os.path.join(cache + ".part", "state.bin"), "wb") as f:
+                f.write(blob)
+            np.save(os.path.join(cache + ".part", "ref.npy"), ref)
+            with open(os.path.join(cache + ".part", "meta.json"), "w") as f:
+                json.dump({"prompt": prompt, "prefill_s": prefill_s, "llama_save_s": llama_save_s,
+                           "slot_bytes": slot_bytes}, f)
+            shutil.rmtree(cache, ignore_errors=True)
+            os.replace(cache + ".part", cache)
 
     jobs, saves = [], {}
     fp16_key = "llama-migrate-fp16-ref"
@@ -278,13 +349,15 @@ def run(args, emit=lambda report: None):
         "prompt_sha256": _sha256(args.prompt_file),
         "prompt_tokens": n, "steps": steps, "head_dim": head_dim, "flash_attn": args.flash_attn,
         "threads": args.threads, "n_batch": args.n_batch,
-        "state_bytes": len(blob), "slot_file_bytes": os.path.getsize(slot_path),
+        "state_bytes": len(blob), "slot_file_bytes": slot_bytes,
         "llama_save_file_s": llama_save_s, "prefill_s": prefill_s,
+        "prefill_cached": cached_hit,
         "exact_tokens": args.exact_tokens or "",
         "n_layer": n_layer, "n_head_kv": n_head_kv, "started": started,
         # Runs of the same model, prompt, N, threads and batches give the same reference (CPU
         # llama.cpp is deterministic); the hash lets rows of two runs be compared.
         "reference_logits_sha256": hashlib.sha256(np.ascontiguousarray(ref).tobytes()).hexdigest(),
+        "reference_margins": [round(float(m), 4) for m in _margins(ref)],
         "loadavg_start": list(load_start), "results": [],
     }
     results = []
@@ -311,11 +384,12 @@ def run(args, emit=lambda report: None):
         spec, key_means, exact = settings[job["codec"]]
         results.append({
             "codec": job["codec"], "kind": "tqkv", "spec": spec,
-            "key_means": key_means or "default", "exact_tokens": exact or "",
+            "key_means": key_means or "default",
+            "exact_tokens": _stored_exact_tokens(cli, os.path.join(store, job["key"] + ".tqkv")),
             "bits_per_value": size * 8 / values,
             "top1": int((ref.argmax(-1) == got.argmax(-1)).sum()),
             "kl_mean": float(kl.mean()), "kl_max": float(kl.max()),
-            "max_logit_diff": float(np.abs(ref - got).max()),
+            "max_logit_diff": float(np.abs(ref - got).max()), "flipped_steps": _flips(ref, got),
             "k_cosine_mean": kc, "v_cosine_mean": vc,
             "tqkv_bytes": size, "save_s": saves[job["codec"]], "load_s": load_s,
             "done_s": time.perf_counter() - t_start,  # seconds into the run when it was written
@@ -358,6 +432,8 @@ def main(argv=None):
     p.add_argument("--n-batch", type=int, default=512)
     p.add_argument("--flash-attn", action="store_true")
     p.add_argument("--keep", action="store_true")
+    p.add_argument("--prefill-cache", default=None,
+                   help="a directory keeping each prefill's state and reference logits for reuse")
     p.add_argument("--json", default="-")
     args = p.parse_args(argv)
     if args.worker:

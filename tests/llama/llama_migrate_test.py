@@ -54,6 +54,18 @@ class Entries(unittest.TestCase):
         self.assertEqual(m.llama_kv_names("q4_0,f16", no_f16_control=True), ["q4_0", "f16"])
         self.assertEqual(m.llama_kv_names(""), ["f16"])
 
+    def test_flips_name_the_steps_and_the_reference_margin(self):
+        import numpy as np
+        m = load_migrate()
+        ref = np.array([[0.0, 3.0, 1.0], [2.0, 1.9, 0.0], [0.0, 0.0, 5.0]], dtype=np.float32)
+        got = np.array([[0.0, 3.0, 1.0], [1.0, 2.0, 0.0], [6.0, 0.0, 5.0]], dtype=np.float32)
+        np.testing.assert_allclose(m._margins(ref), [2.0, 0.1, 5.0], rtol=1e-6)
+        flips = m._flips(ref, got)
+        self.assertEqual([(f["step"], f["ref_top1"], f["got_top1"]) for f in flips],
+                         [(1, 0, 1), (2, 2, 0)])
+        self.assertAlmostEqual(flips[0]["ref_margin"], 0.1, places=4)
+        self.assertEqual(m._flips(ref, ref), [])
+
     def test_bad_entry_and_kv_type_are_refused_before_any_work(self):
         for flag, value in (("--codecs", "tq3@kmeans=off"), ("--llama-kv", "q4_0,q3_k")):
             p = subprocess.run([sys.executable, MIGRATE, "--model", "x.gguf", "--prompt-file",
@@ -70,9 +82,22 @@ class Engine(unittest.TestCase):
                             "--tokens", "160", "--steps", "12", "--threads", "2",
                             "--codecs", "fp16,tq3,tq3@km=off,tq3@km=session,tq3@exact=4:16",
                             "--llama-kv", "q8_0,q4_0", "--store", os.path.join(d, "store"),
-                            "--json", out], check=True)
+                            "--prefill-cache", os.path.join(d, "prefill"), "--json", out],
+                           check=True)
             with open(out) as f:
                 r = json.load(f)
+            # A second run reuses the first's prefill and reference: the same rows, no prefill.
+            subprocess.run([sys.executable, MIGRATE, "--model", SMOLLM2, "--prompt-file", PROMPT,
+                            "--tokens", "160", "--steps", "12", "--threads", "2",
+                            "--codecs", "tq3", "--prefill-cache", os.path.join(d, "prefill"),
+                            "--json", out], check=True)
+            with open(out) as f:
+                again = json.load(f)
+        self.assertFalse(r["prefill_cached"])
+        self.assertTrue(again["prefill_cached"])
+        self.assertEqual(again["reference_logits_sha256"], r["reference_logits_sha256"])
+        self.assertEqual(again["state_bytes"], r["state_bytes"])
+        self.assertEqual(len(r["reference_margins"]), 12)
         rows = {x["codec"]: x for x in r["results"]}
         for x in r["results"]:
             print(json.dumps({k: x.get(k) for k in ("codec", "top1", "kl_mean", "bits_per_value",
@@ -91,7 +116,16 @@ class Engine(unittest.TestCase):
         # The settings reached the container: key means cost bytes, exact tokens more, and each
         # setting gives other codes (at N = 160 a session mean and two 128-token block means round
         # to the same 4 KiB-aligned size, so their KL tells them apart).
+        self.assertEqual(again["results"][0]["kl_mean"], rows["tq3"]["kl_mean"])
+        for x in r["results"]:
+            self.assertEqual(len(x["flipped_steps"]), 12 - x["top1"], x["codec"])
+            for f in x["flipped_steps"]:
+                self.assertEqual(f["ref_margin"], r["reference_margins"][f["step"]])
         off, default, session = rows["tq3@km=off"], rows["tq3"], rows["tq3@km=session"]
+        # The rows record the exact rows their containers hold: `tqkv llama import`'s default
+        # for lossy codecs (the last 4 tokens), none for fp16, or what @exact= asked for.
+        self.assertEqual([rows[c]["exact_tokens"] for c in ("fp16", "tq3", "tq3@exact=4:16")],
+                         ["", "0,4", "4,16"])
         self.assertEqual((off["key_means"], session["key_means"]), ("off", "session"))
         self.assertLess(off["tqkv_bytes"], session["tqkv_bytes"])
         self.assertLessEqual(session["tqkv_bytes"], default["tqkv_bytes"])
