@@ -111,6 +111,20 @@ def test_layer_by_layer(store):
         tqkv.restore(store, "s", on_layer=boom)
 
 
+def test_lossy_sessions_keep_the_last_tokens_exact_by_default(store):
+    k, v = session_arrays(layers=2, tokens=32, dtype=np.float16)
+    for key, kwargs, want in (("tq3", dict(codec="tq3"), {"first": 0, "last": 4}),
+                              ("fp16", dict(codec="fp16"), {"first": 0, "last": 0}),
+                              ("mixed", dict(codec="fp16", layer_codecs={1: "tq4"}),
+                               {"first": 0, "last": 4}),
+                              ("off", dict(codec="tq3", exact_tokens=(0, 0)),
+                               {"first": 0, "last": 0})):
+        tqkv.checkpoint(store, key, k, v, **kwargs)
+        assert store.inspect(key)["exact_tokens"] == want, key
+    rk, _ = tqkv.restore(store, "tq3")
+    assert np.array_equal(rk[:, -4:], k[:, -4:]) and not np.array_equal(rk[:, -8:-4], k[:, -8:-4])
+
+
 def test_layer_codecs_and_exact_tokens(store):
     k, v = session_arrays(layers=3, tokens=64, dtype=np.float16)
     tqkv.checkpoint(store, "s", k, v, codec="tq2", layer_codecs={0: "tq4"}, exact_tokens=(4, 8))

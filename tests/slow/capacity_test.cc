@@ -54,8 +54,12 @@ TEST(SeedFigures, CapacityCountsTheKeyMeans) {
 // Exact rows cost their bytes and no more than a page of padding per layer.
 TEST(SeedFigures, CapacityWithExactTokensCountsTheirBytes) {
   const std::string base = "capacity --model qwen2.5-7b --tokens 10000 --codec tq3 --json";
-  CmdResult plain = Tqkv(base);
+  CmdResult plain = Tqkv(base + " --exact-tokens 0,0");
   CmdResult exact = Tqkv(base + " --exact-tokens 4,128");
+  CmdResult dflt = Tqkv(base);  // the tools' default for lossy codecs: the last 4 tokens
+  ASSERT_EQ(dflt.status, 0) << dflt.out;
+  EXPECT_EQ(Json(dflt.out)["exact_first"], 0);
+  EXPECT_EQ(Json(dflt.out)["exact_last"], 4);
   ASSERT_EQ(plain.status, 0) << plain.out;
   ASSERT_EQ(exact.status, 0) << exact.out;
   auto p = Json(plain.out), e = Json(exact.out);

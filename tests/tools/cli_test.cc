@@ -46,6 +46,32 @@ TEST(Cli, CheckpointInspectVerifyRestore) {
   }
 }
 
+// The tools' default: a lossy session keeps its last 4 tokens exact, an fp16 one none, and
+// --exact-tokens 0,0 turns it off.
+TEST(Cli, LossySessionsKeepTheLastTokensExactByDefault) {
+  tqkv::testing_util::ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  const std::string base = "checkpoint --model smollm2-135m --tokens 300 --store " + dir.path();
+  const struct {
+    const char* session;
+    const char* args;
+    int last;
+  } cases[] = {{"tq3", " --codec tq3", 4},
+               {"kv", " --codec k4v2", 4},
+               {"layer", " --codec fp16 --layer-codec 3:tq4", 4},
+               {"fp16", " --codec fp16", 0},
+               {"off", " --codec tq3 --exact-tokens 0,0", 0}};
+  for (const auto& c : cases) {
+    CmdResult w = Tqkv(base + c.args + " --session " + c.session);
+    ASSERT_EQ(w.status, 0) << c.session << ": " << w.out;
+    CmdResult i = Tqkv("inspect --json " + dir.path() + "/" + c.session + ".tqkv");
+    ASSERT_EQ(i.status, 0) << i.out;
+    auto j = Json(i.out);
+    EXPECT_EQ(j["exact_tokens"]["first"], 0) << c.session;
+    EXPECT_EQ(j["exact_tokens"]["last"], c.last) << c.session;
+  }
+}
+
 TEST(Cli, CheckpointExactTokensShowInInspect) {
   tqkv::testing_util::ScratchDir dir;
   ASSERT_TRUE(dir.ok());
