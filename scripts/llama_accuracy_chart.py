@@ -23,10 +23,11 @@ W, H = 470, 350            # one panel
 ML, MR, MT, MB = 62, 14, 58, 46
 X_MIN, X_MAX = 1.5, 9.0    # bits per value
 STYLES = {                 # kind -> (shape, fill, stroke, legend)
-    "tqkv": ("circle", "#1f77b4", "#1f77b4", "tqkv, key means (default)"),
+    "tqkv": ("circle", "#1f77b4", "#1f77b4", "tqkv, key means, no exact tokens"),
     "tqkv-km-off": ("triangle", "white", "#1f77b4", "tqkv, key means off"),
     "tqkv-exact": ("square", "#2ca02c", "#2ca02c", "tqkv, exact tokens 4,128"),
     "tqkv-sinks": ("square", "white", "#2ca02c", "tqkv, first tokens exact (4,0 or 1,0)"),
+    "tqkv-recent": ("circle", "#17becf", "#17becf", "tqkv, last tokens exact (0,4: the default)"),
     "tqkv-km-session": ("triangle", "#9467bd", "#9467bd", "tqkv, one key mean per session"),
     "tqkv-kv": ("square", "#ff7f0e", "#ff7f0e", "tqkv, separate K/V codecs (k4v2 ...)"),
     "tqkv-auto": ("circle", "white", "#ff7f0e", "tqkv, bit allocator (auto:B)"),
@@ -41,7 +42,9 @@ def style_of(row):
     if spec.startswith("auto"):
         return "tqkv-auto"
     if row.get("exact_tokens"):  # "F,L": only the first tokens (attention sinks) when L is 0
-        return "tqkv-sinks" if row["exact_tokens"].endswith(",0") else "tqkv-exact"
+        if row["exact_tokens"].endswith(",0"):
+            return "tqkv-sinks"
+        return "tqkv-recent" if row["exact_tokens"].startswith("0,") else "tqkv-exact"
     if spec.startswith("k") and "v" in spec:
         return "tqkv-kv"
     km = row.get("key_means", "default")
@@ -213,7 +216,8 @@ def summary(report):
 def load(paths):
     """One report from 'a.json+b.json': runs of the same model, prompt and N (the same reference
     logits: where both runs record their hash, it must match); a configuration measured in both
-    is taken from the first."""
+    is taken from the first (by name, or by its settings and size where two runs named it
+    differently)."""
     reports = []
     for path in paths.split("+"):
         with open(path) as f:
@@ -227,8 +231,11 @@ def load(paths):
                     key == "reference_logits_sha256" and None in (rep.get(key), reports[0].get(key))):
                 sys.exit(f"{paths}: the runs differ in {key}")
         for row in rep["results"]:
-            if row["codec"] not in seen:
-                seen.add(row["codec"])
+            # The same configuration under two names (tq3 and tq3@exact=0:0) is one marker.
+            same = (row.get("kind"), row.get("spec", row["codec"]), row.get("key_means"),
+                    row.get("exact_tokens", ""), round(row.get("bits_per_value", 0), 3))
+            if row["codec"] not in seen and same not in seen:
+                seen.update((row["codec"], same))
                 merged["results"].append(row)
     return merged
 
