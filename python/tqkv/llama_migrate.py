@@ -179,6 +179,31 @@ def _prefill_key(args):
     return h.hexdigest()[:24]
 
 
+def _read_prefill(cache, prompt):
+    """A cached prefill: (state blob, reference logits, meta); its prompt must be this run's."""
+    with open(os.path.join(cache, "meta.json")) as f:
+        meta = json.load(f)
+    if meta["prompt"] != prompt:
+        raise SystemExit(f"{cache}: cached prompt tokens differ from this run's")
+    with open(os.path.join(cache, "state.bin"), "rb") as f:
+        blob = f.read()
+    return blob, np.load(os.path.join(cache, "ref.npy")), meta
+
+
+def _write_prefill(cache, blob, ref, meta):
+    """Writes a prefill's products into cache + ".part", then renames it into place: a run killed
+    half-way leaves no cache entry that a later run would trust."""
+    part = cache + ".part"
+    os.makedirs(part, exist_ok=True)
+    with open(os.path.join(part, "state.bin"), "wb") as f:
+        f.write(blob)
+    np.save(os.path.join(part, "ref.npy"), ref)
+    with open(os.path.join(part, "meta.json"), "w") as f:
+        json.dump(meta, f)
+    shutil.rmtree(cache, ignore_errors=True)
+    os.replace(part, cache)
+
+
 def _read_safetensors(path):
     with open(path, "rb") as f:
         n = int.from_bytes(f.read(8), "little")
@@ -279,13 +304,7 @@ def run(args, emit=lambda report: None):
         cache = os.path.join(args.prefill_cache, _prefill_key(args))
     if cache and os.path.exists(os.path.join(cache, "meta.json")):
         cached_hit = True
-        with open(os.path.join(cache, "meta.json")) as f:
-            meta = json.load(f)
-        if meta["prompt"] != prompt:
-            raise SystemExit(f"{cache}: cached prompt tokens differ from this run's")
-        with open(os.path.join(cache, "state.bin"), "rb") as f:
-            blob = f.read()
-        ref = np.load(os.path.join(cache, "ref.npy"))
+        blob, ref, meta = _read_prefill(cache, prompt)
         prefill_s, llama_save_s, slot_bytes = meta["prefill_s"], meta["llama_save_s"], meta["slot_bytes"]
         del llm
     else:
@@ -303,15 +322,9 @@ def run(args, emit=lambda report: None):
         ref = teacher_force(llm, feed)
         del llm
         if cache:
-            os.makedirs(cache + ".part", exist_ok=True)
-            with open(os.path.join(cache + ".part", "state.bin"), "wb") as f:
-                f.write(blob)
-            np.save(os.path.join(cache + ".part", "ref.npy"), ref)
-            with open(os.path.join(cache + ".part", "meta.json"), "w") as f:
-                json.dump({"prompt": prompt, "prefill_s": prefill_s, "llama_save_s": llama_save_s,
-                           "slot_bytes": slot_bytes}, f)
-            shutil.rmtree(cache, ignore_errors=True)
-            os.replace(cache + ".part", cache)
+            _write_prefill(cache, blob, ref, {"prompt": prompt, "prefill_s": prefill_s,
+                                              "llama_save_s": llama_save_s,
+                                              "slot_bytes": slot_bytes})
 
     jobs, saves = [], {}
     fp16_key = "llama-migrate-fp16-ref"
