@@ -205,6 +205,38 @@ TEST(PosixStoreTest, BytesReadCountsWhatMovedFromStorage) {
   EXPECT_EQ((*r)->BytesRead(), 4096u + 8192u);
 }
 
+// Reading an object's unaligned end (a container's footer) is a short read at end of file, not a
+// reason to leave O_DIRECT: the reads after it still cost whole blocks (through the page cache a
+// one-byte read would move one byte).
+TEST(PosixStoreTest, TheFileEndKeepsODirectOn) {
+  for (const char* io : {"direct", "direct&engine=threads", "uring"}) {
+    SCOPED_TRACE(io);
+    ScratchDir dir;
+    auto store = MustOpen("file://" + dir.path() + "?io=" + io);
+    ASSERT_NE(store, nullptr);
+    if (store->Caps().io_mode == IoMode::kBuffered) GTEST_SKIP() << "O_DIRECT unavailable here";
+    const auto data = Pattern(4, 3 * 4096 + 100);
+    ASSERT_TRUE(WriteObject(store.get(), "t", data).ok());
+    auto r = store->Open("t");
+    ASSERT_TRUE(r.ok());
+    std::vector<uint8_t> tail(50);
+    ASSERT_TRUE((*r)->ReadAt(3 * 4096 + 50, tail).ok());
+    EXPECT_TRUE(std::equal(tail.begin(), tail.end(), data.begin() + 3 * 4096 + 50));
+    EXPECT_EQ((*r)->BytesRead(), 100u) << "the last block holds 100 bytes";
+    std::vector<uint8_t> one(1);
+    ASSERT_TRUE((*r)->ReadAt(5000, one).ok());
+    EXPECT_EQ(one[0], data[5000]);
+    EXPECT_EQ((*r)->BytesRead(), 100u + 4096u) << "still O_DIRECT after the file's end";
+    // A batch that ends at the file's end: the same.
+    AlignedBuffer big(3 * 4096 + 4096);
+    const ReadRequest req{0, std::span<uint8_t>(big.data(), data.size())};
+    ASSERT_TRUE((*r)->ReadBatch(std::span<const ReadRequest>(&req, 1)).ok());
+    EXPECT_EQ(0, std::memcmp(big.data(), data.data(), data.size()));
+    ASSERT_TRUE((*r)->ReadAt(9000, one).ok());
+    EXPECT_EQ((*r)->BytesRead(), 100u + 4096u + data.size() + 4096u);
+  }
+}
+
 TEST(PosixStoreTest, CreateFalseNeedsAnExistingDirectory) {
   ScratchDir dir;
   auto missing = OpenStore("file://" + dir.path() + "/nope?create=0");

@@ -399,6 +399,8 @@ class PosixReadable final : public ReadableObject {
       bytes_read_.fetch_add(static_cast<uint64_t>(r), std::memory_order_relaxed);
       got += static_cast<uint64_t>(r);
       if (direct_.load() && got < len && !IsAligned(got)) {
+        // The file's unaligned end (a tail read): O_DIRECT stays on for the reads after it.
+        if (off + got >= size_) break;
         // Short O_DIRECT read inside the file: continue through the page cache.
         direct_ = false;
         (void)ClearDirectFlag(fd_);
