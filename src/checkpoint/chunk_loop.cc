@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <deque>
+#include <limits>
+#include <string>
 #include <tuple>
 
 #include "checkpoint/slot_reader.h"
@@ -9,12 +11,16 @@
 namespace tqkv {
 
 Result<std::vector<std::span<uint8_t>>> ChunkSink::AllocateSlots(size_t count, size_t bytes) {
-  host_slots_.clear();
-  std::vector<std::span<uint8_t>> out;
-  for (size_t i = 0; i < count; ++i) {
-    host_slots_.emplace_back(bytes);
-    out.emplace_back(host_slots_.back().data(), bytes);
+  // One region on 2 MiB boundaries (huge pages: the first read into fresh slots faults a
+  // fraction of the pages that `count` separate buffers would).
+  if (bytes != 0 && count > std::numeric_limits<size_t>::max() / bytes) {
+    return Status::ResourceExhausted("chunk loop: " + std::to_string(count) + " slots of " +
+                                     std::to_string(bytes) + " bytes");
   }
+  host_slots_ = AlignedBuffer(0, size_t{2} << 20);
+  TQKV_RETURN_IF_ERROR(host_slots_.TryReserve(count * bytes));
+  std::vector<std::span<uint8_t>> out;
+  for (size_t i = 0; i < count; ++i) out.emplace_back(host_slots_.data() + i * bytes, bytes);
   return out;
 }
 

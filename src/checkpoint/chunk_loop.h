@@ -42,7 +42,7 @@ class ChunkSink {
   virtual Status Retire(size_t slot) { return Status::Ok(); }
 
  private:
-  std::vector<AlignedBuffer> host_slots_;  // the default AllocateSlots'
+  AlignedBuffer host_slots_;  // the default AllocateSlots': every slot, back to back
 };
 
 // Drops every chunk: the read path alone (VerifyObject, the restore bench's read stages).
