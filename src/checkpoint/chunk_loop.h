@@ -26,9 +26,9 @@ inline double SecondsSince(RestoreClock::time_point t) {
 // Where verified chunks go.
 class ChunkSink {
  public:
-  virtual ~ChunkSink() = default;
+  virtual ~ChunkSink();
   // The memory reads land in: `count` slots of `bytes` each, 4 KiB-aligned (O_DIRECT). Default:
-  // host buffers owned by the sink.
+  // one host region owned by the sink, taken from and given back to slot_memory.h's pool.
   virtual Result<std::vector<std::span<uint8_t>>> AllocateSlots(size_t count, size_t bytes);
   // Chunk `index` of the reader, verified (checksum and padding), sits in slot `slot`; `payload`
   // is its first entry.size bytes.

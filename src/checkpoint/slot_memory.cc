@@ -1,0 +1,61 @@
+#include "checkpoint/slot_memory.h"
+
+#include <mutex>
+#include <utility>
+#include <vector>
+
+namespace tqkv {
+namespace {
+
+constexpr size_t kHugePage = size_t{2} << 20;
+
+struct Kept {
+  std::mutex mu;
+  std::vector<AlignedBuffer> regions;
+  size_t bytes = 0;
+};
+
+Kept& Pool() {
+  static Kept* pool = new Kept;  // never destroyed: restores may end during static destruction
+  return *pool;
+}
+
+}  // namespace
+
+Result<AlignedBuffer> TakeSlotMemory(size_t bytes) {
+  {
+    Kept& k = Pool();
+    std::lock_guard<std::mutex> lock(k.mu);
+    size_t best = k.regions.size();
+    for (size_t i = 0; i < k.regions.size(); ++i) {
+      const size_t have = k.regions[i].size();
+      if (have >= bytes && (best == k.regions.size() || have < k.regions[best].size())) best = i;
+    }
+    if (best < k.regions.size()) {
+      AlignedBuffer r = std::move(k.regions[best]);
+      k.regions.erase(k.regions.begin() + static_cast<std::ptrdiff_t>(best));
+      k.bytes -= r.size();
+      return r;
+    }
+  }
+  AlignedBuffer r(0, kHugePage);
+  TQKV_RETURN_IF_ERROR(r.TryReserve(bytes));
+  return r;
+}
+
+void ReturnSlotMemory(AlignedBuffer region) {
+  if (region.data() == nullptr) return;
+  Kept& k = Pool();
+  std::lock_guard<std::mutex> lock(k.mu);
+  if (k.bytes + region.size() > kSlotMemoryKept) return;  // freed on the way out
+  k.bytes += region.size();
+  k.regions.push_back(std::move(region));
+}
+
+size_t SlotMemoryKeptBytes() {
+  Kept& k = Pool();
+  std::lock_guard<std::mutex> lock(k.mu);
+  return k.bytes;
+}
+
+}  // namespace tqkv
