@@ -132,10 +132,13 @@ Result<CheckpointStats> Checkpoint(const KvCache& cache, const CheckpointOptions
 struct RestoreOptions {
   DType dtype = DType::kF16;          // element type of the restored tensors
   ThreadPool* pool = nullptr;         // decode threads; null: the calling thread
-  uint64_t inflight_bytes = 64 << 20; // read-ahead budget
+  // Read-ahead budget: host memory of huge pages, kept after the restore for the next one (at
+  // most 2 GiB across restores, docs/store.md §4).
+  uint64_t inflight_bytes = 64 << 20;
   // Batches read at once (reader threads). One store batch ends with its slowest piece: others
   // already queued keep the disk busy through that tail and through a lane's wake-up when the
-  // cores are busy (docs/benchmarks.md 2.5: 4 lanes, 64 MiB, qd 16 measured best).
+  // cores are busy (docs/benchmarks.md 2.5: 4 lanes, 64 MiB, qd 16, measured while reads went
+  // through the page cache; 2.5a).
   uint32_t read_lanes = 4;
   // When set, the stored geometry must equal it (else InvalidArgument saying what differs).
   const ModelGeometry* expect_geometry = nullptr;

@@ -7,21 +7,21 @@
 #include <tuple>
 #include <utility>
 
-#include "checkpoint/slot_memory.h"
+#include "checkpoint/restore_memory.h"
 #include "checkpoint/slot_reader.h"
 
 namespace tqkv {
 
-ChunkSink::~ChunkSink() { ReturnSlotMemory(std::move(host_slots_)); }
+ChunkSink::~ChunkSink() { ReturnRestoreMemory(std::move(host_slots_)); }
 
 Result<std::vector<std::span<uint8_t>>> ChunkSink::AllocateSlots(size_t count, size_t bytes) {
-  // One region (slot_memory.h: huge pages, kept for the next restore).
+  // One region (restore_memory.h: huge pages, kept for the next restore).
   if (bytes != 0 && count > std::numeric_limits<size_t>::max() / bytes) {
     return Status::ResourceExhausted("chunk loop: " + std::to_string(count) + " slots of " +
                                      std::to_string(bytes) + " bytes");
   }
-  ReturnSlotMemory(std::move(host_slots_));
-  TQKV_ASSIGN_OR_RETURN(host_slots_, TakeSlotMemory(count * bytes));
+  ReturnRestoreMemory(std::move(host_slots_));
+  TQKV_ASSIGN_OR_RETURN(host_slots_, TakeRestoreMemory(count * bytes));
   std::vector<std::span<uint8_t>> out;
   for (size_t i = 0; i < count; ++i) out.emplace_back(host_slots_.data() + i * bytes, bytes);
   return out;

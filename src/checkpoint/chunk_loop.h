@@ -28,7 +28,7 @@ class ChunkSink {
  public:
   virtual ~ChunkSink();
   // The memory reads land in: `count` slots of `bytes` each, 4 KiB-aligned (O_DIRECT). Default:
-  // one host region owned by the sink, taken from and given back to slot_memory.h's pool.
+  // one host region owned by the sink, taken from and given back to restore_memory.h's pool.
   virtual Result<std::vector<std::span<uint8_t>>> AllocateSlots(size_t count, size_t bytes);
   // Chunk `index` of the reader, verified (checksum and padding), sits in slot `slot`; `payload`
   // is its first entry.size bytes.

@@ -7,10 +7,12 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "checkpoint/chunk_loop.h"
 #include "checkpoint/key_means.h"
 #include "checkpoint/layout.h"
+#include "checkpoint/restore_memory.h"
 #include "tqkv/aligned_buffer.h"
 #include "tqkv/checkpoint.h"
 #include "tqkv/container.h"
@@ -67,15 +69,24 @@ class LaidOutTensors final : public HostTensors {
 
 class CallbackTensors final : public HostTensors {
  public:
-  CallbackTensors(const ModelGeometry& g, size_t tensor_bytes, const LayerCallback& cb)
-      : HostTensors(KvLayout::Canonical(g)), cb_(cb) {
-    k_.Reserve(tensor_bytes);
-    v_.Reserve(tensor_bytes);
+  // K and V of one layer from restore_memory.h's pool (given back after the restore).
+  static Result<std::unique_ptr<HostTensors>> Make(const ModelGeometry& g, size_t tensor_bytes,
+                                                   const LayerCallback& cb) {
+    TQKV_ASSIGN_OR_RETURN(AlignedBuffer k, TakeRestoreMemory(tensor_bytes));
+    TQKV_ASSIGN_OR_RETURN(AlignedBuffer v, TakeRestoreMemory(tensor_bytes));
+    return std::unique_ptr<HostTensors>(new CallbackTensors(g, std::move(k), std::move(v), cb));
+  }
+  ~CallbackTensors() override {
+    ReturnRestoreMemory(std::move(k_));
+    ReturnRestoreMemory(std::move(v_));
   }
   void* Tensor(uint32_t, int kv) override { return kv == 0 ? k_.data() : v_.data(); }
   Status LayerDone(uint32_t layer) override { return cb_(layer, k_.data(), v_.data()); }
 
  private:
+  CallbackTensors(const ModelGeometry& g, AlignedBuffer k, AlignedBuffer v, const LayerCallback& cb)
+      : HostTensors(KvLayout::Canonical(g)), cb_(cb), k_(std::move(k)), v_(std::move(v)) {}
+
   const LayerCallback& cb_;
   AlignedBuffer k_, v_;
 };
@@ -331,7 +342,7 @@ Status RestoreInto(Store& store, std::string_view key, const LayoutTensors& dst,
         TQKV_RETURN_IF_ERROR(CheckTokens(h, dst.tokens, key));
         if (in_place) return std::unique_ptr<HostTensors>(new LaidOutTensors(dst, opts));
         const size_t bytes = h.tokens * g.token_elems() * DTypeSize(dst.dtype);
-        return std::unique_ptr<HostTensors>(new CallbackTensors(g, bytes, scatter));
+        return CallbackTensors::Make(g, bytes, scatter);
       },
       stats);
 }
@@ -372,7 +383,7 @@ Status RestoreStreaming(Store& store, std::string_view key, const RestoreOptions
       store, key, options,
       [&](const ContainerHeader& h) -> Result<std::unique_ptr<HostTensors>> {
         const size_t bytes = h.tokens * h.geometry.token_elems() * DTypeSize(options.dtype);
-        return std::unique_ptr<HostTensors>(new CallbackTensors(h.geometry, bytes, on_layer));
+        return CallbackTensors::Make(h.geometry, bytes, on_layer);
       },
       stats);
 }

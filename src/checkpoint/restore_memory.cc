@@ -1,4 +1,4 @@
-#include "checkpoint/slot_memory.h"
+#include "checkpoint/restore_memory.h"
 
 #include <mutex>
 #include <utility>
@@ -22,7 +22,7 @@ Kept& Pool() {
 
 }  // namespace
 
-Result<AlignedBuffer> TakeSlotMemory(size_t bytes) {
+Result<AlignedBuffer> TakeRestoreMemory(size_t bytes) {
   {
     Kept& k = Pool();
     std::lock_guard<std::mutex> lock(k.mu);
@@ -43,16 +43,16 @@ Result<AlignedBuffer> TakeSlotMemory(size_t bytes) {
   return r;
 }
 
-void ReturnSlotMemory(AlignedBuffer region) {
+void ReturnRestoreMemory(AlignedBuffer region) {
   if (region.data() == nullptr) return;
   Kept& k = Pool();
   std::lock_guard<std::mutex> lock(k.mu);
-  if (k.bytes + region.size() > kSlotMemoryKept) return;  // freed on the way out
+  if (k.bytes + region.size() > kRestoreMemoryKept) return;  // freed on the way out
   k.bytes += region.size();
   k.regions.push_back(std::move(region));
 }
 
-size_t SlotMemoryKeptBytes() {
+size_t RestoreMemoryKeptBytes() {
   Kept& k = Pool();
   std::lock_guard<std::mutex> lock(k.mu);
   return k.bytes;
