@@ -33,29 +33,11 @@ Status ApplyCodecs(const std::string& codec, const std::vector<std::string>& lay
   return Status::Ok();
 }
 
-namespace {
-bool Lossy(const CodecSpec& spec) { return spec.kind != CodecKind::kRaw; }
-}  // namespace
-
-bool AnyLossyCodec(const CheckpointOptions& opts) {
-  if (opts.allocate_bits > 0 || Lossy(opts.codec) || (opts.v_codec && Lossy(*opts.v_codec))) {
-    return true;
-  }
-  for (const LayerCodec& l : opts.layer_overrides) {
-    if (Lossy(l.spec) || (l.v_spec && Lossy(*l.v_spec))) return true;
-  }
-  return false;
-}
-
 Status ApplyExactTokens(const std::string& text, CheckpointOptions& opts) {
-  if (text.empty()) {
-    // The default: a lossy session keeps its most recent tokens exact (docs/accuracy.md,
-    // "The last tokens exact by default"); fp16 sessions are exact already.
-    opts.exact_head = kDefaultExactTokens.head;
-    opts.exact_tail = AnyLossyCodec(opts) ? kDefaultExactTokens.tail : 0;
-    return Status::Ok();
+  ExactTokens et = DefaultExactTokens(opts);  // "": the default for the codecs set
+  if (!text.empty()) {
+    TQKV_ASSIGN_OR_RETURN(et, ParseExactTokens(text));
   }
-  TQKV_ASSIGN_OR_RETURN(const ExactTokens et, ParseExactTokens(text));
   opts.exact_head = et.head;
   opts.exact_tail = et.tail;
   return Status::Ok();

@@ -19,9 +19,6 @@ inline constexpr const char* kStoreUriHelp =
     "Store URI: a directory, file:///dir, nfs://host/export/dir, redis://host:port/prefix, "
     "redis+unix:///path/to.sock/prefix, redis+cluster://host:port[,host:port...]/prefix";
 
-// The tools' default for lossy codecs: the last 4 tokens also stored exactly, which halves the
-// mean KL of a restored llama.cpp session for +0.01-0.06 bits/value (docs/accuracy.md).
-inline constexpr ExactTokens kDefaultExactTokens{0, 4};
 inline constexpr const char* kExactTokensHelp =
     "FIRST,LAST: also store the first FIRST and the last LAST tokens exactly (e.g. 4,128: "
     "attention sinks and the most recent tokens; default 0,4 for lossy codecs, 0,0 for none; "
@@ -40,10 +37,8 @@ CLI::Validator CountIn(uint64_t min, uint64_t max);
 Status ApplyCodecs(const std::string& codec, const std::vector<std::string>& layer_codecs,
                    CheckpointOptions& opts);
 
-// Whether some layer's K or V is stored by a lossy (TurboQuant) codec, or the allocator picks.
-bool AnyLossyCodec(const CheckpointOptions& opts);
-// Sets opts.exact_head / exact_tail from a --exact-tokens value; "" gives kDefaultExactTokens
-// when AnyLossyCodec (call after the codecs are set), else none.
+// Sets opts.exact_head / exact_tail from a --exact-tokens value; "" gives DefaultExactTokens
+// (tqkv/checkpoint.h: call after the codecs are set).
 Status ApplyExactTokens(const std::string& text, CheckpointOptions& opts);
 
 inline constexpr const char* kKeyMeansHelp =

@@ -83,6 +83,14 @@ struct ExactTokens {
 };
 // Parses "FIRST,LAST" (e.g. "4,128") for CheckpointOptions::exact_head / exact_tail.
 Result<ExactTokens> ParseExactTokens(std::string_view text);
+// The default of the tools and the Python package for lossy codecs: the last 4 tokens also stored
+// exactly, which halves the mean KL of a restored llama.cpp session for +0.01-0.06 bits/value
+// (docs/accuracy.md). CheckpointOptions itself defaults to none.
+inline constexpr ExactTokens kDefaultExactTokens{0, 4};
+// Whether some layer's K or V is stored by a lossy (TurboQuant) codec, or the allocator picks.
+bool AnyLossyCodec(const CheckpointOptions& options);
+// kDefaultExactTokens when AnyLossyCodec(options) (set the codecs first), else none.
+ExactTokens DefaultExactTokens(const CheckpointOptions& options);
 
 struct KeyMeanSetting {
   uint32_t block = kDefaultKeyMeanBlock;  // CheckpointOptions::key_mean_block

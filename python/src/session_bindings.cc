@@ -4,8 +4,10 @@
 // KvCache without a copy; other layouts are gathered a layer at a time (LayoutKvSource). The GIL
 // is released while the library works and taken back only for the caller's layer_ready callback.
 #include <optional>
+#include <utility>
 
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -127,7 +129,8 @@ nb::dict CheckpointArrays(PyStore& ps, const std::string& key, const std::vector
                           const std::vector<RoArray>& v, Axes axes,
                           const std::optional<Int64Array>& block_ids, uint64_t tokens,
                           const std::string& codec, const std::vector<std::string>& layer_codecs,
-                          uint32_t exact_head, uint32_t exact_tail, const std::string& key_means,
+                          std::optional<std::pair<uint32_t, uint32_t>> exact_tokens,
+                          const std::string& key_means,
                           const std::string& model, uint32_t token_block) {
   LayerArrays la = ViewLayers(k, v, axes, block_ids, tokens);
   CheckpointOptions opts;
@@ -135,8 +138,11 @@ nb::dict CheckpointArrays(PyStore& ps, const std::string& key, const std::vector
   for (const std::string& lc : layer_codecs) {
     opts.layer_overrides.push_back(ValueOrThrow(ParseLayerCodec(lc)));
   }
-  opts.exact_head = exact_head;
-  opts.exact_tail = exact_tail;
+  // None: DefaultExactTokens for the codecs set (the last 4 tokens when some layer is lossy).
+  const ExactTokens et = exact_tokens ? ExactTokens{exact_tokens->first, exact_tokens->second}
+                                      : DefaultExactTokens(opts);
+  opts.exact_head = et.head;
+  opts.exact_tail = et.tail;
   const KeyMeanSetting km = ValueOrThrow(ParseKeyMeans(key_means));
   opts.key_mean_block = km.block;
   opts.key_mean_dtype = km.dtype;
@@ -251,7 +257,7 @@ void BindSession(nb::module_& m) {
       .def_rw("block", &Axes::block);
   m.def("checkpoint", &CheckpointArrays, nb::arg("store"), nb::arg("key"), nb::arg("k"),
         nb::arg("v"), nb::arg("axes"), nb::arg("block_ids").none(), nb::arg("tokens"),
-        nb::arg("codec"), nb::arg("layer_codecs"), nb::arg("exact_head"), nb::arg("exact_tail"),
+        nb::arg("codec"), nb::arg("layer_codecs"), nb::arg("exact_tokens").none(),
         nb::arg("key_means"), nb::arg("model"), nb::arg("token_block"));
   m.def("restore_into", &RestoreArrays, nb::arg("store"), nb::arg("key"), nb::arg("k"),
         nb::arg("v"), nb::arg("axes"), nb::arg("block_ids").none(), nb::arg("tokens"),

@@ -52,16 +52,6 @@ def _block_ids(block_ids: Any) -> Optional[np.ndarray]:
     return np.ascontiguousarray(np.asarray(block_ids, dtype=np.int64).reshape(-1))
 
 
-# The command line's default for lossy codecs (tools/commands.h kDefaultExactTokens).
-DEFAULT_EXACT_TOKENS: Tuple[int, int] = (0, 4)
-_RAW_SPECS = frozenset({"fp16", "f16", "bf16", "fp32", "f32"})
-
-
-def _lossy(codec: str, layer_codecs: Optional[Mapping[int, str]]) -> bool:
-    """Whether some layer is stored by a TurboQuant codec (or the allocator picks)."""
-    return any(s.strip() not in _RAW_SPECS for s in [codec, *(layer_codecs or {}).values()])
-
-
 def checkpoint(store: StoreLike, key: str, k: Any, v: Any, *, codec: str = "tq3",
                layer_codecs: Optional[Mapping[int, str]] = None,
                exact_tokens: Optional[Tuple[int, int]] = None, key_means: str = "128",
@@ -73,8 +63,8 @@ def checkpoint(store: StoreLike, key: str, k: Any, v: Any, *, codec: str = "tq3"
     separate K and V codecs (``k4v2``: K tq4, V tq2; ``k:tq4,norm=f16/v:fp16``; docs/codec.md §3);
     ``layer_codecs``: per-layer overrides, e.g. ``{0: "tq4", 27: "k4v3"}``; ``exact_tokens``:
     ``(first, last)`` tokens also stored exactly (attention sinks, recent tokens); the default,
-    ``None``, is ``(0, 4)`` when some layer's codec is lossy and ``(0, 0)`` for fp16/bf16/fp32
-    sessions, as in the ``tqkv`` command (docs/accuracy.md: the last tokens exact by default);
+    ``None``, is ``(0, 4)`` when some layer's codec is lossy and ``(0, 0)`` when every layer is
+    stored raw (fp16, bf16, fp32), as in the ``tqkv`` command (the library's DefaultExactTokens) (docs/accuracy.md: the last tokens exact by default);
     ``key_means``: the keys' mean removed before encoding, per block of that many tokens (the
     default, ``"128"``), ``"session"`` or ``"off"``, optionally ``",f32"`` (docs/format.md §5);
     ``layout``/``block_ids``: see the module docs; ``tokens``: for paged caches, the session
@@ -90,11 +80,9 @@ def checkpoint(store: StoreLike, key: str, k: Any, v: Any, *, codec: str = "tq3"
     if tokens is None:
         tokens = 0 if ids is None or not kl else len(ids) * int(kl[0].shape[1])
     overrides = [f"{layer}:{spec}" for layer, spec in sorted((layer_codecs or {}).items())]
-    if exact_tokens is None:
-        exact_tokens = DEFAULT_EXACT_TOKENS if _lossy(codec, layer_codecs) else (0, 0)
-    head, tail = exact_tokens
+    exact = None if exact_tokens is None else (int(exact_tokens[0]), int(exact_tokens[1]))
     return _tqkv.checkpoint(as_store(store)._s, key, kl, vl, _axes(layout), ids, int(tokens),
-                            codec, overrides, int(head), int(tail), key_means, model,
+                            codec, overrides, exact, key_means, model,
                             int(token_block))
 
 

@@ -159,6 +159,25 @@ void SetCodec(CheckpointOptions& options, const KvCodecSpec& spec) {
   options.allocate_bits = spec.auto_bits;
 }
 
+namespace {
+bool Lossy(const CodecSpec& spec) { return spec.kind != CodecKind::kRaw; }
+}  // namespace
+
+bool AnyLossyCodec(const CheckpointOptions& options) {
+  if (options.allocate_bits > 0 || Lossy(options.codec) ||
+      (options.v_codec && Lossy(*options.v_codec))) {
+    return true;
+  }
+  for (const LayerCodec& l : options.layer_overrides) {
+    if (Lossy(l.spec) || (l.v_spec && Lossy(*l.v_spec))) return true;
+  }
+  return false;
+}
+
+ExactTokens DefaultExactTokens(const CheckpointOptions& options) {
+  return AnyLossyCodec(options) ? kDefaultExactTokens : ExactTokens{};
+}
+
 Result<ExactTokens> ParseExactTokens(std::string_view text) {
   const auto bad = [&] {
     return Status::InvalidArgument("exact tokens '" + std::string(text) +

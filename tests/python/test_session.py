@@ -115,6 +115,7 @@ def test_lossy_sessions_keep_the_last_tokens_exact_by_default(store):
     k, v = session_arrays(layers=2, tokens=32, dtype=np.float16)
     for key, kwargs, want in (("tq3", dict(codec="tq3"), {"first": 0, "last": 4}),
                               ("fp16", dict(codec="fp16"), {"first": 0, "last": 0}),
+                              ("kv-raw", dict(codec="k:fp16/v:fp16"), {"first": 0, "last": 0}),
                               ("mixed", dict(codec="fp16", layer_codecs={1: "tq4"}),
                                {"first": 0, "last": 4}),
                               ("off", dict(codec="tq3", exact_tokens=(0, 0)),
