@@ -215,6 +215,8 @@ Status RunHostRestores(const Options& o, const ModelGeometry& g, const CodecSpec
     c.w[w].bytes_read = st.bytes_read;
     c.w[w].drop_ok = st.drop_cache_ok;
     c.w[w].drop_error = st.drop_cache_error;
+    c.w[w].bytes_direct = st.read_path.direct;
+    c.w[w].bytes_page_cache = st.read_path.page_cache;
     progress.Tick();
     return Status::Ok();
   }));
@@ -289,6 +291,8 @@ Status RunCell(const Options& o, const ModelGeometry& g, Cell& c, bench::Progres
     first = std::min(first, w.start);
     last = std::max(last, w.end);
     bytes += w.bytes_read;
+    c.bytes_direct += w.bytes_direct;
+    c.bytes_page_cache += w.bytes_page_cache;
     rs.push_back(w.restore_s);
     ws.push_back(w.write_s);
     if (!w.drop_ok) {
@@ -361,6 +365,12 @@ void PrintTable(const std::vector<Cell>& cells, const Options& o) {
                   c.codec.c_str(), c.io.c_str(), static_cast<unsigned long long>(c.tokens),
                   c.drop_error.c_str());
     }
+    if (StoreIo(c) != "buffered" && c.bytes_page_cache > 0) {
+      std::printf("WARNING: %s %s %llu: %.1f MB of the restores' reads went through the page "
+                  "cache, not O_DIRECT (a file fell back).\n",
+                  c.codec.c_str(), c.io.c_str(), static_cast<unsigned long long>(c.tokens),
+                  c.bytes_page_cache / 1e6);
+    }
   }
   bench::PrintBreakdown(cells);
   bench::PrintSummary(cells);
@@ -414,7 +424,8 @@ json CellJson(const Cell& c) {
             {"file_bytes", c.file_bytes}, {"fp16_bytes", c.fp16_bytes},
             {"speedup_vs_fp16_buffered", num(c.speedup)}, {"nmse", num(c.nmse)},
             {"cosine_mean", num(c.cosine_mean)}, {"streamed", c.streamed},
-            {"page_cache_dropped", c.drop_ok},
+            {"page_cache_dropped", c.drop_ok}, {"bytes_direct", c.bytes_direct},
+            {"bytes_page_cache", c.bytes_page_cache},
             {"read_only_s", num(c.read_only_s)}, {"decode_only_s", num(c.decode_only_s)},
             {"read_only_gbps", num(c.read_only_gbps)},
             {"decode_capacity_fp16_gbps", num(c.decode_capacity_fp16_gbps)},

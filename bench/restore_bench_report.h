@@ -16,6 +16,7 @@ namespace tqkv::bench {
 struct WorkerResult {
   double write_s = 0, restore_s = 0;
   uint64_t bytes_written = 0, bytes_read = 0;
+  uint64_t bytes_direct = 0, bytes_page_cache = 0;  // RestoreStats::read_path
   double start = 0, end = 0;  // restore, seconds since the phase barrier
   bool drop_ok = true;
   std::string drop_error;
@@ -34,6 +35,7 @@ struct Cell {
   double wall_s = 0;           // concurrent restore phase
   double read_gbps_aggregate = 0, fp16_gbps_aggregate = 0, per_worker_gbps = 0;
   uint64_t file_bytes = 0, fp16_bytes = 0;
+  uint64_t bytes_direct = 0, bytes_page_cache = 0;  // all workers' restores
   bool streamed = false;
   bool drop_ok = true;
   std::string drop_error;

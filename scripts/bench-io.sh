@@ -2,7 +2,8 @@
 # The disk's own speed next to tqkv's restore, on the same file: fio psync/1M, io_uring/qd32/4M and
 # io_uring/qd16/1M O_DIRECT reads, then `tqkv restore --io direct` and `--io uring` (and buffered,
 # and direct with `--read-lanes 1`: one batch in flight at a time, the reader before lanes), page
-# cache dropped before every run, the tests interleaved round by round, medians over the rounds.
+# cache dropped before every run, the tests interleaved round by round (each round starting one
+# test later), medians over the rounds.
 #
 #   bash scripts/bench-io.sh [--tokens 10000] [--model qwen2.5-7b] [--codec fp16] [--rounds 3]
 #                            [--workers 1] [--dir out/bench-io] [--load] [--json out/bench-io.json]
@@ -103,6 +104,10 @@ run_tqkv() {  # IO [URI-OPTIONS [RESTORE-ARGS...]]
 import json, sys
 work, n, t0, t1 = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
 rs = [json.load(open(f"{work}/r{w}.json")) for w in range(n)]
+cached = sum(r.get("bytes_page_cache", 0) for r in rs if r["io"] != "buffered")
+if cached:
+    print(f"bench-io: {cached / 1e6:.1f} MB of an O_DIRECT restore came through the page cache",
+          file=sys.stderr)
 if n == 1:
     print(rs[0]["bytes_read"] / rs[0]["restore_s"])  # the restore's own timing
 else:
@@ -113,8 +118,11 @@ EOF
 tests=("fio psync 1M" "fio io_uring qd32 4M" "fio io_uring qd16 1M" "tqkv restore direct"
        "tqkv restore uring" "tqkv restore buffered" "tqkv direct 1 lane")
 : >"$work/results"
+# Round r starts at test r-1 and wraps around: no test always runs right after the same one.
+n_tests=${#tests[@]}
 for ((r = 1; r <= rounds; ++r)); do
-  for t in "${tests[@]}"; do
+  for ((i = 0; i < n_tests; ++i)); do
+    t=${tests[(i + r - 1) % n_tests]}
     drop
     case "$t" in
       "fio psync 1M") v=$(run_fio psync 1M) ;;

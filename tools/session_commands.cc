@@ -185,7 +185,9 @@ void RegisterRestore(CLI::App& app) {
                   {"io", io}, {"tokens", st.tokens}, {"model", st.model},
                   {"first_layer_s", st.first_layer_seconds}, {"drop_cache_ok", st.drop_cache_ok},
                   {"read_busy_s", st.read_busy_seconds}, {"decode_busy_s", st.decode_busy_seconds},
-                  {"alloc_s", alloc_s}},
+                  {"alloc_s", alloc_s}, {"bytes_direct", st.read_path.direct},
+                  {"bytes_uring", st.read_path.uring},
+                  {"bytes_page_cache", st.read_path.page_cache}},
                  "-");
       } else {
         std::printf("restore %s: %llu tokens of %s, %.1f MB read in %.3f s = %.3f GB/s "
@@ -198,6 +200,12 @@ void RegisterRestore(CLI::App& app) {
       }
       if (!st.drop_cache_ok) std::fprintf(stderr, "warning: page cache not dropped: %s\n",
                                           st.drop_cache_error.c_str());
+      // The store reads with O_DIRECT, yet some bytes came through the page cache: a file fell
+      // back (a short read, EINVAL), and the figure above is not the disk's.
+      if (store->Caps().io_mode != IoMode::kBuffered && st.read_path.page_cache > 0) {
+        std::fprintf(stderr, "warning: %.1f MB of %.1f MB read through the page cache, not O_DIRECT\n",
+                     st.read_path.page_cache / 1e6, st.bytes_read / 1e6);
+      }
       if (!o->out.empty()) TQKV_RETURN_IF_ERROR(WriteSafetensors(cache->cache(), o->out));
       return Status::Ok();
     }();

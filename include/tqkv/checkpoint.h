@@ -163,6 +163,7 @@ struct RestoreOptions {
 
 struct RestoreStats {
   uint64_t bytes_read = 0;      // bytes moved from the store
+  ReadPathBytes read_path;      // of those, how they moved (ReadableObject::PathBytes)
   uint64_t fp16_bytes = 0;      // the session's tensors at FP16
   uint64_t tokens = 0;
   std::string model;

@@ -17,6 +17,15 @@ struct ReadRequest {
   std::span<uint8_t> dst;  // filled completely, or the request fails
 };
 
+// An object's bytes moved so far, by how they moved (stores over local or mounted files; all
+// zero elsewhere). A reader asked for O_DIRECT that shows page_cache bytes beyond the file's
+// tail fell back to the page cache somewhere (RestoreStats, `tqkv restore --json`).
+struct ReadPathBytes {
+  uint64_t direct = 0;      // with O_DIRECT, by preads or io_uring
+  uint64_t uring = 0;       // the part of `direct` moved by io_uring
+  uint64_t page_cache = 0;  // through the page cache
+};
+
 // Thread safety: Store methods may be called from any thread. A ReadableObject allows concurrent
 // ReadAt/ReadBatch calls; a WritableObject is used by one thread at a time.
 class ReadableObject {
@@ -32,6 +41,7 @@ class ReadableObject {
   virtual Status DropCache() { return Status::Unsupported("drop cache"); }
   // Bytes actually moved from storage by this object so far (excluding alignment padding reuse).
   virtual uint64_t BytesRead() const { return 0; }
+  virtual ReadPathBytes PathBytes() const { return {}; }
 };
 
 class WritableObject {

@@ -114,6 +114,9 @@ nb::dict RestoreStatsDict(const RestoreStats& s, bool staged) {
   nb::dict d;
   d["staged"] = staged;  // false: decoded straight into the caller's arrays
   d["bytes_read"] = s.bytes_read;
+  d["bytes_direct"] = s.read_path.direct;
+  d["bytes_uring"] = s.read_path.uring;
+  d["bytes_page_cache"] = s.read_path.page_cache;
   d["fp16_bytes"] = s.fp16_bytes;
   d["tokens"] = s.tokens;
   d["model"] = s.model;

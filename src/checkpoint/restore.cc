@@ -252,6 +252,7 @@ Status RunRestore(Store& store, std::string_view key, const RestoreOptions& opti
     }
   }
   const uint64_t read_before = object->BytesRead();
+  const ReadPathBytes path_before = object->PathBytes();
   const auto t0 = RestoreClock::now();
   TQKV_ASSIGN_OR_RETURN(std::unique_ptr<ContainerReader> reader,
                         ContainerReader::Open(object.get(), name));
@@ -277,6 +278,10 @@ Status RunRestore(Store& store, std::string_view key, const RestoreOptions& opti
   stats.decode_busy_seconds = ls.consume_seconds;
   stats.bytes_read = object->BytesRead() - read_before;
   if (stats.bytes_read == 0) stats.bytes_read = reader->file_bytes();
+  const ReadPathBytes path_after = object->PathBytes();
+  stats.read_path.direct = path_after.direct - path_before.direct;
+  stats.read_path.uring = path_after.uring - path_before.uring;
+  stats.read_path.page_cache = path_after.page_cache - path_before.page_cache;
   stats.tokens = h.tokens;
   stats.model = h.model;
   stats.geometry = h.geometry;

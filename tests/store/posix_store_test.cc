@@ -147,6 +147,12 @@ TEST(PosixStoreTest, DirectFallsBackToBufferedWhenRefused) {
     auto back = ReadObject(store->get(), key);
     ASSERT_TRUE(back.ok());
     EXPECT_TRUE(*back == data);
+    auto r = (*store)->Open(key);
+    ASSERT_TRUE(r.ok());
+    std::vector<uint8_t> some(5000);
+    ASSERT_TRUE((*r)->ReadAt(100, some).ok());
+    EXPECT_EQ((*r)->PathBytes().direct, 0u);
+    EXPECT_EQ((*r)->PathBytes().page_cache, (*r)->BytesRead());
   }
 }
 
@@ -171,6 +177,17 @@ TEST(PosixStoreTest, ShortTransfersAreResumed) {
     EXPECT_EQ(0, std::memcmp(buf.data(), data.data(), data.size()));
     ASSERT_TRUE((*r)->ReadAt(4097, std::span<uint8_t>(buf.data() + 1, 300000)).ok());
     EXPECT_EQ(0, std::memcmp(buf.data() + 1, data.data() + 4097, 300000));
+    const ReadPathBytes p = (*r)->PathBytes();
+    EXPECT_EQ(p.direct + p.page_cache, (*r)->BytesRead()) << "every byte is counted once";
+    if (mode == IoMode::kBuffered) {
+      EXPECT_EQ(p.direct, 0u);
+    }
+    // A short O_DIRECT transfer inside the file: the rest goes through the page cache, and the
+    // counters say so (what `tqkv restore` warns about).
+    if (mode == IoMode::kDirect && (*store)->Caps().io_mode == IoMode::kDirect) {
+      EXPECT_GT(p.direct, 0u);
+      EXPECT_GT(p.page_cache, 0u);
+    }
   }
 }
 
@@ -234,6 +251,12 @@ TEST(PosixStoreTest, TheFileEndKeepsODirectOn) {
     EXPECT_EQ(0, std::memcmp(big.data(), data.data(), data.size()));
     ASSERT_TRUE((*r)->ReadAt(9000, one).ok());
     EXPECT_EQ((*r)->BytesRead(), 100u + 4096u + data.size() + 4096u);
+    const ReadPathBytes p = (*r)->PathBytes();
+    EXPECT_EQ(p.page_cache, 0u);
+    EXPECT_EQ(p.direct, (*r)->BytesRead());
+    if (std::string_view(io) == "direct&engine=threads") {
+      EXPECT_EQ(p.uring, 0u);
+    }
   }
 }
 

@@ -43,6 +43,16 @@ TEST(Cli, CheckpointInspectVerifyRestore) {
     for (const char* k : {"restore_s", "bytes_read", "gbps", "io"}) EXPECT_TRUE(rj.contains(k)) << k;
     EXPECT_EQ(rj["io"], io);
     EXPECT_GE(rj["bytes_read"].get<uint64_t>(), j["file_bytes"].get<uint64_t>() - 4096);
+    const uint64_t direct = rj["bytes_direct"], page_cache = rj["bytes_page_cache"];
+    EXPECT_EQ(direct + page_cache, rj["bytes_read"].get<uint64_t>());
+    if (std::string_view(io) == "buffered") {
+      EXPECT_EQ(direct, 0u);
+    }
+    // Where the filesystem takes O_DIRECT, all of it (a file falling back midway, as every
+    // direct restore once did after its footer's short read, shows here).
+    if (direct > 0) {
+      EXPECT_EQ(page_cache, 0u) << r.out;
+    }
   }
 }
 

@@ -324,6 +324,13 @@ class PosixReadable final : public ReadableObject {
 
   uint64_t Size() const override { return size_; }
   uint64_t BytesRead() const override { return bytes_read_.load(std::memory_order_relaxed); }
+  ReadPathBytes PathBytes() const override {
+    ReadPathBytes b;
+    b.direct = direct_bytes_.load(std::memory_order_relaxed);
+    b.uring = uring_bytes_.load(std::memory_order_relaxed);
+    b.page_cache = page_cache_bytes_.load(std::memory_order_relaxed);
+    return b;
+  }
 
   Status ReadAt(uint64_t offset, std::span<uint8_t> dst) override {
     TQKV_RETURN_IF_ERROR(CheckRange(offset, dst.size()));
@@ -381,6 +388,7 @@ class PosixReadable final : public ReadableObject {
     uint64_t got = 0;
     while (got < len) {
       const uint64_t want = std::min(len - got, kMaxSyscallBytes);
+      const bool was_direct = direct_.load();
       ssize_t r = SimulatedReadError(off + got, want)
                       ? (errno = EIO, -1)
                       : ::pread(fd_, buf + got, want, static_cast<off_t>(off + got));
@@ -397,6 +405,8 @@ class PosixReadable final : public ReadableObject {
       }
       if (r == 0) break;
       bytes_read_.fetch_add(static_cast<uint64_t>(r), std::memory_order_relaxed);
+      (was_direct ? direct_bytes_ : page_cache_bytes_)
+          .fetch_add(static_cast<uint64_t>(r), std::memory_order_relaxed);
       got += static_cast<uint64_t>(r);
       if (direct_.load() && got < len && !IsAligned(got)) {
         // The file's unaligned end (a tail read): O_DIRECT stays on for the reads after it.
@@ -540,6 +550,8 @@ class PosixReadable final : public ReadableObject {
     uint64_t moved = 0;
     const Status status = ring->Run(fd_, pieces, name_, &retry, &moved);
     bytes_read_.fetch_add(moved, std::memory_order_relaxed);
+    direct_bytes_.fetch_add(moved, std::memory_order_relaxed);
+    uring_bytes_.fetch_add(moved, std::memory_order_relaxed);
     if (status.ok()) {  // after an error the ring may hold requests: it is dropped
       std::lock_guard<std::mutex> lock(ring_mu_);
       if (rings_.size() < kMaxPooledRings) rings_.push_back(std::move(ring));
@@ -565,6 +577,7 @@ class PosixReadable final : public ReadableObject {
   uint64_t size_;
   std::atomic<bool> direct_;
   std::atomic<uint64_t> bytes_read_{0};
+  std::atomic<uint64_t> direct_bytes_{0}, uring_bytes_{0}, page_cache_bytes_{0};
   std::mutex pool_mu_;
   std::vector<AlignedBuffer> pool_;
 };

@@ -167,6 +167,7 @@ class FaultReadable final : public ReadableObject {
 
   uint64_t Size() const override { return base_->Size(); }
   uint64_t BytesRead() const override { return base_->BytesRead(); }
+  ReadPathBytes PathBytes() const override { return base_->PathBytes(); }
   Status DropCache() override { return base_->DropCache(); }
 
   Status ReadAt(uint64_t offset, std::span<uint8_t> dst) override {
