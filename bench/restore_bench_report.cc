@@ -58,7 +58,8 @@ void PrintBreakdown(const std::vector<Cell>& cells) {
                 100 * c.fp16_gbps_aggregate / c.bound_fp16_gbps, c.overlap(), c.bottleneck().c_str());
   }
   std::printf("raw read = chunks read and dropped; +checksum = read and verified as the restore "
-              "does (no decode); decode = the same chunks restored from memory; bound = min(size "
+              "does (no decode); decode = the same chunks restored from memory, less the copy out of "
+              "memory (timed alone: an O_DIRECT restore's DMA does not cost it); bound = min(size "
               "ratio x checksummed-read GB/s, decode GB/s) in fp16-eq; achieved = restore / bound; "
               "overlap = restore wall / max(checksummed read, decode) wall (1.00 = stages fully "
               "overlapped, 2.00 = run one after the other).\n");

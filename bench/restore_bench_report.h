@@ -37,13 +37,15 @@ struct Cell {
   uint64_t file_bytes = 0, fp16_bytes = 0;
   uint64_t bytes_direct = 0, bytes_page_cache = 0;  // all workers' restores
   bool streamed = false;
+  bool memory_warmed = false;  // WarmRestoreMemory before the stages and the restore
   bool drop_ok = true;
   std::string drop_error;
   double nmse = NAN, cosine_mean = NAN;
   // Breakdown (TurboQuant codecs), measured in the same run on the same objects with the
   // restore's reader: raw reads, reads with checksums (read_only_*), decode only from memory.
   double raw_read_s = NAN, raw_read_gbps = NAN;
-  double read_only_s = NAN, decode_only_s = NAN;
+  double read_only_s = NAN, decode_only_s = NAN;  // decode: less memory_copy_s
+  double memory_copy_s = NAN;  // the decode stage's copy out of the memory store, timed alone
   double read_only_gbps = NAN, decode_capacity_fp16_gbps = NAN, bound_fp16_gbps = NAN;
   double speedup = NAN;
 

@@ -198,6 +198,14 @@ using LayerCallback = std::function<Status(uint32_t layer, const void* k, const 
 Status RestoreStreaming(Store& store, std::string_view key, const RestoreOptions& options,
                         const LayerCallback& on_layer, RestoreStats* stats = nullptr);
 
+// Allocates, touches and keeps the read-ahead memory of `concurrent` host restores with
+// `options.inflight_bytes` each (within the 2 GiB kept across restores): a server calls it once at
+// start-up so its first restores do not pay the first touch of fresh memory, as later ones do
+// not (on the development VM 8 concurrent fp16 restores read 29–36 % slower on fresh memory,
+// docs/benchmarks.md 2.5b). Returns the bytes now kept; InvalidArgument past the 2 GiB,
+// ResourceExhausted if memory runs out.
+Result<uint64_t> WarmRestoreMemory(size_t concurrent, const RestoreOptions& options = {});
+
 // Reads and checks every checksum of a stored session without decoding.
 Status VerifyObject(Store& store, std::string_view key);
 

@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "bindings.h"
+#include "tqkv/checkpoint.h"
 
 namespace tqkv::python {
 namespace {
@@ -109,6 +110,19 @@ NB_MODULE(_tqkv, m) {
       nb::arg("n"),
       "Sizes the pool that encodes and decodes (0: one thread per hardware thread, the "
       "default). Calls already running keep their pool.");
+  m.def(
+      "warm_restore_memory",
+      [](size_t concurrent, uint64_t read_ahead) {
+        tqkv::RestoreOptions o;
+        o.inflight_bytes = read_ahead;
+        auto kept = tqkv::WarmRestoreMemory(concurrent, o);
+        py::ThrowIfError(kept.status());
+        return *kept;
+      },
+      nb::arg("concurrent") = 1, nb::arg("read_ahead") = uint64_t{64} << 20,
+      "Allocates, touches and keeps the read-ahead memory of `concurrent` restores (at most 2 GiB "
+      "kept in all), so that the first restores do not pay for fresh memory. Returns the bytes "
+      "kept.");
   m.def(
       "get_num_threads", [] { return py::Pool()->size(); },
       "Threads that encode and decode for each call (the calling thread included).");

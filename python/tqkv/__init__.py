@@ -24,6 +24,7 @@ from ._tqkv import (  # noqa: F401 - the public names
     UnsupportedError,
     get_num_threads,
     set_num_threads,
+    warm_restore_memory,
 )
 from ._tqkv import built_with_cuda as _built_with_cuda
 from ._codec import Codec
@@ -35,7 +36,8 @@ CUDA: bool = _built_with_cuda()  # the package was built with the CUDA library
 
 __all__ = [
     "Codec", "Store", "open_store", "checkpoint", "restore", "restore_layers", "inspect",
-    "verify", "set_num_threads", "get_num_threads", "CUDA", "Error", "InvalidArgumentError",
+    "verify", "set_num_threads", "get_num_threads", "warm_restore_memory", "CUDA", "Error",
+    "InvalidArgumentError",
     "NotFoundError", "CorruptionError", "IoError", "NoSpaceError", "UnsupportedError",
     "DeviceError", "BusyError", "AlreadyExistsError", "InternalError", "ResourceExhaustedError",
 ]

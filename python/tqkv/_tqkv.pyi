@@ -29,6 +29,11 @@ def set_num_threads(n: int) -> None:
     Sizes the pool that encodes and decodes (0: one thread per hardware thread, the default). Calls already running keep their pool.
     """
 
+def warm_restore_memory(concurrent: int = 1, read_ahead: int = 67108864) -> int:
+    """
+    Allocates, touches and keeps the read-ahead memory of `concurrent` restores (at most 2 GiB kept in all), so that the first restores do not pay for fresh memory. Returns the bytes kept.
+    """
+
 def get_num_threads() -> int:
     """
     Threads that encode and decode for each call (the calling thread included).

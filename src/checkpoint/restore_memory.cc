@@ -1,8 +1,13 @@
 #include "checkpoint/restore_memory.h"
 
+#include <algorithm>
+#include <cstring>
+#include <string>
 #include <mutex>
 #include <utility>
 #include <vector>
+
+#include "tqkv/checkpoint.h"
 
 namespace tqkv {
 namespace {
@@ -50,6 +55,26 @@ void ReturnRestoreMemory(AlignedBuffer region) {
   if (k.bytes + region.size() > kRestoreMemoryKept) return;  // freed on the way out
   k.bytes += region.size();
   k.regions.push_back(std::move(region));
+}
+
+Result<uint64_t> WarmRestoreMemory(size_t concurrent, const RestoreOptions& options) {
+  const size_t bytes = (static_cast<size_t>(options.inflight_bytes) + kHugePage - 1) / kHugePage *
+                       kHugePage;
+  if (concurrent > kRestoreMemoryKept / std::max<size_t>(bytes, 1)) {
+    return Status::InvalidArgument("warm restore memory: " + std::to_string(concurrent) +
+                                   " restores of " + std::to_string(bytes) +
+                                   " bytes are more than the " + std::to_string(kRestoreMemoryKept) +
+                                   " bytes kept");
+  }
+  // Taken all at once, so each restore gets a region of its own.
+  std::vector<AlignedBuffer> regions;
+  for (size_t i = 0; i < concurrent; ++i) {
+    TQKV_ASSIGN_OR_RETURN(AlignedBuffer r, TakeRestoreMemory(bytes));
+    std::memset(r.data(), 0, r.size());  // the first touch, here rather than in a restore
+    regions.push_back(std::move(r));
+  }
+  for (AlignedBuffer& r : regions) ReturnRestoreMemory(std::move(r));
+  return static_cast<uint64_t>(RestoreMemoryKeptBytes());
 }
 
 size_t RestoreMemoryKeptBytes() {

@@ -2,6 +2,8 @@
 // pages, and the pool keeps no more than its cap.
 #include "checkpoint/restore_memory.h"
 
+#include "tqkv/checkpoint.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -60,6 +62,31 @@ TEST(RestoreMemoryTest, KeepsNoMoreThanTheCap) {
   EXPECT_EQ(RestoreMemoryKeptBytes(), kRestoreMemoryKept / each * each);
   Drain();
   EXPECT_EQ(RestoreMemoryKeptBytes(), 0u);
+}
+
+// A server warms the memory of its concurrent restores once: each of them then finds a region of
+// its own, already touched, in the pool.
+TEST(RestoreMemoryTest, WarmingKeepsARegionPerConcurrentRestore) {
+  Drain();
+  RestoreOptions o;
+  o.inflight_bytes = 3 * kMiB;  // rounded up to 2 MiB boundaries: 4 MiB each
+  auto kept = WarmRestoreMemory(3, o);
+  ASSERT_TRUE(kept.ok()) << kept.status().ToString();
+  EXPECT_EQ(*kept, 12 * kMiB);
+  EXPECT_EQ(RestoreMemoryKeptBytes(), 12 * kMiB);
+  std::vector<AlignedBuffer> taken;
+  for (int i = 0; i < 3; ++i) {
+    auto r = TakeRestoreMemory(3 * kMiB);
+    ASSERT_TRUE(r.ok());
+    for (const AlignedBuffer& t : taken) EXPECT_NE(t.data(), r->data());
+    taken.push_back(std::move(r).value());
+  }
+  EXPECT_EQ(RestoreMemoryKeptBytes(), 0u) << "all three came from the warmed pool";
+  for (AlignedBuffer& t : taken) ReturnRestoreMemory(std::move(t));
+  // More than the pool keeps: refused, nothing allocated.
+  o.inflight_bytes = 1ull << 30;
+  EXPECT_EQ(WarmRestoreMemory(3, o).status().code(), StatusCode::kInvalidArgument);
+  Drain();
 }
 
 }  // namespace

@@ -213,3 +213,25 @@ def test_decode_bit_identical_to_cli_decompress(store, cli, tmp_path, preset, dt
         for name, got in (("k", rk), ("v", rv)):
             want = tensors[f"layers.{layer}.{name}"]
             assert got[layer].tobytes() == want.tobytes()
+
+
+def test_stats_say_how_the_bytes_moved(tmp_path):
+    k, v = session_arrays(dtype=np.float16)
+    for io in ("buffered", "direct"):
+        store = tqkv.open_store(f"file://{tmp_path}/{io}?io={io}")
+        tqkv.checkpoint(store, "paths", k, v, codec="tq3", model="toy")
+        stats = {}
+        tqkv.restore(store, "paths", stats=stats)
+        assert stats["bytes_direct"] + stats["bytes_page_cache"] == stats["bytes_read"] > 0
+        assert stats["bytes_uring"] <= stats["bytes_direct"]
+        if io == "buffered":
+            assert stats["bytes_direct"] == 0
+        elif stats["bytes_direct"]:  # the filesystem takes O_DIRECT: then for every byte
+            assert stats["bytes_page_cache"] == 0
+
+
+def test_warm_restore_memory_keeps_what_restores_take():
+    kept = tqkv.warm_restore_memory(2, read_ahead=4 << 20)
+    assert kept >= 2 * (4 << 20)
+    with pytest.raises(tqkv.InvalidArgumentError):
+        tqkv.warm_restore_memory(3, read_ahead=1 << 30)  # 3 GiB: more than the pool keeps

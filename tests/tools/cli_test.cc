@@ -53,7 +53,12 @@ TEST(Cli, CheckpointInspectVerifyRestore) {
     if (direct > 0) {
       EXPECT_EQ(page_cache, 0u) << r.out;
     }
+    EXPECT_TRUE(rj["memory_warmed"].get<bool>());
   }
+  // A read-ahead larger than the kept pool: not warmed, and the restore still runs.
+  CmdResult big = Tqkv("restore --json --store file://" + dir.path() + " --session s1 --read-ahead 3GiB");
+  ASSERT_EQ(big.status, 0) << big.out;
+  EXPECT_FALSE(Json(big.out)["memory_warmed"].get<bool>());
 }
 
 // The tools' default: a lossy session keeps its last 4 tokens exact, an fp16 one none, and
