@@ -120,7 +120,8 @@ void RegisterCheckpoint(CLI::App& app) {
       if (!o->json_path.empty()) {
         EmitJson({{"session", o->session}, {"codec", o->codec}, {"tokens", o->tokens},
                   {"bytes_written", st.bytes_written}, {"fp16_bytes", st.fp16_bytes},
-                  {"write_s", st.seconds}, {"encode_s", st.encode_seconds}},
+                  {"write_s", st.seconds}, {"encode_s", st.encode_seconds},
+                  {"source_s", st.source_seconds}, {"write_busy_s", st.write_seconds}},
                  o->json_path);
       }
       return Status::Ok();

@@ -585,7 +585,8 @@ Result<CheckpointStats> Checkpoint(KvSource& source, const CheckpointOptions& op
     stats.guard_stride = header.guard_stride;
     stats.codec_error = header.codec_error;
     stats.guard_exceeded = GuardExceeded(header.codec_error, options.guard_threshold);
-  } else if (options.guard && tokens > 0) {
+  } else if (options.guard && tokens > 0 && AnyLossyCodec(options)) {
+    // (Raw codecs have no error worth measuring: a second pass over the source for nothing.)
     const auto tg = Clock::now();
     header.guard_stride = GuardStride(tokens);
     auto measured = MeasureCodecErrors(
