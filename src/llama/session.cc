@@ -1,5 +1,6 @@
 // llama.cpp sequence state <-> tqkv session and its engine state (docs/format.md §13).
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -22,6 +23,19 @@ std::optional<DType> DTypeOf(int32_t type) {
   }
 }
 
+// A mixed session holds every layer in f32 and gives each layer its own type back, so NaNs
+// keep their payload and their signalling bit both ways (the shared converters quiet them).
+bool IsNaNBits(float f) { return (std::bit_cast<uint32_t>(f) & 0x7FFFFFFFu) > 0x7F800000u; }
+uint16_t NaNToHalf(float f) {
+  const uint32_t x = std::bit_cast<uint32_t>(f);
+  const uint32_t mant = (x >> 13) & 0x3FFu;
+  return static_cast<uint16_t>((x >> 16 & 0x8000u) | 0x7C00u | (mant != 0 ? mant : 1u));
+}
+uint16_t NaNToBF16(float f) {
+  const uint32_t x = std::bit_cast<uint32_t>(f);
+  return static_cast<uint16_t>((x >> 16) | ((x & 0x7F0000u) != 0 ? 0u : 1u));
+}
+
 float LoadElem(const uint8_t* p, DType t) {
   uint16_t h;
   switch (t) {
@@ -30,7 +44,14 @@ float LoadElem(const uint8_t* p, DType t) {
       std::memcpy(&f, p, 4);
       return f;
     }
-    case DType::kF16: std::memcpy(&h, p, 2); return HalfToFloat(h);
+    case DType::kF16:
+      std::memcpy(&h, p, 2);
+      // A NaN as it is (HalfToFloat sets the quiet bit, as F16C does): StoreElem gives it back.
+      if ((h & 0x7C00u) == 0x7C00u && (h & 0x3FFu) != 0) {
+        return std::bit_cast<float>((uint32_t{h} & 0x8000u) << 16 | 0x7F800000u |
+                                    (uint32_t{h} & 0x3FFu) << 13);
+      }
+      return HalfToFloat(h);
     case DType::kBF16: std::memcpy(&h, p, 2); return BF16ToFloat(h);
   }
   return 0;
@@ -39,8 +60,8 @@ void StoreElem(uint8_t* p, DType t, float f) {
   uint16_t h;
   switch (t) {
     case DType::kF32: std::memcpy(p, &f, 4); return;
-    case DType::kF16: h = FloatToHalf(f); std::memcpy(p, &h, 2); return;
-    case DType::kBF16: h = FloatToBF16(f); std::memcpy(p, &h, 2); return;
+    case DType::kF16: h = IsNaNBits(f) ? NaNToHalf(f) : FloatToHalf(f); std::memcpy(p, &h, 2); return;
+    case DType::kBF16: h = IsNaNBits(f) ? NaNToBF16(f) : FloatToBF16(f); std::memcpy(p, &h, 2); return;
   }
 }
 // One element, copied unchanged when the types agree (so f16 -> f16 is byte-exact).

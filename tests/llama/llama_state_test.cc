@@ -169,7 +169,18 @@ TEST(LlamaStateTest, GetDataBlobsKeepTheirMagicAndSequenceId) {
 
 TEST(LlamaStateTest, MixedTypesBecomeF32AndComeBackExactly) {
   CacheSpec c{Range(3, 9), 2, 6, kGgmlF16, kGgmlBF16, false, 0, 11};
-  const std::vector<uint8_t> blob = MakeBlob({c});
+  auto parsed = ParseSeqState(MakeBlob({c}));
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  // NaNs with payloads, signalling ones too (the fuzzer's find: f16 0xfd0f came back 0xff0f),
+  // and infinities: the f32 session keeps them and gives them back bit for bit.
+  Layer& l0 = parsed->caches[0].streams[0].layers[0];
+  const uint16_t f16s[] = {0xFD0F, 0x7C01, 0x7E00, 0xFC00, 0x7C00};
+  const uint16_t bf16s[] = {0x7F81, 0xFF81, 0x7FC0, 0xFF80, 0x7F80};
+  for (size_t i = 0; i < 5; ++i) {
+    std::memcpy(&l0.k[2 * i], &f16s[i], 2);
+    std::memcpy(&l0.v[2 * i], &bf16s[i], 2);
+  }
+  const std::vector<uint8_t> blob = SerializeSeqState(*parsed);
   auto st = ParseSeqState(blob);
   ASSERT_TRUE(st.ok()) << st.status().ToString();
   auto session = ToSession(*st, 3, "m");
