@@ -6,7 +6,7 @@
 // blob (FromSession; only f32/f16/bf16 rows are accepted, so the round trip is lossless), with
 // the session's memory within a bound of the input's size. Seeds: fuzz/corpus/llama_state
 // (SmolLM2-135M and Gemma 3 270M through llama-cpp-python 0.3.36, 2 tokens; flash attention off
-// (v_trans) and on; get_data blobs and slot files).
+// (v_trans) and on; get_data blobs and slot files) and regress-*: inputs that once failed.
 // Build: -DTQKV_BUILD_FUZZERS=ON with clang; run:
 //   mkdir -p /tmp/lf && ./build-fuzz/llama_state_fuzz -max_total_time=60 -timeout=10 \
 //       -rss_limit_mb=2048 -max_len=65536 /tmp/lf fuzz/corpus/llama_state
