@@ -18,8 +18,9 @@ struct ReadRequest {
 };
 
 // An object's bytes moved so far, by how they moved (stores over local or mounted files; all
-// zero elsewhere). A reader asked for O_DIRECT that shows page_cache bytes beyond the file's
-// tail fell back to the page cache somewhere (RestoreStats, `tqkv restore --json`).
+// zero elsewhere). A reader asked for O_DIRECT that shows any page_cache bytes (the file's
+// unaligned tail is read with O_DIRECT too) fell back to the page cache somewhere (RestoreStats,
+// `tqkv restore --json`).
 struct ReadPathBytes {
   uint64_t direct = 0;      // with O_DIRECT, by preads or io_uring
   uint64_t uring = 0;       // the part of `direct` moved by io_uring

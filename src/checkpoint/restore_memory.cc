@@ -58,8 +58,7 @@ void ReturnRestoreMemory(AlignedBuffer region) {
 }
 
 Result<uint64_t> WarmRestoreMemory(size_t concurrent, const RestoreOptions& options) {
-  const size_t bytes = (static_cast<size_t>(options.inflight_bytes) + kHugePage - 1) / kHugePage *
-                       kHugePage;
+  const size_t bytes = static_cast<size_t>(AlignUp(options.inflight_bytes, kHugePage));
   if (concurrent > kRestoreMemoryKept / std::max<size_t>(bytes, 1)) {
     return Status::InvalidArgument("warm restore memory: " + std::to_string(concurrent) +
                                    " restores of " + std::to_string(bytes) +
