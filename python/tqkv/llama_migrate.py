@@ -39,7 +39,8 @@ is written ':', since ',' separates entries): `@km=` is `tqkv llama import --key
 session, a block B, optionally :f16 or :f32), `@exact=` is --exact-tokens (FIRST:LAST). Example:
 `--codecs fp16,tq3,tq3@km=off,tq3@exact=4:128,tq4@km=session:f32`. An entry without @exact= gets
 `tqkv llama import`'s default (the last 4 tokens exact for lossy codecs; `@exact=0:0` for none);
-each row's `exact_tokens` is what its container holds.
+each row's `exact_tokens` is what its container holds. `--codec ENTRY` (repeatable) adds one entry
+whose spec may hold commas (`--codec tq:b=4,nc=1@exact=0:4`); its rows come after --codecs'.
 """
 
 from __future__ import annotations
@@ -277,8 +278,13 @@ def _llama_kv_rows(args, n_ctx, prompt, ref, emit, t_start):
     return rows
 
 
+def entries_of(args):
+    """--codecs' comma-separated entries, then each --codec entry whole (its spec may hold ',')."""
+    return [c for c in args.codecs.split(",") if c] + list(getattr(args, "codec", None) or [])
+
+
 def run(args, emit=lambda report: None):
-    entries = [c for c in args.codecs.split(",") if c]
+    entries = entries_of(args)
     settings = {c: parse_entry(c, args.exact_tokens) for c in entries}
     codecs = entries
     n, steps = args.tokens, args.steps
@@ -433,6 +439,8 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=50)
     p.add_argument("--codecs", default="fp16,tq3,tq4",
                    help="entries SPEC[@km=V][@exact=F:L], comma-separated (see the top of this file)")
+    p.add_argument("--codec", action="append", default=[], metavar="ENTRY",
+                   help="one more entry, taken whole: its spec may hold commas (tq:b=4,nc=1)")
     p.add_argument("--exact-tokens", default="", help="FIRST,LAST for every entry without @exact")
     p.add_argument("--llama-kv", default="",
                    help="also llama.cpp's own KV types, e.g. q8_0,q5_0,q4_1,q4_0 (flash attention; "
@@ -457,12 +465,11 @@ def main(argv=None):
     own_store = args.store is None
     if own_store:
         args.store = tempfile.mkdtemp(prefix="llama_migrate_store_")
-    for c in args.codecs.split(","):
-        if c:
-            try:
-                parse_entry(c)
-            except ValueError as e:
-                p.error(str(e))
+    for c in entries_of(args):
+        try:
+            parse_entry(c)
+        except ValueError as e:
+            p.error(str(e))
     for t in args.llama_kv.split(","):
         if t and t not in LLAMA_KV_TYPES:
             p.error(f"--llama-kv: unknown type {t} (know {', '.join(LLAMA_KV_TYPES)})")

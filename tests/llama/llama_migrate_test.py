@@ -46,6 +46,12 @@ class Entries(unittest.TestCase):
             with self.assertRaises(ValueError, msg=bad):
                 m.parse_entry(bad)
 
+    def test_codec_entries_keep_their_commas(self):
+        m = load_migrate()
+        args = m.argparse.Namespace(codecs="tq3,tq4", codec=["tq:b=4,nc=1@exact=0:4"])
+        self.assertEqual(m.entries_of(args), ["tq3", "tq4", "tq:b=4,nc=1@exact=0:4"])
+        self.assertEqual(m.parse_entry(m.entries_of(args)[2]), ("tq:b=4,nc=1", None, "0,4"))
+
     def test_llama_kv_order_and_the_control(self):
         m = load_migrate()
         self.assertEqual(m.llama_kv_names("q4_0,q5_0"), ["f16", "q4_0", "q5_0"])
@@ -67,7 +73,8 @@ class Entries(unittest.TestCase):
         self.assertEqual(m._flips(ref, ref), [])
 
     def test_bad_entry_and_kv_type_are_refused_before_any_work(self):
-        for flag, value in (("--codecs", "tq3@kmeans=off"), ("--llama-kv", "q4_0,q3_k")):
+        for flag, value in (("--codecs", "tq3@kmeans=off"), ("--llama-kv", "q4_0,q3_k"),
+                            ("--codec", "tq:b=4,nc=1@kmeans=off")):
             p = subprocess.run([sys.executable, MIGRATE, "--model", "x.gguf", "--prompt-file",
                                 PROMPT, flag, value], capture_output=True, text=True)
             self.assertEqual(p.returncode, 2, p.stderr)  # argparse's usage error, no traceback
