@@ -280,7 +280,7 @@ def _llama_kv_rows(args, n_ctx, prompt, ref, emit, t_start):
 
 def entries_of(args):
     """--codecs' comma-separated entries, then each --codec entry whole (its spec may hold ',')."""
-    return [c for c in args.codecs.split(",") if c] + list(getattr(args, "codec", None) or [])
+    return [c for c in args.codecs.split(",") if c] + args.codec
 
 
 def run(args, emit=lambda report: None):
