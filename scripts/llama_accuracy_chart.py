@@ -6,6 +6,7 @@ llama.cpp's own KV cache types. Written by hand as SVG (no plotting library need
     scripts/llama_accuracy_chart.py OUT.svg 'TITLE=run.json' ['TITLE=run2.json' ...]
     scripts/llama_accuracy_chart.py --markdown run.json     # the table of docs/accuracy.md
     scripts/llama_accuracy_chart.py --summary run.json      # tq3/tq4 floors, tqkv vs q4_0/q5_0
+    scripts/llama_accuracy_chart.py --seeds run.json ...    # one row per codec over its rotation seeds
 
 A panel may join runs of the same model, prompt and N: 'TITLE=a.json+b.json'.
 
@@ -213,6 +214,62 @@ def summary(report):
     return "\n".join(out)
 
 
+def unseeded(row):
+    """A tqkv row's configuration without its rotation seed: 'tq4' and 'tq:b=4,seed=3' are one."""
+    spec = row.get("spec", row["codec"])
+    head, _, mods = spec.partition(",")
+    keys = {}
+    if head.startswith("tq:"):
+        mods = head[3:] + ("," + mods if mods else "")
+    elif head.startswith("tq") and head[2:].replace(".", "", 1).isdigit():
+        keys["b"] = head[2:]
+    else:
+        return None  # fp16, K/V or auto specs: not grouped
+    for kv in filter(None, mods.split(",")):
+        k, _, v = kv.partition("=")
+        keys[k] = v
+    keys.pop("seed", None)
+    rest = ",".join(f"{k}={v}" for k, v in sorted(keys.items()) if k != "b")
+    name = "tq" + keys.get("b", "3") + ("," + rest if rest else "")
+    return name, row.get("key_means", "default"), row.get("exact_tokens", "")
+
+
+def seeds(paths):
+    """Per run and configuration, what its rotation seeds give: top-1 counts, mean KL spread and
+    the steps that flip under how many seeds (a near-tie that most seeds flip is the codec's
+    error, not one seed's bad luck)."""
+    steps = None
+    out = ["| run | configuration | seeds | top-1 (seeds) | mean KL min / median / max "
+           "| flipped steps (ref. margin) × seeds |", "|---|---|---:|---|---|---|"]
+    for path in paths:
+        rep = load(path)
+        steps = rep["steps"]
+        groups = {}
+        for row in rep["results"]:
+            key = unseeded(row) if row.get("kind") == "tqkv" else None
+            if key is not None:
+                groups.setdefault(key, []).append(row)
+        run = f'{rep["prompt_file"].rsplit("/", 1)[-1]}, N = {rep["prompt_tokens"]:,}'
+        for (name, km, exact), rows in groups.items():
+            if len(rows) < 2:
+                continue
+            top1 = {}
+            for r in rows:
+                top1[r["top1"]] = top1.get(r["top1"], 0) + 1
+            kls = sorted(r["kl_mean"] for r in rows)
+            flips = {}
+            for r in rows:
+                for f in r.get("flipped_steps", []):
+                    flips.setdefault((f["step"], f["ref_margin"]), []).append(r)
+            flips_s = ", ".join(f"{st} ({m:.2f}) × {len(rs)}" for (st, m), rs in
+                                sorted(flips.items(), key=lambda kv: (-len(kv[1]), kv[0][0])))
+            conf = name + ("" if km == "default" else f" km {km}") + (f" +exact {exact}" if exact else "")
+            out.append(f"| {run} | {conf} | {len(rows)} | "
+                       + ", ".join(f"{t}/{steps}: {n}" for t, n in sorted(top1.items(), reverse=True))
+                       + f" | {fmt(kls[0])} / {fmt(kls[len(kls) // 2])} / {fmt(kls[-1])} | {flips_s or 'none'} |")
+    return "\n".join(out)
+
+
 def load(paths):
     """One report from 'a.json+b.json': runs of the same model, prompt and N (the same reference
     logits: where both runs record their hash, it must match); a configuration measured in both
@@ -246,6 +303,9 @@ def main(argv):
         return
     if len(argv) == 3 and argv[1] == "--summary":
         print(summary(load(argv[2])))
+        return
+    if len(argv) >= 3 and argv[1] == "--seeds":
+        print(seeds(argv[2:]))
         return
     if len(argv) < 3:
         sys.exit(__doc__)
