@@ -17,7 +17,9 @@ difference between two exact attention kernels, below which a codec's error is n
 
 import json
 import math
+import statistics
 import sys
+from collections import Counter
 from xml.sax.saxutils import escape
 
 W, H = 470, 350            # one panel
@@ -238,12 +240,10 @@ def seeds(paths):
     """Per run and configuration, what its rotation seeds give: top-1 counts, mean KL spread and
     the steps that flip under how many seeds (a near-tie that most seeds flip is the codec's
     error, not one seed's bad luck)."""
-    steps = None
     out = ["| run | configuration | seeds | top-1 (seeds) | mean KL min / median / max "
            "| flipped steps (ref. margin) × seeds |", "|---|---|---:|---|---|---|"]
     for path in paths:
         rep = load(path)
-        steps = rep["steps"]
         groups = {}
         for row in rep["results"]:
             key = unseeded(row) if row.get("kind") == "tqkv" else None
@@ -253,20 +253,17 @@ def seeds(paths):
         for (name, km, exact), rows in groups.items():
             if len(rows) < 2:
                 continue
-            top1 = {}
-            for r in rows:
-                top1[r["top1"]] = top1.get(r["top1"], 0) + 1
-            kls = sorted(r["kl_mean"] for r in rows)
-            flips = {}
-            for r in rows:
-                for f in r.get("flipped_steps", []):
-                    flips.setdefault((f["step"], f["ref_margin"]), []).append(r)
-            flips_s = ", ".join(f"{st} ({m:.2f}) × {len(rs)}" for (st, m), rs in
-                                sorted(flips.items(), key=lambda kv: (-len(kv[1]), kv[0][0])))
+            top1 = Counter(r["top1"] for r in rows)
+            kls = [r["kl_mean"] for r in rows]
+            flips = Counter((f["step"], f["ref_margin"]) for r in rows
+                            for f in r.get("flipped_steps", []))
+            flips_s = ", ".join(f"{st} ({m:.2f}) × {n}" for (st, m), n in
+                                sorted(flips.items(), key=lambda kv: (-kv[1], kv[0][0])))
             conf = name + ("" if km == "default" else f" km {km}") + (f" +exact {exact}" if exact else "")
             out.append(f"| {run} | {conf} | {len(rows)} | "
-                       + ", ".join(f"{t}/{steps}: {n}" for t, n in sorted(top1.items(), reverse=True))
-                       + f" | {fmt(kls[0])} / {fmt(kls[len(kls) // 2])} / {fmt(kls[-1])} | {flips_s or 'none'} |")
+                       + ", ".join(f"{t}/{rep['steps']}: {n}" for t, n in sorted(top1.items(), reverse=True))
+                       + f" | {fmt(min(kls))} / {fmt(statistics.median(kls))} / {fmt(max(kls))} "
+                       f"| {flips_s or 'none'} |")
     return "\n".join(out)
 
 
