@@ -1,5 +1,5 @@
 // `tqkv bench ...`: the benchmark subcommands.
-#include "tools/commands.h"
+#include "tools/cli_common.h"
 
 namespace tqkv::tools {
 

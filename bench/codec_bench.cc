@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "tools/commands.h"
+#include "tools/cli_common.h"
 #include "tqkv/codec.h"
 #include "tqkv/simd.h"
 #include "tqkv/synthetic.h"

@@ -37,8 +37,8 @@ std::string Human(double bytes) {
 void RegisterCapacityCommand(CLI::App& app) {
   auto* cmd = app.add_subcommand("capacity", "Capacity planning: sessions per capacity, storage per GPU");
   struct Opts {
-    std::string model = "qwen2.5-7b", codec = "tq3", capacity = "10TB", per_gpu, json_path;
-    std::string exact_tokens, key_means;
+    std::string model = "qwen2.5-7b", capacity = "10TB", per_gpu, json_path;
+    SettingsFlags settings;
     uint64_t tokens = 10000, gpus = 0;
     bool json = false;
   };
@@ -47,9 +47,7 @@ void RegisterCapacityCommand(CLI::App& app) {
   cmd->add_option("--tokens", o->tokens, "Tokens per session")
       ->check(CountIn(0, UINT64_MAX))
       ->capture_default_str();
-  cmd->add_option("--codec", o->codec, "Codec spec")->capture_default_str();
-  cmd->add_option("--exact-tokens", o->exact_tokens, kExactTokensHelp);
-  cmd->add_option("--key-means", o->key_means, kKeyMeansHelp);
+  o->settings.Add(cmd, /*guard=*/false);
   cmd->add_option("--capacity", o->capacity,
                   std::string("Storage capacity (e.g. 10TB). ") + kByteSizeHelp)
       ->capture_default_str();
@@ -64,10 +62,7 @@ void RegisterCapacityCommand(CLI::App& app) {
       co.geometry = preset.geometry;
       co.tokens = o->tokens;
       TQKV_ASSIGN_OR_RETURN(co.capacity_bytes, CapacityBytes("--capacity", o->capacity));
-      TQKV_ASSIGN_OR_RETURN(const KvCodecSpec spec, ParseKvCodecSpec(o->codec));
-      SetCodec(co.checkpoint, spec);
-      TQKV_RETURN_IF_ERROR(ApplyExactTokens(o->exact_tokens, co.checkpoint));
-      TQKV_RETURN_IF_ERROR(ApplyKeyMeans(o->key_means, co.checkpoint));
+      TQKV_ASSIGN_OR_RETURN(co.checkpoint, o->settings.Resolve());
       if (!o->per_gpu.empty()) {
         TQKV_ASSIGN_OR_RETURN(co.per_gpu_bytes, CapacityBytes("--per-gpu", o->per_gpu));
         co.gpus = o->gpus;
@@ -76,7 +71,7 @@ void RegisterCapacityCommand(CLI::App& app) {
       co.checkpoint.pool = &pool;
       TQKV_ASSIGN_OR_RETURN(const CapacityPlan p, PlanCapacity(co));
       const double capacity = co.capacity_bytes, per_gpu = co.per_gpu_bytes;
-      nlohmann::json j = {{"model", o->model}, {"tokens", o->tokens}, {"codec", o->codec},
+      nlohmann::json j = {{"model", o->model}, {"tokens", o->tokens}, {"codec", o->settings.codec()},
                           {"exact_first", co.checkpoint.exact_head},
                           {"exact_last", co.checkpoint.exact_tail},
                           {"key_means", FormatKeyMeans({co.checkpoint.key_mean_block,
@@ -99,21 +94,21 @@ void RegisterCapacityCommand(CLI::App& app) {
         return Status::Ok();
       }
       std::printf("%s, %llu tokens per session, codec %s (a real checkpoint, container included)\n",
-                  o->model.c_str(), static_cast<unsigned long long>(o->tokens), o->codec.c_str());
+                  o->model.c_str(), static_cast<unsigned long long>(o->tokens), o->settings.codec().c_str());
       std::printf("  session size:  fp16 %s (%llu B)   %s %s (%llu B)   %.3fx smaller\n",
                   Human(static_cast<double>(p.fp16_session_bytes)).c_str(),
-                  static_cast<unsigned long long>(p.fp16_session_bytes), o->codec.c_str(),
+                  static_cast<unsigned long long>(p.fp16_session_bytes), o->settings.codec().c_str(),
                   Human(static_cast<double>(p.codec_session_bytes)).c_str(),
                   static_cast<unsigned long long>(p.codec_session_bytes), p.ratio);
       std::printf("  warm sessions in %s:  fp16 %.0f   %s %.0f\n", Human(capacity).c_str(),
-                  p.sessions_fp16, o->codec.c_str(), p.sessions_codec);
+                  p.sessions_fp16, o->settings.codec().c_str(), p.sessions_codec);
       if (!o->per_gpu.empty()) {
         std::printf("  storage per GPU:  %s at fp16 -> %s with %s\n", Human(per_gpu).c_str(),
-                    Human(p.per_gpu_bytes_codec).c_str(), o->codec.c_str());
+                    Human(p.per_gpu_bytes_codec).c_str(), o->settings.codec().c_str());
         if (o->gpus) {
           std::printf("  cluster of %llu GPUs:  %s at fp16 -> %s with %s\n",
                       static_cast<unsigned long long>(o->gpus), Human(p.cluster_bytes_fp16).c_str(),
-                      Human(p.cluster_bytes_codec).c_str(), o->codec.c_str());
+                      Human(p.cluster_bytes_codec).c_str(), o->settings.codec().c_str());
         }
       }
       return Status::Ok();

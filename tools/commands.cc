@@ -5,50 +5,28 @@
 #include "tqkv/units.h"
 
 namespace tqkv::tools {
-namespace {
-int g_exit_code = 0;
-}  // namespace
 
-void SetExitCode(int code) { g_exit_code = code; }
-int ExitCode() { return g_exit_code; }
-
-CLI::Validator CountIn(uint64_t min, uint64_t max) {
-  return CLI::Validator(
-      [min, max](std::string& text) -> std::string {
-        auto v = ParseCount(text, min, max);
-        return v.ok() ? std::string() : v.status().message();
-      },
-      "COUNT in [" + std::to_string(min) + ", " + std::to_string(max) + "]");
-}
-
-Status ApplyCodecs(const std::string& codec, const std::vector<std::string>& layer_codecs,
-                   CheckpointOptions& opts) {
-  TQKV_ASSIGN_OR_RETURN(const KvCodecSpec spec, ParseKvCodecSpec(codec));
-  SetCodec(opts, spec);
-  opts.layer_overrides.clear();
-  for (const auto& lc : layer_codecs) {
-    TQKV_ASSIGN_OR_RETURN(LayerCodec l, ParseLayerCodec(lc));
-    opts.layer_overrides.push_back(l);
+void SettingsFlags::Add(CLI::App* cmd, bool guard) {
+  CheckpointSettings* s = &settings;
+  cmd->add_option_function<std::string>(
+      "--codec", [s](const std::string& v) { s->codec = v; },
+      "Codec spec: fp16, tq2, tq3, tq4, tq2.5, tq3.5, k4v2, auto:B, ... (default " +
+          std::string(kDefaultCodec) + ")");
+  cmd->add_option("--layer-codec", s->layer_codecs, "Per-layer override L:SPEC (repeatable)");
+  cmd->add_option_function<std::string>(
+      "--exact-tokens", [s](const std::string& v) { s->exact_tokens = v; }, kExactTokensHelp);
+  cmd->add_option_function<std::string>(
+      "--key-means", [s](const std::string& v) { s->key_means = v; }, kKeyMeansHelp);
+  if (guard) {
+    cmd->add_flag_callback("--strict", [s] { s->strict = true; }, kStrictHelp);
+    cmd->add_flag_callback("--no-guard", [s] { s->guard = false; }, kNoGuardHelp);
   }
-  return Status::Ok();
 }
 
-Status ApplyExactTokens(const std::string& text, CheckpointOptions& opts) {
-  ExactTokens et = DefaultExactTokens(opts);  // "": the default for the codecs set
-  if (!text.empty()) {
-    TQKV_ASSIGN_OR_RETURN(et, ParseExactTokens(text));
-  }
-  opts.exact_head = et.head;
-  opts.exact_tail = et.tail;
-  return Status::Ok();
-}
-
-Status ApplyKeyMeans(const std::string& text, CheckpointOptions& opts) {
-  if (text.empty()) return Status::Ok();
-  TQKV_ASSIGN_OR_RETURN(const KeyMeanSetting km, ParseKeyMeans(text));
-  opts.key_mean_block = km.block;
-  opts.key_mean_dtype = km.dtype;
-  return Status::Ok();
+nlohmann::json SettingsFlags::Json(const CheckpointOptions& resolved) const {
+  const ResolvedSettings r = DescribeSettings(settings, resolved);
+  return {{"codec", r.codec},       {"layer_codecs", r.layer_codecs}, {"exact_tokens", r.exact_tokens},
+          {"key_means", r.key_means}, {"strict", r.strict},             {"guard", r.guard}};
 }
 
 void PrintGuardReport(const CheckpointStats& st, const CheckpointOptions& options) {
@@ -107,12 +85,6 @@ void PrintGuardTable(const ContainerHeader& h) {
                 FormatGuardFigure(RelativeError(k)).c_str(), SharedFraction(k),
                 FormatGuardFigure(RelativeError(v)).c_str(), SharedFraction(v));
   }
-}
-
-void Report(const std::string& command, const Status& status) {
-  if (status.ok()) return;
-  std::fprintf(stderr, "tqkv %s: %s\n", command.c_str(), status.ToString().c_str());
-  SetExitCode(1);
 }
 
 void RegisterCommands(CLI::App& app) {

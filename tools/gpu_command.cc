@@ -9,6 +9,7 @@
 #include "tqkv/store.h"
 #if defined(TQKV_HAVE_CUDA)
 #include "tqkv/gpu.h"
+#include "tqkv/gpu_bench.h"
 #endif
 
 namespace tqkv::tools {
@@ -60,7 +61,7 @@ void RegisterGpuCommands(CLI::App& app) {
     std::cout << ProbeGpuLadder(o).ToJson() << "\n";
   });
   struct BenchOpts {
-    std::string codec = "tq3";
+    std::string codec{kDefaultCodec};
     uint32_t heads = 4, head_dim = 128;
     uint64_t tokens = 262144;
     int iterations = 10;

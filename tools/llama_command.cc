@@ -34,10 +34,6 @@ Status WriteFile(const std::string& path, const std::vector<uint8_t>& b) {
   return Status::Ok();
 }
 
-bool IsSlotFile(const std::vector<uint8_t>& b) {
-  return b.size() >= 4 && b[0] == 0x71 && b[1] == 0x73 && b[2] == 0x67 && b[3] == 0x67;
-}
-
 // --store/--session, or a .tqkv path.
 struct Target {
   std::string store, session, path;
@@ -88,43 +84,30 @@ void RegisterImport(CLI::App* llama) {
   auto* cmd = llama->add_subcommand(
       "import", "Compress a llama.cpp slot file (ggsq) or sequence state blob into a session");
   struct Opts {
-    std::string in, codec = "tq3", model = "llama.cpp", exact_tokens, key_means;
-    std::vector<std::string> layer_codecs;
+    std::string in, model = "llama.cpp";
+    SettingsFlags settings;
+    bool json = false;
     uint32_t head_dim = 0;
     size_t threads = 0;
     Target target;
-    bool strict = false, no_guard = false;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("IN", o->in, "Slot file (llama-server --slot-save-path) or state blob")->required();
-  cmd->add_flag("--strict", o->strict, kStrictHelp);
-  cmd->add_flag("--no-guard", o->no_guard, kNoGuardHelp);
+  o->settings.Add(cmd);
+  cmd->add_flag("--json", o->json, "Print the figures and the settings as resolved as JSON");
   o->target.Add(cmd, "Output .tqkv (or --store and --session)");
   cmd->add_option("--head-dim", o->head_dim, "The model's head dimension (K/V rows split into heads of it)")
       ->required();
-  cmd->add_option("--codec", o->codec, "Codec spec (fp16 keeps the state bit-exact)")->capture_default_str();
-  cmd->add_option("--layer-codec", o->layer_codecs, "Per-layer override L:SPEC (repeatable)");
-  cmd->add_option("--exact-tokens", o->exact_tokens, kExactTokensHelp);
-  cmd->add_option("--key-means", o->key_means, kKeyMeansHelp);
   cmd->add_option("--model", o->model, "Model name stored in the header")->capture_default_str();
   cmd->add_option("--threads", o->threads, "Encode threads (0: all cores)")
       ->check(CountIn(0, ThreadPool::kMaxThreads));
   cmd->callback([o] {
     Status s = [&]() -> Status {
       TQKV_ASSIGN_OR_RETURN(std::vector<uint8_t> file, ReadFile(o->in));
-      llama::SlotFile slot;
-      const bool is_slot = IsSlotFile(file);
-      if (is_slot) {
-        TQKV_ASSIGN_OR_RETURN(slot, llama::ParseSlotFile(file));
-      } else {
-        slot.state = std::move(file);
-      }
-      CheckpointOptions opts;
-      TQKV_RETURN_IF_ERROR(ApplyCodecs(o->codec, o->layer_codecs, opts));
-      TQKV_RETURN_IF_ERROR(ApplyExactTokens(o->exact_tokens, opts));
-      TQKV_RETURN_IF_ERROR(ApplyKeyMeans(o->key_means, opts));
-      opts.strict = o->strict;
-      opts.guard = !o->no_guard;
+      TQKV_ASSIGN_OR_RETURN(llama::SlotOrBlob in, llama::ParseSlotFileOrBlob(std::move(file)));
+      const bool is_slot = in.is_slot;
+      const llama::SlotFile& slot = in.slot;
+      TQKV_ASSIGN_OR_RETURN(CheckpointOptions opts, o->settings.Resolve());
       ThreadPool pool(o->threads);
       opts.pool = &pool;
       TQKV_ASSIGN_OR_RETURN(StoreAndKey sk, o->target.Open(true));
@@ -132,9 +115,20 @@ void RegisterImport(CLI::App* llama) {
           CheckpointStats st,
           llama::CheckpointSeqState(slot.state, o->head_dim, o->model,
                                     is_slot ? &slot.tokens : nullptr, opts, *sk.store, sk.key));
+      if (o->json) {
+        std::cout << json{{"session", sk.key},
+                          {"slot_file", is_slot},
+                          {"state_bytes", slot.state.size()},
+                          {"bytes_written", st.bytes_written},
+                          {"seconds", st.seconds},
+                          {"guard_exceeded", st.guard_exceeded},
+                          {"settings", o->settings.Json(opts)}}
+                  << "\n";
+        return Status::Ok();
+      }
       std::printf("%s: %s %.1f MB -> %.1f MB (%s, %.2fx) in %.3f s\n", sk.key.c_str(),
                   is_slot ? "slot file" : "state", slot.state.size() / 1e6, st.bytes_written / 1e6,
-                  o->codec.c_str(), static_cast<double>(slot.state.size()) / st.bytes_written,
+                  o->settings.codec().c_str(), static_cast<double>(slot.state.size()) / st.bytes_written,
                   st.seconds);
       PrintGuardReport(st, opts);
       return Status::Ok();
@@ -183,13 +177,9 @@ void RegisterInspect(CLI::App* llama) {
   cmd->callback([in] {
     Status s = [&]() -> Status {
       TQKV_ASSIGN_OR_RETURN(std::vector<uint8_t> file, ReadFile(*in));
-      llama::SlotFile slot;
-      const bool is_slot = IsSlotFile(file);
-      if (is_slot) {
-        TQKV_ASSIGN_OR_RETURN(slot, llama::ParseSlotFile(file));
-      } else {
-        slot.state = file;
-      }
+      TQKV_ASSIGN_OR_RETURN(llama::SlotOrBlob parsed, llama::ParseSlotFileOrBlob(file));
+      const bool is_slot = parsed.is_slot;
+      const llama::SlotFile& slot = parsed.slot;
       TQKV_ASSIGN_OR_RETURN(llama::SeqState st, llama::ParseSeqState(slot.state));
       std::vector<uint8_t> again = llama::SerializeSeqState(st);
       if (is_slot) again = llama::SerializeSlotFile({slot.tokens, std::move(again)});

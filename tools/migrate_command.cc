@@ -1,4 +1,4 @@
-// `tqkv migrate`: the migration experiment (include/tqkv/migrate.h): options, the library call,
+// `tqkv migrate`: the migration experiment (bench/migrate/migrate.h): options, the library call,
 // the table and the JSON.
 #include <chrono>
 #include <cstdio>
@@ -11,7 +11,7 @@
 #include "tools/commands.h"
 
 #ifdef TQKV_HAVE_MODEL
-#include "tqkv/migrate.h"
+#include "bench/migrate/migrate.h"
 #endif
 
 namespace tqkv::tools {

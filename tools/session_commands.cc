@@ -68,16 +68,13 @@ void RegisterCheckpoint(CLI::App& app) {
   struct Opts {
     GeometryFlags geo;
     uint64_t tokens = 10000, seed = 1;
-    std::string codec = "tq3", store, session, json_path, dtype = "f16";
-    std::vector<std::string> layer_codecs;
-    std::string exact_tokens, key_means;
+    std::string store, session, json_path, dtype = "f16";
+    SettingsFlags settings;
     size_t threads = 0;
-    bool strict = false, no_guard = false;
   };
   auto o = std::make_shared<Opts>();
   o->geo.Add(cmd);
-  cmd->add_flag("--strict", o->strict, kStrictHelp);
-  cmd->add_flag("--no-guard", o->no_guard, kNoGuardHelp);
+  o->settings.Add(cmd);
   cmd->add_option("--tokens", o->tokens, "Context length")
       ->check(CountIn(0, UINT64_MAX))
       ->capture_default_str();
@@ -85,10 +82,6 @@ void RegisterCheckpoint(CLI::App& app) {
       ->check(CountIn(0, UINT64_MAX))
       ->capture_default_str();
   cmd->add_option("--dtype", o->dtype, "Element type of the session (f16, bf16, f32)")->capture_default_str();
-  cmd->add_option("--codec", o->codec, "Codec spec (fp16, tq2, tq3, tq4, tq2.5, tq3.5, ...)")->capture_default_str();
-  cmd->add_option("--layer-codec", o->layer_codecs, "Per-layer override L:SPEC (repeatable)");
-  cmd->add_option("--exact-tokens", o->exact_tokens, kExactTokensHelp);
-  cmd->add_option("--key-means", o->key_means, kKeyMeansHelp);
   cmd->add_option("--store", o->store, kStoreUriHelp)->required();
   cmd->add_option("--session", o->session, "Session id (the object key)")->required();
   cmd->add_option("--threads", o->threads, "Encode threads (0: all cores)")
@@ -99,12 +92,7 @@ void RegisterCheckpoint(CLI::App& app) {
       TQKV_ASSIGN_OR_RETURN(ModelGeometry g, o->geo.Resolve());
       auto dtype = ParseDType(o->dtype);
       if (!dtype) return Status::InvalidArgument("unknown dtype " + o->dtype);
-      CheckpointOptions opts;
-      TQKV_RETURN_IF_ERROR(ApplyCodecs(o->codec, o->layer_codecs, opts));
-      TQKV_RETURN_IF_ERROR(ApplyExactTokens(o->exact_tokens, opts));
-      TQKV_RETURN_IF_ERROR(ApplyKeyMeans(o->key_means, opts));
-      opts.strict = o->strict;
-      opts.guard = !o->no_guard;
+      TQKV_ASSIGN_OR_RETURN(CheckpointOptions opts, o->settings.Resolve());
       ThreadPool pool(o->threads);
       opts.pool = &pool;
       TQKV_ASSIGN_OR_RETURN(auto store, OpenStore(o->store));
@@ -112,13 +100,14 @@ void RegisterCheckpoint(CLI::App& app) {
       TQKV_ASSIGN_OR_RETURN(CheckpointStats st, Checkpoint(*source, opts, *store, o->session));
       std::printf("checkpoint %s: %llu tokens, %s, %.1f MB (fp16 %.1f MB, %.2fx) in %.3f s "
                   "(encode %.3f s, write %.3f s)\n",
-                  o->session.c_str(), static_cast<unsigned long long>(o->tokens), o->codec.c_str(),
+                  o->session.c_str(), static_cast<unsigned long long>(o->tokens), o->settings.codec().c_str(),
                   st.bytes_written / 1e6, st.fp16_bytes / 1e6,
                   static_cast<double>(st.fp16_bytes) / st.bytes_written, st.seconds,
                   st.encode_seconds, st.write_seconds);
       PrintGuardReport(st, opts);
       if (!o->json_path.empty()) {
-        EmitJson({{"session", o->session}, {"codec", o->codec}, {"tokens", o->tokens},
+        EmitJson({{"session", o->session}, {"codec", o->settings.codec()}, {"tokens", o->tokens},
+                  {"settings", o->settings.Json(opts)},
                   {"bytes_written", st.bytes_written}, {"fp16_bytes", st.fp16_bytes},
                   {"write_s", st.seconds}, {"encode_s", st.encode_seconds},
                   {"source_s", st.source_seconds}, {"write_busy_s", st.write_seconds}},
@@ -224,32 +213,20 @@ void RegisterRestore(CLI::App& app) {
 void RegisterCompress(CLI::App& app) {
   auto* cmd = app.add_subcommand("compress", "Compress a safetensors KV cache into a .tqkv file");
   struct Opts {
-    std::string in, out, codec = "tq3";
-    std::vector<std::string> layer_codecs;
-    std::string exact_tokens, key_means;
+    std::string in, out;
+    SettingsFlags settings;
     size_t threads = 0;
-    bool strict = false, no_guard = false;
   };
   auto o = std::make_shared<Opts>();
-  cmd->add_flag("--strict", o->strict, kStrictHelp);
-  cmd->add_flag("--no-guard", o->no_guard, kNoGuardHelp);
+  o->settings.Add(cmd);
   cmd->add_option("IN", o->in, "Input .safetensors (tensors layers.<i>.k / .v)")->required();
   cmd->add_option("OUT", o->out, "Output .tqkv")->required();
-  cmd->add_option("--codec", o->codec, "Codec spec")->capture_default_str();
-  cmd->add_option("--layer-codec", o->layer_codecs, "Per-layer override L:SPEC (repeatable)");
-  cmd->add_option("--exact-tokens", o->exact_tokens, kExactTokensHelp);
-  cmd->add_option("--key-means", o->key_means, kKeyMeansHelp);
   cmd->add_option("--threads", o->threads, "Encode threads (0: all cores)")
       ->check(CountIn(0, ThreadPool::kMaxThreads));
   cmd->callback([o] {
     Status s = [&]() -> Status {
       TQKV_ASSIGN_OR_RETURN(auto cache, ReadSafetensors(o->in));
-      CheckpointOptions opts;
-      TQKV_RETURN_IF_ERROR(ApplyCodecs(o->codec, o->layer_codecs, opts));
-      TQKV_RETURN_IF_ERROR(ApplyExactTokens(o->exact_tokens, opts));
-      TQKV_RETURN_IF_ERROR(ApplyKeyMeans(o->key_means, opts));
-      opts.strict = o->strict;
-      opts.guard = !o->no_guard;
+      TQKV_ASSIGN_OR_RETURN(CheckpointOptions opts, o->settings.Resolve());
       ThreadPool pool(o->threads);
       opts.pool = &pool;
       TQKV_ASSIGN_OR_RETURN(StoreAndKey sk, OpenFilePath(o->out, true));

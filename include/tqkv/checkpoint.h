@@ -18,6 +18,7 @@
 #include "tqkv/codec.h"
 #include "tqkv/container.h"
 #include "tqkv/kv_cache.h"
+#include "tqkv/kv_layout.h"
 #include "tqkv/kv_source.h"
 #include "tqkv/status.h"
 #include "tqkv/store.h"
@@ -25,7 +26,6 @@
 namespace tqkv {
 
 class ThreadPool;
-struct LayoutTensors;  // kv_layout.h
 
 struct LayerCodec {
   uint32_t layer = 0;
@@ -34,9 +34,6 @@ struct LayerCodec {
 };
 
 inline constexpr uint32_t kKeyMeanPerSession = 0xFFFFFFFFu;
-// The guard's threshold on a codec's error relative to the varying part of the vectors
-// (RelativeError in container.h; docs/codec.md §9 says how it was chosen).
-inline constexpr double kGuardThreshold = 0.5;
 inline constexpr uint32_t kDefaultKeyMeanBlock = 128;
 
 struct CheckpointOptions {
@@ -75,33 +72,6 @@ struct CheckpointOptions {
   double guard_threshold = kGuardThreshold;
 };
 
-// Sets codec, v_codec and allocate_bits from a plain, K/V or auto spec (ParseKvCodecSpec).
-void SetCodec(CheckpointOptions& options, const KvCodecSpec& spec);
-
-struct ExactTokens {
-  uint32_t head = 0, tail = 0;
-};
-// Parses "FIRST,LAST" (e.g. "4,128") for CheckpointOptions::exact_head / exact_tail.
-Result<ExactTokens> ParseExactTokens(std::string_view text);
-// The default of the tools and the Python package for lossy codecs: the last 4 tokens also stored
-// exactly, which halves the mean KL of a restored llama.cpp session for +0.01-0.06 bits/value
-// (docs/accuracy.md). CheckpointOptions itself defaults to none.
-inline constexpr ExactTokens kDefaultExactTokens{0, 4};
-// Whether some layer's K or V is stored by a lossy (TurboQuant) codec, or the allocator picks.
-bool AnyLossyCodec(const CheckpointOptions& options);
-// kDefaultExactTokens when AnyLossyCodec(options) (set the codecs first), else none.
-ExactTokens DefaultExactTokens(const CheckpointOptions& options);
-
-struct KeyMeanSetting {
-  uint32_t block = kDefaultKeyMeanBlock;  // CheckpointOptions::key_mean_block
-  DType dtype = DType::kF16;
-};
-// Parses "off" (or "0"), "session" or a block size in tokens, optionally followed by ",f16" or
-// ",f32" (e.g. "128", "session,f32") for CheckpointOptions::key_mean_block / key_mean_dtype.
-Result<KeyMeanSetting> ParseKeyMeans(std::string_view text);
-// The inverse: "off", "session" or the block, with ",f32" when not f16.
-std::string FormatKeyMeans(const KeyMeanSetting& setting);
-
 struct CheckpointStats {
   uint64_t bytes_written = 0;   // the whole container
   uint64_t fp16_bytes = 0;      // the session's tensors at FP16
@@ -118,17 +88,11 @@ struct CheckpointStats {
   std::vector<std::array<std::string, 2>> allocated;
 };
 
-// Entries 2·layer + kv of `errors` whose RelativeError exceeds `threshold`.
-std::vector<uint32_t> GuardExceeded(const std::vector<TensorCodecError>& errors, double threshold);
 // A guard figure for people: 3 significant digits ("96.5", "0.0339"), "inf".
 std::string FormatGuardFigure(double v);
 // "layer 0 K: 96.5 > 0.5, layer 1 K: 2.4 > 0.5" for the GuardExceeded entries.
 std::string DescribeGuardExceeded(const std::vector<TensorCodecError>& errors,
                                   const std::vector<uint32_t>& exceeded, double threshold);
-
-// Parses "L:SPEC" (e.g. "0:tq4", "0:k4v2", "0:k:tq4/v:fp16") into a LayerCodec; SPEC as
-// ParseKvCodecSpec.
-Result<LayerCodec> ParseLayerCodec(std::string_view text);
 
 // Encodes and writes the session under `key`, published atomically. On any failure nothing
 // readable is left under `key` (a previous object with the key stays as it was).
@@ -186,6 +150,12 @@ Status RestoreInto(Store& store, std::string_view key, KvCache& dst, const Resto
 // decoded into directly, exact rows and mean-removed keys included; others through one layer of
 // staging. options.layer_ready as above.
 Status RestoreInto(Store& store, std::string_view key, const LayoutTensors& dst,
+                   const RestoreOptions& options, RestoreStats* stats = nullptr);
+// As above, into tensors laid out by `make_destination` once the stored header (geometry, tokens,
+// source dtype) is read, so the object is opened once: a binding allocates the caller's arrays
+// there. Its error return stops the restore.
+using MakeDestination = std::function<Result<LayoutTensors>(const ContainerHeader& header)>;
+Status RestoreInto(Store& store, std::string_view key, const MakeDestination& make_destination,
                    const RestoreOptions& options, RestoreStats* stats = nullptr);
 // Allocates and restores the whole session.
 Result<std::unique_ptr<KvCacheBuffer>> Restore(Store& store, std::string_view key,

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "tqkv/codec.h"
-#include "tqkv/kv_cache.h"
+#include "tqkv/geometry.h"
 #include "tqkv/status.h"
 #include "tqkv/object.h"
 
@@ -63,6 +63,11 @@ struct TensorCodecError {
 };
 // err / var, the guard's figure: 0 when err is 0, +inf when var is 0 but err is not.
 double RelativeError(const TensorCodecError& e);
+// The guard's threshold on RelativeError: above it a layer's tensor decodes to mostly noise
+// (docs/codec.md §9 says how it was chosen).
+inline constexpr double kGuardThreshold = 0.5;
+// Entries 2·layer + kv of `errors` whose RelativeError exceeds `threshold`.
+std::vector<uint32_t> GuardExceeded(const std::vector<TensorCodecError>& errors, double threshold);
 // The share of the energy that is the heads' means: 1 − var / energy (0 without energy).
 double SharedFraction(const TensorCodecError& e);
 

@@ -22,54 +22,13 @@
 #include <string_view>
 #include <vector>
 
+#include "tqkv/gpu_probe.h"
 #include "tqkv/kv_cache.h"
 #include "tqkv/status.h"
 #include "tqkv/store.h"
 #include "tqkv/types.h"
 
 namespace tqkv {
-
-enum class GpuIoPath : uint8_t { kGds = 0, kDirect = 1, kBuffered = 2 };
-std::string_view GpuIoPathName(GpuIoPath path);                // "gds" | "direct" | "buffered"
-Result<GpuIoPath> ParseGpuIoPath(std::string_view name);
-
-// Number of CUDA devices; DeviceError with the runtime's message when there is no driver/device.
-Result<int> CudaDeviceCount();
-
-// Free bytes of `device`'s memory. Creates the CUDA context first, so a benchmark can call it
-// before timing anything. DeviceError without a device.
-Result<uint64_t> CudaFreeMemory(int device = 0);
-
-struct GpuRung {
-  GpuIoPath path = GpuIoPath::kBuffered;
-  bool usable = false;
-  std::string reason;  // why not usable (empty when usable)
-};
-
-struct GpuProbe {
-  int device_count = 0;
-  std::string device;           // name and compute capability of device 0, or empty
-  std::string device_error;     // "no CUDA device: ..." when device_count == 0
-  bool cufile_loaded = false;   // dlopen + every symbol found
-  std::string cufile_library;   // the library that loaded
-  std::string cufile_error;
-  bool cufile_driver_ok = false;  // cuFileDriverOpen succeeded
-  std::string cufile_driver_error;
-  bool o_direct_ok = false;     // an aligned O_DIRECT write+read worked in the probed directory
-  std::string o_direct_error;
-  std::vector<GpuRung> rungs;   // gds, direct, buffered
-  std::optional<GpuIoPath> chosen;  // the first usable rung; none without a device
-  std::string ToJson() const;
-};
-
-struct GpuProbeOptions {
-  std::string dir;  // directory to test O_DIRECT in (the store's); empty: O_DIRECT not tested
-  // Libraries tried in order for cuFile; empty: {"libcufile.so.0", "libcufile.so"}.
-  std::vector<std::string> cufile_libraries;
-};
-
-// Never fails: each rung says why it is not usable.
-GpuProbe ProbeGpuLadder(const GpuProbeOptions& options);
 
 struct GpuRestoreOptions {
   DType dtype = DType::kF16;         // output element type: f16, bf16 or f32
@@ -127,29 +86,6 @@ class GpuSession {
 // handle (qjl) or a forced rung that is not usable; errors of the store/container as they are.
 Result<std::unique_ptr<GpuSession>> RestoreToGpu(Store& store, std::string_view key,
                                                  const GpuRestoreOptions& options);
-
-// GPU codec benchmark (bench of docs/gpu.md): random vectors of `heads` x `head_dim`, `tokens`
-// tokens, encoded on the GPU, checked against the CPU codec on a sample (codes and decoded f16
-// bytes), then decode timed into f16 against a device-to-device cudaMemcpy of the same output bytes
-// in the same run. DeviceError without a device.
-struct GpuCodecBench {
-  std::string codec;
-  uint64_t vectors = 0;
-  uint64_t output_bytes = 0;         // f16 bytes written by one decode
-  uint64_t code_bytes = 0;           // bytes read by one decode
-  double decode_seconds = 0;         // median of the timed launches
-  double encode_seconds = 0;
-  double copy_seconds = 0;           // median D2D cudaMemcpy of output_bytes
-  double decode_gbps = 0;            // output_bytes / decode_seconds
-  double copy_gbps = 0;              // output_bytes / copy_seconds
-  double decode_vs_copy = 0;         // decode_gbps / copy_gbps
-  uint64_t sample_vectors = 0;       // vectors compared with the CPU codec
-  uint64_t code_mismatches = 0;      // codes (vectors) differing from the CPU codec
-  uint64_t decode_mismatches = 0;    // decoded f16 values differing from the CPU codec
-  std::string ToJson() const;
-};
-Result<GpuCodecBench> BenchGpuCodec(std::string_view codec_spec, uint32_t heads, uint32_t head_dim,
-                                    uint64_t tokens, int iterations = 10);
 
 }  // namespace tqkv
 

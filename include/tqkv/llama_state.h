@@ -95,6 +95,14 @@ struct SlotFile {
 Result<SlotFile> ParseSlotFile(std::span<const uint8_t> file);
 std::vector<uint8_t> SerializeSlotFile(const SlotFile& slot);
 
+// What `tqkv llama import` and tqkv.llama take: a slot file when the bytes start with its magic,
+// else a bare sequence state blob (not parsed here).
+struct SlotOrBlob {
+  SlotFile slot;  // tokens empty for a blob
+  bool is_slot = false;
+};
+Result<SlotOrBlob> ParseSlotFileOrBlob(std::vector<uint8_t> bytes);
+
 // A session in tqkv's canonical layout plus the engine state that rebuilds the blob.
 struct Session {
   std::unique_ptr<KvCacheBuffer> kv;

@@ -95,11 +95,6 @@ inline void StoreFromFloat(void* p, DType t, size_t i, float v) {
   }
 }
 
-// Bulk forms of the two above, n elements, with the best SIMD kernel of this CPU (bit-identical to
-// the scalar ones: tests/codec/kernels_test.cc).
-void ConvertToFloat(const void* src, DType t, size_t n, float* dst);
-void ConvertFromFloat(const float* src, size_t n, DType t, void* dst);
-
 }  // namespace tqkv
 
 #endif  // TQKV_INCLUDE_TQKV_TYPES_H_

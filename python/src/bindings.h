@@ -17,8 +17,11 @@
 #include "tqkv/types.h"
 
 namespace tqkv {
-struct LayoutTensors;  // kv_layout.h
-struct RestoreStats;   // checkpoint.h
+struct LayoutTensors;       // kv_layout.h
+struct RestoreStats;        // checkpoint.h
+struct CheckpointStats;     // checkpoint.h
+struct CheckpointSettings;  // settings.h
+struct ResolvedSettings;    // settings.h
 }  // namespace tqkv
 
 namespace tqkv::python {
@@ -108,7 +111,12 @@ Status RestoreToCudaArrays(Store& store, const std::string& key, const LayoutTen
                            int device, const std::function<Status(uint32_t)>& layer_ready,
                            RestoreStats* stats);
 
+// What checkpoint() and tqkv.llama's save return (session_bindings.cc): sizes, times, the
+// guard's figures and the settings as resolved.
+nb::dict CheckpointStatsDict(const CheckpointStats& s, const ResolvedSettings& settings);
+
 void BindCodec(nb::module_& m);
+void BindLlama(nb::module_& m);
 void BindStore(nb::module_& m);
 void BindSession(nb::module_& m);
 

@@ -140,4 +140,5 @@ NB_MODULE(_tqkv, m) {
   py::BindCodec(m);
   py::BindStore(m);
   py::BindSession(m);
+  py::BindLlama(m);
 }

@@ -13,6 +13,7 @@
 
 #include "bindings.h"
 #include "tqkv/checkpoint.h"
+#include "tqkv/settings.h"
 #include "tqkv/container.h"
 #include "tqkv/kv_layout.h"
 
@@ -99,16 +100,57 @@ LayerArrays ViewLayers(const std::vector<Array>& k, const std::vector<Array>& v,
   return out;
 }
 
-nb::dict CheckpointStatsDict(const CheckpointStats& s, bool staged) {
+}  // namespace
+
+nb::dict SettingsDict(const ResolvedSettings& settings) {
+  nb::dict st;
+  st["codec"] = settings.codec;
+  st["layer_codecs"] = settings.layer_codecs;
+  st["exact_tokens"] = settings.exact_tokens;
+  st["key_means"] = settings.key_means;
+  st["strict"] = settings.strict;
+  st["guard"] = settings.guard;
+  return st;
+}
+
+nb::dict CheckpointStatsDict(const CheckpointStats& s, const ResolvedSettings& settings) {
   nb::dict d;
-  d["staged"] = staged;  // false: the library read the caller's arrays in place
   d["bytes_written"] = s.bytes_written;
   d["fp16_bytes"] = s.fp16_bytes;
   d["seconds"] = s.seconds;
   d["encode_seconds"] = s.encode_seconds;
   d["write_seconds"] = s.write_seconds;
+  d["guard_seconds"] = s.guard_seconds;
+  // The guard (docs/codec.md §9): each layer's [K, V] codec error relative to the varying part of
+  // the vectors, and the entries over the threshold (empty with guard=False).
+  d["guard_stride"] = s.guard_stride;
+  nb::list errors;
+  for (size_t l = 0; l + 1 < s.codec_error.size(); l += 2) {
+    errors.append(nb::make_tuple(RelativeError(s.codec_error[l]),
+                                 RelativeError(s.codec_error[l + 1])));
+  }
+  d["codec_error"] = errors;
+  nb::list exceeded;
+  for (uint32_t i : s.guard_exceeded) {
+    exceeded.append(nb::make_tuple(i / 2, i % 2 ? "V" : "K", RelativeError(s.codec_error[i])));
+  }
+  d["guard_exceeded"] = exceeded;
+  nb::list allocated;
+  for (const auto& kv : s.allocated) allocated.append(nb::make_tuple(kv[0], kv[1]));
+  d["allocated"] = allocated;
+  d["settings"] = SettingsDict(settings);
   return d;
 }
+
+CheckpointSettings SettingsOf(const std::optional<std::string>& codec,
+                              const std::vector<std::string>& layer_codecs,
+                              const std::optional<std::string>& exact_tokens,
+                              const std::optional<std::string>& key_means,
+                              std::optional<bool> strict, std::optional<bool> guard) {
+  return {codec, layer_codecs, exact_tokens, key_means, strict, guard};
+}
+
+namespace {
 
 nb::dict RestoreStatsDict(const RestoreStats& s, bool staged) {
   nb::dict d;
@@ -131,24 +173,10 @@ nb::dict RestoreStatsDict(const RestoreStats& s, bool staged) {
 nb::dict CheckpointArrays(PyStore& ps, const std::string& key, const std::vector<RoArray>& k,
                           const std::vector<RoArray>& v, Axes axes,
                           const std::optional<Int64Array>& block_ids, uint64_t tokens,
-                          const std::string& codec, const std::vector<std::string>& layer_codecs,
-                          std::optional<std::pair<uint32_t, uint32_t>> exact_tokens,
-                          const std::string& key_means,
-                          const std::string& model, uint32_t token_block) {
+                          const CheckpointSettings& settings, const std::string& model,
+                          uint32_t token_block) {
   LayerArrays la = ViewLayers(k, v, axes, block_ids, tokens);
-  CheckpointOptions opts;
-  SetCodec(opts, ValueOrThrow(ParseKvCodecSpec(codec)));
-  for (const std::string& lc : layer_codecs) {
-    opts.layer_overrides.push_back(ValueOrThrow(ParseLayerCodec(lc)));
-  }
-  // None: DefaultExactTokens for the codecs set (the last 4 tokens when some layer is lossy).
-  const ExactTokens et = exact_tokens ? ExactTokens{exact_tokens->first, exact_tokens->second}
-                                      : DefaultExactTokens(opts);
-  opts.exact_head = et.head;
-  opts.exact_tail = et.tail;
-  const KeyMeanSetting km = ValueOrThrow(ParseKeyMeans(key_means));
-  opts.key_mean_block = km.block;
-  opts.key_mean_dtype = km.dtype;
+  CheckpointOptions opts = ValueOrThrow(ResolveCheckpointOptions(settings));
   opts.token_block = token_block;
   auto pool = Pool();
   opts.pool = pool.get();
@@ -166,17 +194,12 @@ nb::dict CheckpointArrays(PyStore& ps, const std::string& key, const std::vector
       stats = Checkpoint(source, opts, *ps.store, key);
     }
   }
-  return CheckpointStatsDict(ValueOrThrow(std::move(stats)), !canonical);
+  nb::dict d = CheckpointStatsDict(ValueOrThrow(std::move(stats)), DescribeSettings(settings, opts));
+  d["staged"] = !canonical;  // false: the library read the caller's arrays in place
+  return d;
 }
 
-nb::dict Header(PyStore& ps, const std::string& key) {
-  ContainerHeader h;
-  {
-    nb::gil_scoped_release release;
-    auto object = ValueOrThrow(ps.store->Open(key));
-    auto reader = ValueOrThrow(ContainerReader::Open(object.get(), key));
-    h = reader->header();
-  }
+nb::dict HeaderDict(const ContainerHeader& h) {
   nb::dict d;
   d["model"] = h.model;
   d["layers"] = h.geometry.layers;
@@ -188,6 +211,17 @@ nb::dict Header(PyStore& ps, const std::string& key) {
   d["exact_tail"] = h.exact_tail;
   d["key_mean_block"] = h.key_mean_block;
   return d;
+}
+
+nb::dict Header(PyStore& ps, const std::string& key) {
+  ContainerHeader h;
+  {
+    nb::gil_scoped_release release;
+    auto object = ValueOrThrow(ps.store->Open(key));
+    auto reader = ValueOrThrow(ContainerReader::Open(object.get(), key));
+    h = reader->header();
+  }
+  return HeaderDict(h);
 }
 
 // Calls the Python layer_ready(layer) with the GIL; a Python exception stops the restore and is
@@ -249,6 +283,48 @@ nb::dict RestoreArrays(PyStore& ps, const std::string& key, const std::vector<Rw
   return RestoreStatsDict(stats, cuda || !DecodesInPlace(la.layout, la.geometry, la.tokens));
 }
 
+// Restores into arrays that `allocate(header)` returns as (k_layers, v_layers) once the header
+// is read: the object is opened once. Host arrays only (CUDA goes through restore_into).
+nb::dict RestoreNew(PyStore& ps, const std::string& key, Axes axes, nb::object allocate,
+                    nb::object layer_ready, bool drop_cache, uint64_t inflight_bytes) {
+  std::vector<RwArray> k, v;
+  std::optional<nb::python_error> error;
+  bool staged = false;
+  MakeDestination make = [&](const ContainerHeader& h) -> Result<LayoutTensors> {
+    nb::gil_scoped_acquire acquire;
+    try {
+      nb::tuple kv = nb::cast<nb::tuple>(allocate(HeaderDict(h)));
+      k = nb::cast<std::vector<RwArray>>(kv[0]);
+      v = nb::cast<std::vector<RwArray>>(kv[1]);
+      LayerArrays la = ViewLayers(k, v, axes, std::nullopt, 0);
+      staged = !DecodesInPlace(la.layout, la.geometry, la.tokens);
+      return la;
+    } catch (nb::python_error& e) {
+      error.emplace(std::move(e));
+      return Status::Internal("allocate raised");
+    } catch (StatusError& e) {
+      return e.status();
+    }
+  };
+  auto pool = Pool();
+  RestoreOptions opts;
+  opts.pool = pool.get();
+  opts.drop_cache = drop_cache;
+  if (inflight_bytes) opts.inflight_bytes = inflight_bytes;
+  LayerReady ready{std::move(layer_ready), std::nullopt};
+  opts.layer_ready = [&](uint32_t layer) { return ready(layer); };
+  RestoreStats stats;
+  Status s;
+  {
+    nb::gil_scoped_release release;
+    s = RestoreInto(*ps.store, key, make, opts, &stats);
+  }
+  if (error) throw std::move(*error);
+  if (ready.error) throw std::move(*ready.error);
+  ThrowIfError(s);
+  return RestoreStatsDict(stats, staged);
+}
+
 }  // namespace
 
 void BindSession(nb::module_& m) {
@@ -258,14 +334,24 @@ void BindSession(nb::module_& m) {
       .def_rw("head", &Axes::head)
       .def_rw("dim", &Axes::dim)
       .def_rw("block", &Axes::block);
+  nb::class_<CheckpointSettings>(m, "CheckpointSettings");
+  m.def("checkpoint_settings", &SettingsOf, nb::arg("codec").none(), nb::arg("layer_codecs"),
+        nb::arg("exact_tokens").none(), nb::arg("key_means").none(), nb::arg("strict").none(),
+        nb::arg("guard").none());
+  m.def("resolve_settings", [](const CheckpointSettings& s) {
+    const CheckpointOptions o = ValueOrThrow(ResolveCheckpointOptions(s));
+    return SettingsDict(DescribeSettings(s, o));
+  }, nb::arg("settings"));
   m.def("checkpoint", &CheckpointArrays, nb::arg("store"), nb::arg("key"), nb::arg("k"),
         nb::arg("v"), nb::arg("axes"), nb::arg("block_ids").none(), nb::arg("tokens"),
-        nb::arg("codec"), nb::arg("layer_codecs"), nb::arg("exact_tokens").none(),
-        nb::arg("key_means"), nb::arg("model"), nb::arg("token_block"));
+        nb::arg("settings"), nb::arg("model"), nb::arg("token_block"));
   m.def("restore_into", &RestoreArrays, nb::arg("store"), nb::arg("key"), nb::arg("k"),
         nb::arg("v"), nb::arg("axes"), nb::arg("block_ids").none(), nb::arg("tokens"),
         nb::arg("layer_ready").none(), nb::arg("drop_cache"), nb::arg("inflight_bytes"));
   m.def("header", &Header, nb::arg("store"), nb::arg("key"));
+  m.def("restore_new", &RestoreNew, nb::arg("store"), nb::arg("key"), nb::arg("axes"),
+        nb::arg("allocate"), nb::arg("layer_ready").none(), nb::arg("drop_cache"),
+        nb::arg("inflight_bytes"));
 }
 
 }  // namespace tqkv::python

@@ -11,7 +11,7 @@
 #include "tqkv/container.h"
 #include "tqkv/describe.h"
 #include "tqkv/store_admin.h"
-#include "tqkv/store_testing.h"
+#include "store/testing/store_testing.h"
 
 namespace tqkv::python {
 namespace {
@@ -125,7 +125,7 @@ void Verify(PyStore& ps, const std::string& key) {
   ThrowIfError(VerifyObject(*ps.store, key));
 }
 
-// Tests and benchmarks: the store at `uri` behind a bandwidth limit (tqkv/store_testing.h).
+// Tests and benchmarks: the store at `uri` behind a bandwidth limit (src/store/testing/store_testing.h).
 std::unique_ptr<PyStore> Throttled(const std::string& uri, double read_bytes_per_sec,
                                    double write_bytes_per_sec, bool per_object) {
   std::unique_ptr<PyStore> base = Open(uri, true);

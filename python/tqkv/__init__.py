@@ -2,7 +2,7 @@
 
     import tqkv
     store = tqkv.open_store("/tmp/kv")
-    tqkv.checkpoint(store, "s1", k, v, codec="tq3")   # k, v: [layers, tokens, kv_heads, head_dim]
+    tqkv.checkpoint(store, "s1", k, v)   # k, v: [layers, tokens, kv_heads, head_dim]; default codec
     k2, v2 = tqkv.restore(store, "s1")
 
 docs/python.md has the guide; help(tqkv.restore), help(tqkv.Codec), help(tqkv.Store) the details.
@@ -28,14 +28,14 @@ from ._tqkv import (  # noqa: F401 - the public names
 )
 from ._tqkv import built_with_cuda as _built_with_cuda
 from ._codec import Codec
-from ._session import checkpoint, restore, restore_layers
+from ._session import checkpoint, resolve_settings, restore, restore_layers
 from ._store import Store, inspect, open_store, verify
 
 __version__ = "0.1.0"
 CUDA: bool = _built_with_cuda()  # the package was built with the CUDA library
 
 __all__ = [
-    "Codec", "Store", "open_store", "checkpoint", "restore", "restore_layers", "inspect",
+    "Codec", "Store", "open_store", "checkpoint", "resolve_settings", "restore", "restore_layers", "inspect",
     "verify", "set_num_threads", "get_num_threads", "warm_restore_memory", "CUDA", "Error",
     "InvalidArgumentError",
     "NotFoundError", "CorruptionError", "IoError", "NoSpaceError", "UnsupportedError",

@@ -52,24 +52,55 @@ def _block_ids(block_ids: Any) -> Optional[np.ndarray]:
     return np.ascontiguousarray(np.asarray(block_ids, dtype=np.int64).reshape(-1))
 
 
-def checkpoint(store: StoreLike, key: str, k: Any, v: Any, *, codec: str = "tq3",
+def settings(*, codec: Optional[str] = None, layer_codecs: Optional[Mapping[int, str]] = None,
+             exact_tokens: Optional[Tuple[int, int]] = None, key_means: Optional[str] = None,
+             strict: Optional[bool] = None, guard: Optional[bool] = None) -> Any:
+    """The library's settings object for these arguments; ``None`` leaves the library's default
+    (the one resolver every front end uses: the ``tqkv`` command, tqkv.llama, tqkv.vllm)."""
+    overrides = [f"{int(layer)}:{spec}" for layer, spec in sorted((layer_codecs or {}).items())]
+    exact = None
+    if exact_tokens is not None:
+        if isinstance(exact_tokens, str) or len(exact_tokens) != 2:
+            raise _tqkv.InvalidArgumentError(
+                f"exact_tokens {exact_tokens!r}: a pair (first, last) of token counts")
+        exact = f"{int(exact_tokens[0])},{int(exact_tokens[1])}"
+    return _tqkv.checkpoint_settings(codec, overrides, exact, key_means, strict, guard)
+
+
+def resolve_settings(**options: Any) -> Dict[str, Any]:
+    """What a checkpoint with these settings (the keyword arguments of ``checkpoint``: codec,
+    layer_codecs, exact_tokens, key_means, strict, guard) stores, with every default filled in:
+    ``{'codec': 'tq3', 'layer_codecs': [], 'exact_tokens': '0,4', 'key_means': '128', ...}``."""
+    return _tqkv.resolve_settings(settings(**options))
+
+
+def checkpoint(store: StoreLike, key: str, k: Any, v: Any, *, codec: Optional[str] = None,
                layer_codecs: Optional[Mapping[int, str]] = None,
-               exact_tokens: Optional[Tuple[int, int]] = None, key_means: str = "128",
+               exact_tokens: Optional[Tuple[int, int]] = None, key_means: Optional[str] = None,
+               strict: Optional[bool] = None, guard: Optional[bool] = None,
                layout: str = "nhd", block_ids: Any = None, tokens: Optional[int] = None,
                model: str = "", token_block: int = 0) -> Dict[str, Any]:
     """Encodes the cache ``k``, ``v`` and publishes it atomically under ``key``.
 
-    ``codec``: the spec of every layer (``tq3``, ``tq2.5``, ``fp16``, ... see tqkv.Codec), or
-    separate K and V codecs (``k4v2``: K tq4, V tq2; ``k:tq4,norm=f16/v:fp16``; docs/codec.md §3);
-    ``layer_codecs``: per-layer overrides, e.g. ``{0: "tq4", 27: "k4v3"}``; ``exact_tokens``:
-    ``(first, last)`` tokens also stored exactly (attention sinks, recent tokens); the default,
-    ``None``, is ``(0, 4)`` when some layer's codec is lossy and ``(0, 0)`` when every layer is
-    stored raw (fp16, bf16, fp32), as in the ``tqkv`` command (the library's DefaultExactTokens) (docs/accuracy.md: the last tokens exact by default);
-    ``key_means``: the keys' mean removed before encoding, per block of that many tokens (the
-    default, ``"128"``), ``"session"`` or ``"off"``, optionally ``",f32"`` (docs/format.md §5);
+    Settings (``None``, the default of each, takes the library's default, the same as the
+    ``tqkv`` command's; ``resolve_settings`` shows what they resolve to):
+    ``codec``: the spec of every layer (default ``tq3``; ``tq2.5``, ``fp16``, ... see
+    tqkv.Codec), separate K and V codecs (``k4v2``: K tq4, V tq2; ``k:tq4,norm=f16/v:fp16``) or
+    the bit allocator (``auto:3.5``; docs/codec.md §3); ``layer_codecs``: per-layer overrides,
+    e.g. ``{0: "tq4", 27: "k4v3"}``; ``exact_tokens``: ``(first, last)`` tokens also stored
+    exactly (attention sinks, recent tokens; default ``(0, 4)`` when some layer's codec is lossy,
+    ``(0, 0)`` when every layer is stored raw); ``key_means``: the keys' mean removed before
+    encoding, per block of that many tokens (default ``"128"``), ``"session"`` or ``"off"``,
+    optionally ``",f32"`` (docs/format.md §5); ``guard``: measure and store each layer's codec
+    error (default True); ``strict``: refuse the checkpoint (InvalidArgumentError, nothing
+    stored) when some layer's error exceeds the guard's threshold (default False: the returned
+    ``guard_exceeded`` lists them).
     ``layout``/``block_ids``: see the module docs; ``tokens``: for paged caches, the session
     length (default ``len(block_ids) * block_size``); ``model``: a name stored in the header.
-    Returns the library's statistics (bytes_written, fp16_bytes, seconds, ...).
+    Returns the library's figures: ``bytes_written``, ``fp16_bytes``, ``seconds``, ...,
+    ``codec_error`` (per layer, K's and V's error relative to the vectors' varying part),
+    ``guard_exceeded`` (``(layer, "K" or "V", error)`` over the threshold), ``allocated``
+    (``auto:B``'s choice per layer) and ``settings`` (as resolved).
     On failure nothing readable is left under ``key``.
     """
     kl, vl = _layers(k, "k"), _layers(v, "v")
@@ -79,11 +110,10 @@ def checkpoint(store: StoreLike, key: str, k: Any, v: Any, *, codec: str = "tq3"
     ids = _block_ids(block_ids)
     if tokens is None:
         tokens = 0 if ids is None or not kl else len(ids) * int(kl[0].shape[1])
-    overrides = [f"{layer}:{spec}" for layer, spec in sorted((layer_codecs or {}).items())]
-    exact = None if exact_tokens is None else (int(exact_tokens[0]), int(exact_tokens[1]))
+    resolved = settings(codec=codec, layer_codecs=layer_codecs, exact_tokens=exact_tokens,
+                        key_means=key_means, strict=strict, guard=guard)
     return _tqkv.checkpoint(as_store(store)._s, key, kl, vl, _axes(layout), ids, int(tokens),
-                            codec, overrides, exact, key_means, model,
-                            int(token_block))
+                            resolved, model, int(token_block))
 
 
 def _destination(store: Any, key: str, out: Any, dtype: Any, layout: str, block_ids: Any,
@@ -141,6 +171,8 @@ def restore(store: StoreLike, key: str, *, out: Optional[Tuple[Any, Any]] = None
     The GIL is released while the session is read and decoded.
     """
     st = as_store(store, create=False)
+    if out is None and layout != "paged" and not _arrays.is_cuda_device(device):
+        return _restore_new(st, key, dtype, layout, array, device, on_layer, drop_cache, stats)
     k, v, kl, vl, n = _destination(st, key, out, dtype, layout, block_ids, tokens, array, device)
     ready = None
     if on_layer is not None:
@@ -151,6 +183,33 @@ def restore(store: StoreLike, key: str, *, out: Optional[Tuple[Any, Any]] = None
     if stats is not None:
         stats.update(figures)
     return k, v
+
+
+def _restore_new(st: Any, key: str, dtype: Any, layout: str, array: str, device: Any,
+                 on_layer: Optional[Callable[[int, Any, Any], Any]], drop_cache: bool,
+                 stats: Optional[Dict[str, Any]]) -> Tuple[Any, Any]:
+    """Restore into new host arrays, allocated once the library has read the header (the object
+    is opened once)."""
+    made: Dict[str, Any] = {}
+    name = _arrays.dtype_name(dtype)
+
+    def allocate(h: Dict[str, Any]) -> Tuple[list, list]:
+        per_layer = ((h["tokens"], h["kv_heads"], h["head_dim"]) if layout == "nhd"
+                     else (h["kv_heads"], h["tokens"], h["head_dim"]))
+        shape = (h["layers"],) + per_layer
+        made["k"] = _arrays.empty(shape, name, array, device)
+        made["v"] = _arrays.empty(shape, name, array, device)
+        made["kl"], made["vl"] = _layers(made["k"], "k"), _layers(made["v"], "v")
+        return made["kl"], made["vl"]
+
+    ready = None
+    if on_layer is not None:
+        def ready(layer: int) -> None:
+            on_layer(layer, made["kl"][layer], made["vl"][layer])
+    figures = _tqkv.restore_new(st._s, key, _axes(layout), allocate, ready, drop_cache, 0)
+    if stats is not None:
+        stats.update(figures)
+    return made["k"], made["v"]
 
 
 def restore_layers(store: StoreLike, key: str, **options: Any) -> Iterator[Tuple[int, Any, Any]]:

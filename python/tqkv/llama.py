@@ -9,25 +9,26 @@ codec, and load it into a (fresh) context, in two calls (docs/llama.md).
     fresh = llama_cpp.Llama(model_path, n_ctx=4096)
     tqkv.llama.load_sequence(fresh, "/var/tqkv", "chat-42")
 
-The sequence state blob (llama_state_seq_get_data) is compressed by the library's llama.cpp
-reader (include/tqkv/llama_state.h) through the `tqkv llama import|export` commands; the binary is
-found through $TQKV_CLI, then `tqkv` on PATH. With codec "fp16" the blob that comes back is the
-original, byte for byte.
+The sequence state blob (llama_state_seq_get_data) is read and rebuilt by the library's llama.cpp
+reader (include/tqkv/llama_state.h) in this process: no ``tqkv`` command, no temporary files.
+With codec "fp16" the blob that comes back is the original, byte for byte. Settings left ``None``
+take the library's defaults, as in ``tqkv.checkpoint`` and ``tqkv llama import``. Failures raise
+tqkv.Error subclasses (InvalidArgumentError, CorruptionError, UnsupportedError, ...).
+
+Only the functions that take a ``Llama`` need llama-cpp-python; the blob functions work without it.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
-import shutil
-import subprocess
-import tempfile
-from typing import Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-import llama_cpp
+from . import _tqkv
+from ._session import settings as _settings
+from ._store import StoreLike, as_store
 
 __all__ = [
-    "cli_path",
     "get_sequence_state",
     "set_sequence_state",
     "head_dim_of",
@@ -36,128 +37,114 @@ __all__ = [
     "save_blob",
     "load_blob",
     "load_blob_and_tokens",
+    "split_slot_file",
+    "join_slot_file",
 ]
 
 
-def cli_path() -> str:
-    """The tqkv executable: $TQKV_CLI, else `tqkv` on PATH."""
-    path = os.environ.get("TQKV_CLI") or shutil.which("tqkv")
-    if not path or not os.access(path, os.X_OK):
-        raise FileNotFoundError("tqkv executable not found: set TQKV_CLI or put tqkv on PATH")
-    return path
+def _llama_cpp() -> Any:
+    import llama_cpp  # only the Llama-facing functions need it
+    return llama_cpp
 
 
-def _ctx(llm: "llama_cpp.Llama"):
+def _ctx(llm: Any) -> Any:
     return llm._ctx.ctx  # llama_cpp.llama_context_p of the high-level wrapper
 
 
-def get_sequence_state(llm: "llama_cpp.Llama", seq_id: int = 0) -> bytes:
+def get_sequence_state(llm: Any, seq_id: int = 0) -> bytes:
     """The sequence's state blob, as llama_state_seq_get_data writes it."""
+    lc = _llama_cpp()
     ctx = _ctx(llm)
-    size = llama_cpp.llama_state_seq_get_size(ctx, seq_id)
+    size = lc.llama_state_seq_get_size(ctx, seq_id)
     buf = (ctypes.c_uint8 * size)()
-    written = llama_cpp.llama_state_seq_get_data(ctx, buf, size, seq_id)
+    written = lc.llama_state_seq_get_data(ctx, buf, size, seq_id)
     if written != size:
-        raise RuntimeError(f"llama_state_seq_get_data wrote {written} of {size} bytes")
+        raise _tqkv.InternalError(f"llama_state_seq_get_data wrote {written} of {size} bytes")
     return bytes(buf)
 
 
-def set_sequence_state(llm: "llama_cpp.Llama", blob: bytes, seq_id: int = 0) -> None:
-    """Loads a blob into the sequence (llama_state_seq_set_data); raises when llama.cpp refuses."""
+def set_sequence_state(llm: Any, blob: bytes, seq_id: int = 0) -> None:
+    """Loads a blob into the sequence (llama_state_seq_set_data); InvalidArgumentError when
+    llama.cpp refuses it (another model or context size, a sequence already in use)."""
+    lc = _llama_cpp()
     ctx = _ctx(llm)
     buf = (ctypes.c_uint8 * len(blob)).from_buffer_copy(blob)
-    read = llama_cpp.llama_state_seq_set_data(ctx, buf, len(blob), seq_id)
+    read = lc.llama_state_seq_set_data(ctx, buf, len(blob), seq_id)
     if read != len(blob):
-        raise RuntimeError(f"llama_state_seq_set_data accepted {read} of {len(blob)} bytes")
+        raise _tqkv.InvalidArgumentError(
+            f"llama_state_seq_set_data accepted {read} of {len(blob)} bytes: the context does "
+            "not take this state (another model, a smaller n_ctx or a busy sequence)")
 
 
-def head_dim_of(llm: "llama_cpp.Llama") -> int:
+def head_dim_of(llm: Any) -> int:
     """The K/V head dimension: `<arch>.attention.key_length` when the GGUF has it (Gemma 3:
     256, not n_embd / n_head), else n_embd / n_head."""
     meta = llm.metadata
     arch = meta.get("general.architecture", "")
     if f"{arch}.attention.key_length" in meta:
         return int(meta[f"{arch}.attention.key_length"])
+    lc = _llama_cpp()
     model = llm._model.model
-    return llama_cpp.llama_model_n_embd(model) // llama_cpp.llama_model_n_head(model)
+    return lc.llama_model_n_embd(model) // lc.llama_model_n_head(model)
 
 
-def _run(args: Sequence[str]) -> str:
-    proc = subprocess.run([cli_path(), *args], capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(proc.stderr.strip() or f"tqkv {' '.join(args)} failed")
-    return proc.stdout
+def save_blob(blob: bytes, store: StoreLike, key: str, head_dim: int,
+              tokens: Optional[Sequence[int]] = None, *, codec: Optional[str] = None,
+              layer_codecs: Optional[Mapping[int, str]] = None,
+              exact_tokens: Optional[Tuple[int, int]] = None, key_means: Optional[str] = None,
+              strict: Optional[bool] = None, guard: Optional[bool] = None,
+              model: str = "llama.cpp") -> Dict[str, Any]:
+    """Stores a sequence state blob (with a slot file's tokens when given) as session ``key`` of
+    ``store`` (a Store, a directory or any store URI, docs/store.md). The settings are
+    tqkv.checkpoint's, with the same defaults. Returns tqkv.checkpoint's figures plus
+    ``state_bytes`` (the blob's size)."""
+    s = _settings(codec=codec, layer_codecs=layer_codecs, exact_tokens=exact_tokens,
+                  key_means=key_means, strict=strict, guard=guard)
+    toks = None if tokens is None else [int(t) for t in tokens]
+    return _tqkv.llama_save(as_store(store)._s, key, bytes(blob), int(head_dim), model, toks, s)
 
 
-def save_blob(blob: bytes, store: str, key: str, head_dim: int, codec: str = "tq3",
-              tokens: Optional[Sequence[int]] = None, exact_tokens: Optional[str] = None,
-              model: str = "llama.cpp", threads: int = 0, key_means: Optional[str] = None) -> None:
-    """Stores a sequence state blob (with a slot file's tokens when given) as session `key`.
-    key_means: `tqkv llama import --key-means` (off, session or a block B[,f16|f32]); None keeps
-    the default (128-token blocks)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "state.bin")
-        with open(path, "wb") as f:
-            if tokens is not None:
-                import struct
-                f.write(struct.pack("<III", 0x67677371, 3, len(tokens)))
-                f.write(struct.pack(f"<{len(tokens)}i", *tokens))
-            f.write(blob)
-        args = ["llama", "import", path, "--store", store, "--session", key, "--codec", codec,
-                "--head-dim", str(head_dim), "--model", model, "--threads", str(threads)]
-        if exact_tokens:
-            args += ["--exact-tokens", exact_tokens]
-        if key_means:
-            args += ["--key-means", key_means]
-        _run(args)
+def load_blob_and_tokens(store: StoreLike, key: str) -> Tuple[bytes, List[int]]:
+    """(blob, tokens) of session ``key``; tokens is [] when the session came from a bare blob."""
+    blob, tokens = _tqkv.llama_load(as_store(store, create=False)._s, key)
+    return blob, list(tokens or [])
 
 
-def load_blob(store: str, key: str, threads: int = 0) -> bytes:
-    """The sequence state blob rebuilt from session `key`."""
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "state.bin")
-        _run(["llama", "export", "--store", store, "--session", key, "--out", path, "--blob",
-              "--threads", str(threads)])
-        with open(path, "rb") as f:
-            return f.read()
+def load_blob(store: StoreLike, key: str) -> bytes:
+    """The sequence state blob rebuilt from session ``key``."""
+    return load_blob_and_tokens(store, key)[0]
 
 
-def save_sequence(llm: "llama_cpp.Llama", store: str, key: str, codec: str = "tq3",
-                  seq_id: int = 0, exact_tokens: Optional[str] = None,
-                  key_means: Optional[str] = None) -> int:
-    """Compresses the context's sequence `seq_id` into session `key` of `store` (a directory or
-    any store URI, docs/store.md), with the tokens the Llama object evaluated (sequence 0).
-    key_means as in save_blob. Returns the size of llama.cpp's own state blob in bytes."""
+def split_slot_file(data: bytes) -> Tuple[Optional[List[int]], bytes]:
+    """(tokens, state) of a llama-server slot file ('ggsq'), or (None, data) for a bare blob."""
+    tokens, state = _tqkv.llama_split_slot_file(bytes(data))
+    return (None if tokens is None else list(tokens)), state
+
+
+def join_slot_file(tokens: Sequence[int], state: bytes) -> bytes:
+    """The slot file llama_state_seq_save_file would write for these tokens and state."""
+    return _tqkv.llama_join_slot_file([int(t) for t in tokens], bytes(state))
+
+
+def save_sequence(llm: Any, store: StoreLike, key: str, seq_id: int = 0,
+                  **settings: Any) -> Dict[str, Any]:
+    """Compresses the context's sequence ``seq_id`` into session ``key`` of ``store``, with the
+    tokens the Llama object evaluated (sequence 0). ``settings``: save_blob's keyword arguments
+    (codec, layer_codecs, exact_tokens, key_means, strict, guard). Returns save_blob's figures
+    (``state_bytes``: the size of llama.cpp's own state blob)."""
     blob = get_sequence_state(llm, seq_id)
     tokens = [int(t) for t in llm.input_ids[: llm.n_tokens]] if seq_id == 0 else None
-    save_blob(blob, store, key, head_dim_of(llm), codec=codec, tokens=tokens,
-              exact_tokens=exact_tokens, model=os.path.basename(llm.model_path),
-              threads=llm.context_params.n_threads, key_means=key_means)
-    return len(blob)
+    settings.setdefault("model", os.path.basename(llm.model_path))
+    return save_blob(blob, store, key, head_dim_of(llm), tokens, **settings)
 
 
-def load_sequence(llm: "llama_cpp.Llama", store: str, key: str, seq_id: int = 0) -> list:
-    """Loads session `key` into the context's sequence `seq_id` (which should be empty). For
+def load_sequence(llm: Any, store: StoreLike, key: str, seq_id: int = 0) -> List[int]:
+    """Loads session ``key`` into the context's sequence ``seq_id`` (which should be empty). For
     sequence 0 the Llama object's token history is set too, so llm.eval / create_completion
     continue after it. Returns the session's tokens (empty when it has none)."""
-    blob, tokens = load_blob_and_tokens(store, key, threads=llm.context_params.n_threads)
+    blob, tokens = load_blob_and_tokens(store, key)
     set_sequence_state(llm, blob, seq_id)
     if seq_id == 0 and tokens:
         llm.input_ids[: len(tokens)] = tokens
         llm.n_tokens = len(tokens)
     return tokens
-
-
-def load_blob_and_tokens(store: str, key: str, threads: int = 0):
-    """(blob, tokens) of session `key`; tokens is [] when the session came from a bare blob."""
-    import struct
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "state.bin")
-        _run(["llama", "export", "--store", store, "--session", key, "--out", path,
-              "--threads", str(threads)])
-        with open(path, "rb") as f:
-            data = f.read()
-    if len(data) >= 12 and struct.unpack_from("<I", data)[0] == 0x67677371:
-        n = struct.unpack_from("<I", data, 8)[0]
-        return data[12 + 4 * n:], list(struct.unpack_from(f"<{n}i", data, 12))
-    return data, []

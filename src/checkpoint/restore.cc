@@ -314,8 +314,9 @@ Status RestoreInto(Store& store, std::string_view key, KvCache& dst, const Resto
       stats);
 }
 
-Status RestoreInto(Store& store, std::string_view key, const LayoutTensors& dst,
-                   const RestoreOptions& options, RestoreStats* stats) {
+namespace {
+
+Status CheckDestination(const LayoutTensors& dst, std::string_view key) {
   const ModelGeometry& g = dst.geometry;
   if (dst.k.size() != g.layers || dst.v.size() != g.layers) {
     return Status::InvalidArgument("restore " + std::string(key) + ": " +
@@ -329,27 +330,59 @@ Status RestoreInto(Store& store, std::string_view key, const LayoutTensors& dst,
                                      std::to_string(l) + " has no tensor");
     }
   }
-  TQKV_RETURN_IF_ERROR(ValidateKvLayout(dst.layout, g, dst.tokens, dst.tensor_elems)
-                           .WithContext("restore " + std::string(key)));
+  return ValidateKvLayout(dst.layout, g, dst.tokens, dst.tensor_elems)
+      .WithContext("restore " + std::string(key));
+}
+
+// The layout restore: into `fixed`, or into what `make` lays out once the header is read (the
+// object is opened once either way).
+Status RestoreIntoLayout(Store& store, std::string_view key, const LayoutTensors* fixed,
+                         const MakeDestination* make, const RestoreOptions& options,
+                         RestoreStats* stats) {
   RestoreOptions opts = options;
-  opts.dtype = dst.dtype;
-  if (opts.expect_geometry == nullptr) opts.expect_geometry = &g;
-  const bool in_place = DecodesInPlace(dst.layout, g, dst.tokens);
+  LayoutTensors made;
+  const LayoutTensors* dst = fixed;
+  if (fixed != nullptr) {
+    TQKV_RETURN_IF_ERROR(CheckDestination(*fixed, key));
+    opts.dtype = fixed->dtype;
+    if (opts.expect_geometry == nullptr) opts.expect_geometry = &fixed->geometry;
+  }
   // Staging: a canonical layer, scattered into the caller's tensors once decoded.
   const LayerCallback scatter = [&](uint32_t layer, const void* k, const void* v) -> Status {
-    ScatterLayer(k, dst.layout, g, dst.tokens, dst.dtype, dst.k[layer]);
-    ScatterLayer(v, dst.layout, g, dst.tokens, dst.dtype, dst.v[layer]);
+    ScatterLayer(k, dst->layout, dst->geometry, dst->tokens, dst->dtype, dst->k[layer]);
+    ScatterLayer(v, dst->layout, dst->geometry, dst->tokens, dst->dtype, dst->v[layer]);
     return options.layer_ready ? options.layer_ready(layer) : Status::Ok();
   };
   return RunRestore(
       store, key, opts,
       [&](const ContainerHeader& h) -> Result<std::unique_ptr<HostTensors>> {
-        TQKV_RETURN_IF_ERROR(CheckTokens(h, dst.tokens, key));
-        if (in_place) return std::unique_ptr<HostTensors>(new LaidOutTensors(dst, opts));
-        const size_t bytes = h.tokens * g.token_elems() * DTypeSize(dst.dtype);
-        return CallbackTensors::Make(g, bytes, scatter);
+        if (dst == nullptr) {
+          TQKV_ASSIGN_OR_RETURN(made, (*make)(h));
+          TQKV_RETURN_IF_ERROR(CheckDestination(made, key));
+          TQKV_RETURN_IF_ERROR(CheckGeometry(h, made.geometry, std::string(key)));
+          opts.dtype = made.dtype;  // the sink, made after this returns, decodes to it
+          dst = &made;
+        }
+        TQKV_RETURN_IF_ERROR(CheckTokens(h, dst->tokens, key));
+        if (DecodesInPlace(dst->layout, dst->geometry, dst->tokens)) {
+          return std::unique_ptr<HostTensors>(new LaidOutTensors(*dst, opts));
+        }
+        const size_t bytes = h.tokens * dst->geometry.token_elems() * DTypeSize(dst->dtype);
+        return CallbackTensors::Make(dst->geometry, bytes, scatter);
       },
       stats);
+}
+
+}  // namespace
+
+Status RestoreInto(Store& store, std::string_view key, const LayoutTensors& dst,
+                   const RestoreOptions& options, RestoreStats* stats) {
+  return RestoreIntoLayout(store, key, &dst, nullptr, options, stats);
+}
+
+Status RestoreInto(Store& store, std::string_view key, const MakeDestination& make_destination,
+                   const RestoreOptions& options, RestoreStats* stats) {
+  return RestoreIntoLayout(store, key, nullptr, &make_destination, options, stats);
 }
 
 Result<std::unique_ptr<KvCacheBuffer>> Restore(Store& store, std::string_view key,

@@ -8,7 +8,8 @@
 #include "cuda/kernels.h"
 #include "cuda/params.h"
 #include "tqkv/codec.h"
-#include "tqkv/gpu.h"
+#include "tqkv/gpu_bench.h"
+#include "tqkv/gpu_probe.h"
 
 namespace tqkv {
 namespace {

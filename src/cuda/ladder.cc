@@ -10,7 +10,7 @@
 
 #include "cuda/common.h"
 #include "cuda/cufile.h"
-#include "tqkv/gpu.h"
+#include "tqkv/gpu_probe.h"
 
 namespace tqkv {
 
@@ -171,25 +171,6 @@ std::string GpuProbe::ToJson() const {
   }
   j["rungs"] = rs;
   j["chosen"] = chosen ? nlohmann::json(std::string(GpuIoPathName(*chosen))) : nlohmann::json();
-  return j.dump(2);
-}
-
-std::string GpuRestoreStats::ToJson() const {
-  nlohmann::json j = {{"path", GpuIoPathName(path)},
-                      {"host_io", host_io},
-                      {"skipped", skipped},
-                      {"bytes_read", bytes_read},
-                      {"fp16_bytes", fp16_bytes},
-                      {"tokens", tokens},
-                      {"model", model},
-                      {"seconds", seconds},
-                      {"setup_s", setup_seconds},
-                      {"read_busy_s", read_busy_seconds},
-                      {"copy_gpu_s", copy_seconds},
-                      {"decode_gpu_s", decode_seconds},
-                      {"first_layer_s", first_layer_seconds},
-                      {"gbps", seconds > 0 ? bytes_read / seconds / 1e9 : 0.0},
-                      {"fp16_gbps", seconds > 0 ? fp16_bytes / seconds / 1e9 : 0.0}};
   return j.dump(2);
 }
 

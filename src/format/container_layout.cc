@@ -649,6 +649,15 @@ double RelativeError(const TensorCodecError& e) {
   return e.var == 0 ? std::numeric_limits<double>::infinity() : e.err / e.var;
 }
 
+std::vector<uint32_t> GuardExceeded(const std::vector<TensorCodecError>& errors,
+                                    double threshold) {
+  std::vector<uint32_t> out;
+  for (size_t i = 0; i < errors.size(); ++i) {
+    if (!(RelativeError(errors[i]) <= threshold)) out.push_back(static_cast<uint32_t>(i));
+  }
+  return out;
+}
+
 double SharedFraction(const TensorCodecError& e) {
   return e.energy > 0 ? std::max(0.0, 1.0 - e.var / e.energy) : 0.0;
 }

@@ -1,7 +1,7 @@
 // DescribeContainer: the figures `tqkv inspect` shows, derived from a parsed header and index.
 #include "tqkv/describe.h"
 
-#include "tqkv/checkpoint.h"
+#include "tqkv/container.h"
 
 #include <nlohmann/json.hpp>
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/prng.h"
+#include "tqkv/convert.h"
 
 namespace tqkv {
 namespace {

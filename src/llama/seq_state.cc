@@ -316,6 +316,19 @@ Result<SlotFile> ParseSlotFile(std::span<const uint8_t> file) {
   return slot;
 }
 
+Result<SlotOrBlob> ParseSlotFileOrBlob(std::vector<uint8_t> bytes) {
+  SlotOrBlob out;
+  out.is_slot = bytes.size() >= 4 && bytes[0] == (kSlotMagic & 0xFF) &&
+                bytes[1] == ((kSlotMagic >> 8) & 0xFF) && bytes[2] == ((kSlotMagic >> 16) & 0xFF) &&
+                bytes[3] == (kSlotMagic >> 24);
+  if (out.is_slot) {
+    TQKV_ASSIGN_OR_RETURN(out.slot, ParseSlotFile(bytes));
+  } else {
+    out.slot.state = std::move(bytes);
+  }
+  return out;
+}
+
 std::vector<uint8_t> SerializeSlotFile(const SlotFile& slot) {
   std::vector<uint8_t> out;
   PutU32(out, kSlotMagic);

@@ -9,6 +9,7 @@
 #include "checkpoint/bit_allocator.h"
 #include "checkpoint/session_util.h"
 #include "tqkv/checkpoint.h"
+#include "tqkv/settings.h"
 #include "tqkv/container.h"
 #include "tqkv/describe.h"
 #include "tqkv/memory_store.h"

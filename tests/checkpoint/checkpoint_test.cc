@@ -1,6 +1,7 @@
 // End-to-end checkpoint/restore: every preset through every store and io mode, bit-exact against
 // a direct decode of the stored codes; streaming; geometry checks; per-layer overrides.
 #include "tqkv/checkpoint.h"
+#include "tqkv/settings.h"
 
 #include <gtest/gtest.h>
 
@@ -14,7 +15,7 @@
 #include "store/store_test_util.h"
 #include "tqkv/aligned_buffer.h"
 #include "tqkv/container.h"
-#include "tqkv/store_testing.h"
+#include "store/testing/store_testing.h"
 #include "tqkv/synthetic.h"
 #include "tqkv/synthetic_source.h"
 #include "tqkv/thread_pool.h"

@@ -15,9 +15,10 @@
 #include "checkpoint/key_means.h"
 #include "checkpoint/session_util.h"
 #include "tqkv/checkpoint.h"
+#include "tqkv/settings.h"
 #include "tqkv/codec.h"
 #include "tqkv/container.h"
-#include "tqkv/store_testing.h"
+#include "store/testing/store_testing.h"
 
 namespace tqkv {
 namespace {

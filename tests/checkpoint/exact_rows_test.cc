@@ -11,8 +11,9 @@
 #include "checkpoint/session_util.h"
 #include "store/store_test_util.h"
 #include "tqkv/checkpoint.h"
+#include "tqkv/settings.h"
 #include "tqkv/container.h"
-#include "tqkv/store_testing.h"
+#include "store/testing/store_testing.h"
 #include "tqkv/synthetic.h"
 #include "tqkv/thread_pool.h"
 

@@ -9,7 +9,7 @@
 
 #include "store/store_test_util.h"
 #include "tqkv/checkpoint.h"
-#include "tqkv/store_testing.h"
+#include "store/testing/store_testing.h"
 #include "tqkv/synthetic.h"
 
 namespace tqkv {

@@ -9,6 +9,7 @@
 #include "checkpoint/key_means.h"
 #include "checkpoint/session_util.h"
 #include "tqkv/checkpoint.h"
+#include "tqkv/settings.h"
 #include "tqkv/memory_store.h"
 
 namespace tqkv {

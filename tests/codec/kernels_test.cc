@@ -1,5 +1,6 @@
 // Kernel layer: the reference primitives, and every SIMD table bit-for-bit against the reference.
 #include "codec/kernels/kernels.h"
+#include "tqkv/convert.h"
 
 #include <gtest/gtest.h>
 

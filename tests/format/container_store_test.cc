@@ -11,7 +11,7 @@
 #include "format/container_test_util.h"
 #include "tqkv/codec.h"
 #include "tqkv/container.h"
-#include "tqkv/store_testing.h"
+#include "store/testing/store_testing.h"
 
 namespace tqkv {
 namespace {

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "tqkv/checkpoint.h"
+#include "tqkv/settings.h"
 #include "tqkv/describe.h"
 #include "tqkv/store.h"
 #include "tqkv/synthetic_source.h"

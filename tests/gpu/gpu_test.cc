@@ -13,6 +13,7 @@
 #include "gpu_ladder/gpu_test_util.h"
 #include "store/store_test_util.h"
 #include "tqkv/checkpoint.h"
+#include "tqkv/settings.h"
 #include "tqkv/codec.h"
 #include "tqkv/gpu.h"
 #include "tqkv/synthetic_source.h"

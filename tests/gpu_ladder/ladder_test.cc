@@ -14,6 +14,7 @@
 #include "store/store_test_util.h"
 #include "tqkv/aligned_buffer.h"
 #include "tqkv/checkpoint.h"
+#include "tqkv/settings.h"
 #include "tqkv/container.h"
 #include "tqkv/gpu.h"
 #include "tqkv/synthetic_source.h"

@@ -1,9 +1,10 @@
 """tqkv and real llama.cpp (llama-cpp-python 0.3.36): blobs and slot files that llama.cpp itself
 wrote parse and re-serialize byte for byte, come back from an fp16 session identical, restore into
-a fresh context and continue identically; corrupt files get clear errors; the Python two-call API;
-the migrate through llama.cpp (fp16 50/50 with KL 0, a short tq3 run) on SmolLM2.
+a fresh context and continue identically; corrupt files get clear errors; the Python two-call API
+(tqkv.llama, in process: run with no `tqkv` command on PATH); the migrate through llama.cpp (fp16
+50/50 with KL 0, a short tq3 run) on SmolLM2.
 
-    llama_engine_test.py TQKV_CLI        (run by ctest as llama.engine, scripts/test.sh)
+    llama_engine_test.py TQKV_CLI        (run by ctest as llama.engine with PYTHONPATH=<build>/python)
 
 Needs the llama_cpp module (scripts/build-llama-wheel.sh) and the models (scripts/fetch_smollm2.sh,
 scripts/fetch_models.sh gemma3-270m). Without llama_cpp or with TQKV_SKIP_LLAMA=1 it exits 77
@@ -12,6 +13,7 @@ scripts/fetch_models.sh gemma3-270m). Without llama_cpp or with TQKV_SKIP_LLAMA=
 
 import json
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -187,7 +189,17 @@ class LlamaBlobs(unittest.TestCase):
 
     def test_python_two_calls_save_and_load(self):
         import numpy as np
-        import tqkv_llama
+        import tqkv
+        import tqkv.llama as tqkv_llama
+        # In process: no tqkv command reachable while the package saves and loads.
+        saved_env = {k: os.environ.get(k) for k in ("PATH", "TQKV_CLI")}
+        os.environ["PATH"] = ""
+        os.environ.pop("TQKV_CLI", None)
+        self.addCleanup(lambda: [os.environ.__setitem__(k, v) if v is not None else
+                                 os.environ.pop(k, None) for k, v in saved_env.items()])
+        self.assertIsNone(shutil.which("tqkv"))
+        with self.assertRaises(tqkv.NotFoundError):
+            tqkv_llama.load_blob(os.path.join(self.dir, "none"), "missing")
         for name in ("smollm2", "gemma3"):
             if MODELS[name] is None:
                 continue
@@ -196,8 +208,9 @@ class LlamaBlobs(unittest.TestCase):
             llm.eval(toks[:200])
             store = os.path.join(self.dir, "py-" + name)
             for codec in ("fp16", "tq4"):
-                size = tqkv_llama.save_sequence(llm, store, codec, codec=codec)
-                self.assertGreater(size, 0)
+                st = tqkv_llama.save_sequence(llm, store, codec, codec=codec)
+                self.assertGreater(st["state_bytes"], st["bytes_written"] if codec == "tq4" else 0)
+                self.assertEqual(st["settings"]["codec"], codec)
             ref = continue_logits(llm, toks[200:208])
             for codec in ("fp16", "tq4"):
                 fresh = open_llm(MODELS[name], False)
@@ -218,7 +231,7 @@ class LlamaMigrate(unittest.TestCase):
             self.skipTest("SmolLM2 not found (run scripts/fetch_smollm2.sh)")
         with tempfile.TemporaryDirectory() as d:
             out = os.path.join(d, "m.json")
-            subprocess.run([sys.executable, os.path.join(REPO, "python/tqkv/llama_migrate.py"),
+            subprocess.run([sys.executable, os.path.join(REPO, "scripts/llama_migrate.py"),
                             "--model", SMOLLM2, "--prompt-file", PROMPT, "--tokens", "300",
                             "--steps", "50", "--codecs", "fp16,tq3", "--threads", "2",
                             "--store", os.path.join(d, "store"), "--json", out], check=True)
@@ -272,10 +285,11 @@ if __name__ == "__main__":
     if SMOLLM2 is None and GEMMA3 is None:
         print("llama.cpp tests skipped: no model (run scripts/fetch_smollm2.sh)")
         sys.exit(77)
-    sys.path.insert(0, os.path.join(REPO, "python", "tqkv"))
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("tqkv_llama", os.path.join(REPO, "python/tqkv/llama.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    sys.modules["tqkv_llama"] = mod
+    try:
+        import tqkv.llama as tqkv_llama  # the package, as users import it
+    except ImportError as e:
+        print(f"llama.cpp tests skipped: the tqkv package is not importable ({e}); "
+              "run with PYTHONPATH=<build>/python (a build with -DTQKV_BUILD_PYTHON=ON)")
+        sys.exit(77)
+    sys.modules["tqkv_llama"] = tqkv_llama
     unittest.main(verbosity=2)

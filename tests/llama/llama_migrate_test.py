@@ -1,11 +1,11 @@
 """llama_migrate.py's comparison settings (docs/accuracy.md, "Through llama.cpp"): --codecs
-entries with @km= / @exact= reach `tqkv llama import --key-means / --exact-tokens`, and
+entries with @km= / @exact= reach the library's key_means / exact_tokens settings, and
 --llama-kv adds llama.cpp's own KV cache types (and the f16 + flash attention control) measured
 with the same teacher-forced protocol. Real llama.cpp on SmolLM2, a short run.
 
-    llama_migrate_test.py TQKV_CLI        (run by ctest as llama.migrate)
+    llama_migrate_test.py        (run by ctest as llama.migrate, PYTHONPATH=<build>/python)
 
-Exits 77 (ctest: skipped), saying why, without llama_cpp, without SmolLM2
+Exits 77 (ctest: skipped), saying why, without llama_cpp or the tqkv package, without SmolLM2
 (scripts/fetch_smollm2.sh) or with TQKV_SKIP_LLAMA=1.
 """
 
@@ -22,11 +22,10 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 CACHE = os.environ.get("TQKV_CACHE_DIR", os.path.expanduser("~/.cache/tqkv"))
 PROMPT = "/usr/share/common-licenses/GPL-3"
 SMOLLM2 = os.environ.get("TQKV_SMOLLM2_GGUF") or os.path.join(CACHE, "SmolLM2-135M-Instruct.Q4_1.gguf")
-MIGRATE = os.path.join(REPO, "python/tqkv/llama_migrate.py")
+MIGRATE = os.path.join(REPO, "scripts/llama_migrate.py")
 
 
 def load_migrate():
-    sys.path.insert(0, os.path.join(REPO, "python", "tqkv"))
     spec = importlib.util.spec_from_file_location("tqkv_llama_migrate", MIGRATE)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -152,9 +151,6 @@ class Engine(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2:
-        sys.exit("usage: llama_migrate_test.py TQKV_CLI")
-    os.environ["TQKV_CLI"] = os.path.abspath(sys.argv.pop(1))
     why = None
     if os.environ.get("TQKV_SKIP_LLAMA"):
         why = "TQKV_SKIP_LLAMA is set"
@@ -163,6 +159,10 @@ if __name__ == "__main__":
             import llama_cpp  # noqa: F401
         except ImportError as e:
             why = f"llama_cpp not importable ({e}); build it with scripts/build-llama-wheel.sh VENV"
+        try:
+            import tqkv  # noqa: F401
+        except ImportError as e:
+            why = why or f"the tqkv package is not importable ({e}): PYTHONPATH=<build>/python"
         if why is None and not os.path.isfile(SMOLLM2):
             why = "SmolLM2 not found (run scripts/fetch_smollm2.sh)"
     if why:

@@ -7,7 +7,7 @@
 
 #include "model/model_test_util.h"
 #include "store/store_test_util.h"
-#include "tqkv/migrate.h"
+#include "bench/migrate/migrate.h"
 
 namespace tqkv {
 namespace {

@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tqkv/checkpoint.h"
-#include "tqkv/store_testing.h"
+#include "store/testing/store_testing.h"
 #include "tqkv/synthetic_source.h"
 #include "tqkv/thread_pool.h"
 #include <string>

@@ -12,7 +12,7 @@
 #include "store/shared_store_servers.h"
 #include "store/store_test_util.h"
 #include "tqkv/store.h"
-#include "tqkv/store_testing.h"
+#include "store/testing/store_testing.h"
 
 namespace tqkv {
 namespace {

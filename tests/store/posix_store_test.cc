@@ -22,7 +22,7 @@
 #include "store/store_test_util.h"
 #include "tqkv/aligned_buffer.h"
 #include "tqkv/store.h"
-#include "tqkv/store_testing.h"
+#include "store/testing/store_testing.h"
 
 namespace tqkv {
 namespace {

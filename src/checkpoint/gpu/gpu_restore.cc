@@ -14,6 +14,8 @@
 #include "tqkv/container.h"
 #include "tqkv/gpu.h"
 
+#include <nlohmann/json.hpp>
+
 namespace tqkv {
 namespace {
 
@@ -124,6 +126,25 @@ Result<std::unique_ptr<GpuSession>> RestoreToGpu(Store& store, std::string_view 
   stats.geometry = h.geometry;
   stats.fp16_bytes = h.geometry.SessionBytes(h.tokens, DType::kF16);
   return std::unique_ptr<GpuSession>(std::move(session));
+}
+
+std::string GpuRestoreStats::ToJson() const {
+  nlohmann::json j = {{"path", GpuIoPathName(path)},
+                      {"host_io", host_io},
+                      {"skipped", skipped},
+                      {"bytes_read", bytes_read},
+                      {"fp16_bytes", fp16_bytes},
+                      {"tokens", tokens},
+                      {"model", model},
+                      {"seconds", seconds},
+                      {"setup_s", setup_seconds},
+                      {"read_busy_s", read_busy_seconds},
+                      {"copy_gpu_s", copy_seconds},
+                      {"decode_gpu_s", decode_seconds},
+                      {"first_layer_s", first_layer_seconds},
+                      {"gbps", seconds > 0 ? bytes_read / seconds / 1e9 : 0.0},
+                      {"fp16_gbps", seconds > 0 ? fp16_bytes / seconds / 1e9 : 0.0}};
+  return j.dump(2);
 }
 
 }  // namespace tqkv

@@ -1,6 +1,7 @@
 // Picks the kernel table for a SIMD level.
 #include "codec/kernels/internal.h"
 #include "codec/kernels/kernels.h"
+#include "tqkv/convert.h"
 #include "tqkv/types.h"
 
 namespace tqkv::kernels {

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "store/store_internal.h"
-#include "tqkv/store_testing.h"
+#include "store/testing/store_testing.h"
 
 namespace tqkv {
 

@@ -8,7 +8,7 @@
 #include <utility>
 
 #include "store/store_internal.h"
-#include "tqkv/store_testing.h"
+#include "store/testing/store_testing.h"
 
 namespace tqkv {
 

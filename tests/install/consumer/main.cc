@@ -1,6 +1,6 @@
 // Checkpoints and restores a tiny session through the installed library's public headers.
 #include <tqkv/checkpoint.h>
-#include <tqkv/store_testing.h>
+#include <tqkv/memory_store.h>
 
 #include <cstdio>
 #include <cstring>

@@ -1,15 +1,15 @@
 """`tqkv migrate` through llama.cpp: does a sequence that went through a codec, a store and a fresh
 context in another process continue as the uncompressed original does? (docs/llama.md)
 
-    python3 python/tqkv/llama_migrate.py --model M.gguf --prompt-file /usr/share/common-licenses/GPL-3 \\
+    python3 scripts/llama_migrate.py --model M.gguf --prompt-file /usr/share/common-licenses/GPL-3 \\
         --tokens 2048 --steps 50 --codecs fp16,tq3,tq4 --store /tmp/store --json out.json
 
 1. Prefill the first N prompt tokens in one context (batches of n_batch), save the sequence
    state; then teacher-force the next `steps` prompt tokens one at a time, recording the logits
    after each (the reference).
-2. For each codec: compress the saved state into the store (`tqkv llama import`). A worker
-   process (this file with --worker) loads the model, and for each codec a fresh context: it
-   loads the session (`tqkv llama export`, llama_state_seq_set_data), feeds the same tokens one at
+2. For each codec: compress the saved state into the store (tqkv.llama.save_blob, in process). A
+   worker process (this file with --worker) loads the model, and for each codec a fresh context:
+   it loads the session (tqkv.llama.load_sequence), feeds the same tokens one at
    a time and writes the logits. The batch split after the prefix is the reference's, so only the
    cache differs.
 3. Compare: top-1 agreement, KL(ref || restored) mean and max, max |logit diff|, and the K/V cosine
@@ -36,7 +36,8 @@ the bits of their ggml blocks: q8_0 8.5, q5_0 5.5, q4_1 5.0, q4_0 4.5, f16 16).
 
 A --codecs entry is a codec spec with optional settings, each `@NAME=VALUE` (a ',' inside a value
 is written ':', since ',' separates entries): `@km=` is `tqkv llama import --key-means` (off,
-session, a block B, optionally :f16 or :f32), `@exact=` is --exact-tokens (FIRST:LAST). Example:
+session, a block B, optionally :f16 or :f32), `@exact=` is --exact-tokens (FIRST:LAST); both
+are the library's settings (tqkv.checkpoint's key_means and exact_tokens). Example:
 `--codecs fp16,tq3,tq3@km=off,tq3@exact=4:128,tq4@km=session:f32`. An entry without @exact= gets
 `tqkv llama import`'s default (the last 4 tokens exact for lossy codecs; `@exact=0:0` for none);
 each row's `exact_tokens` is what its container holds. `--codec ENTRY` (repeatable) adds one entry
@@ -57,11 +58,8 @@ import time
 
 import numpy as np
 
-if __package__:  # python -m tqkv.llama_migrate, or imported from the installed package
-    from . import llama as tl
-else:  # run as a file (python/tqkv/llama_migrate.py): no package needed
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import llama as tl  # noqa: E402
+import tqkv
+import tqkv.llama as tl
 
 
 # llama.cpp's KV cache types for --llama-kv: (ggml type id, bits per value of its block layout:
@@ -136,19 +134,22 @@ def _sha256(path):
         return hashlib.sha256(f.read()).hexdigest()
 
 
+# The comparison figures below are defined once with `tqkv migrate`'s (bench/migrate/compare.h);
+# tests/python/test_compare.py and tests/model/compare_test.cc pin both to the same numbers.
 def _kl(ref, got):
+    """Per step, KL(ref || got) of the softmaxes in double, clamped at 0 (rounding)."""
     def logsm(x):
         x = x.astype(np.float64)
         m = x.max(axis=-1, keepdims=True)
         return x - m - np.log(np.exp(x - m).sum(axis=-1, keepdims=True))
     lp, lq = logsm(ref), logsm(got)
-    return (np.exp(lp) * (lp - lq)).sum(axis=-1)
+    return np.maximum((np.exp(lp) * (lp - lq)).sum(axis=-1), 0.0)
 
 
 def _margins(ref):
     """Per step, the reference's top-1 logit minus its top-2 logit."""
-    top2 = np.sort(ref, axis=-1)[:, -2:]
-    return (top2[:, 1] - top2[:, 0]).astype(np.float64)
+    top2 = np.sort(ref, axis=-1)[:, -2:].astype(np.float64)
+    return top2[:, 1] - top2[:, 0]
 
 
 def _flips(ref, got):
@@ -159,12 +160,10 @@ def _flips(ref, got):
              "ref_margin": round(float(margins[i]), 4)} for i in np.nonzero(r != g)[0]]
 
 
-def _stored_exact_tokens(cli, path):
+def _stored_exact_tokens(store, key):
     """The container's exact rows as "FIRST,LAST" ("" for none): what the entry asked for, or
-    `tqkv llama import`'s default where it asked for nothing."""
-    out = subprocess.run([cli, "inspect", "--json", path], check=True, capture_output=True,
-                         text=True).stdout
-    et = json.loads(out)["exact_tokens"]
+    the library's default where it asked for nothing."""
+    et = store.inspect(key)["exact_tokens"]
     return f"{et['first']},{et['last']}" if et["first"] or et["last"] else ""
 
 
@@ -205,34 +204,26 @@ def _write_prefill(cache, blob, ref, meta):
     os.replace(part, cache)
 
 
-def _read_safetensors(path):
-    with open(path, "rb") as f:
-        n = int.from_bytes(f.read(8), "little")
-        header = json.loads(f.read(n))
-        data = f.read()
-    out = {}
-    for name, t in header.items():
-        if name == "__metadata__":
-            continue
-        assert t["dtype"] == "F32"
-        b, e = t["data_offsets"]
-        out[name] = np.frombuffer(data[b:e], dtype=np.float32).reshape(t["shape"])
-    return out
+def _mean_cosine(a, b):
+    """Mean cos(a, b) over the vectors (last axis) in double; vectors whose reference is zero
+    (rows a sliding-window cache lacks) are left out, a zero restored vector counts 0, and no
+    vector left gives 1."""
+    a, b = a.astype(np.float64), b.astype(np.float64)
+    na, nb = np.linalg.norm(a, axis=-1), np.linalg.norm(b, axis=-1)
+    live = na > 0
+    if not live.any():
+        return 1.0
+    cos = (a * b).sum(-1)[live] / np.maximum(na[live] * nb[live], 1e-300)
+    return float(cos.mean())
 
 
 def _cosines(ref, got):
-    """Mean over layers of the per-layer mean cosine of every (token, head) vector; vectors
-    whose reference is zero (rows a sliding-window cache lacks) are left out."""
+    """Mean over layers of the per-layer _mean_cosine of every (token, head) vector."""
     means = {"k": [], "v": []}
     layers = sorted({int(n.split(".")[1]) for n in ref})
     for kv in ("k", "v"):
         for l in layers:
-            a = ref[f"layers.{l}.{kv}"].astype(np.float64)
-            b = got[f"layers.{l}.{kv}"].astype(np.float64)
-            na, nb = np.linalg.norm(a, axis=-1), np.linalg.norm(b, axis=-1)
-            live = na > 0
-            cos = (a * b).sum(-1)[live] / np.maximum(na[live] * nb[live], 1e-300)
-            means[kv].append(float(cos.mean()))
+            means[kv].append(_mean_cosine(ref[f"layers.{l}.{kv}"], got[f"layers.{l}.{kv}"]))
     return float(np.mean(means["k"])), float(np.mean(means["v"]))
 
 
@@ -289,9 +280,8 @@ def run(args, emit=lambda report: None):
     codecs = entries
     n, steps = args.tokens, args.steps
     n_ctx = n + steps + 16
-    store = args.store
-    os.makedirs(store, exist_ok=True)
-    cli = tl.cli_path()
+    store = tqkv.open_store(args.store)
+    tqkv.set_num_threads(args.threads)
     t_start = time.perf_counter()
     load_start = os.getloadavg()
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
@@ -339,9 +329,9 @@ def run(args, emit=lambda report: None):
         spec, key_means, exact = ("fp16", None, None) if codec == "__ref__" else settings[codec]
         key = fp16_key if codec == "__ref__" else f"llama-migrate-{len(keys)}"
         t0 = time.perf_counter()
-        tl.save_blob(blob, store, key, head_dim, codec=spec, tokens=prompt[:n],
-                     exact_tokens=exact, model=os.path.basename(args.model),
-                     threads=args.threads, key_means=key_means)
+        tl.save_blob(blob, store, key, head_dim, prompt[:n], codec=spec,
+                     exact_tokens=None if exact is None else tuple(map(int, exact.split(","))),
+                     key_means=key_means, model=os.path.basename(args.model))
         saves[codec] = time.perf_counter() - t0
         keys[codec] = key
         if codec != "__ref__":
@@ -349,18 +339,13 @@ def run(args, emit=lambda report: None):
     spec_path = os.path.join(tmp, "spec.json")
     with open(spec_path, "w") as f:
         json.dump({"model": args.model, "n_ctx": n_ctx, "threads": args.threads,
-                   "flash_attn": args.flash_attn, "n_batch": args.n_batch, "store": store,
+                   "flash_attn": args.flash_attn, "n_batch": args.n_batch, "store": args.store,
                    "feed": feed, "jobs": jobs}, f)
     worker = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", spec_path])
 
     def decompress(key):
-        out = os.path.join(tmp, key + ".safetensors")
-        path = os.path.join(store, key + ".tqkv")
-        subprocess.run([cli, "decompress", path, out, "--dtype", "f32"], check=True,
-                       capture_output=True)
-        tensors = _read_safetensors(out)
-        os.remove(out)  # f32 tensors: 235 MB per codec for Qwen at N = 8,192
-        return tensors
+        k, v = tqkv.restore(store, key, dtype="float32")
+        return {f"layers.{l}.{kv}": t[l] for kv, t in (("k", k), ("v", v)) for l in range(len(k))}
 
     report = {
         "engine": "llama.cpp (llama-cpp-python " + llama_cpp.__version__ + ")",
@@ -399,12 +384,12 @@ def run(args, emit=lambda report: None):
             load_s = json.load(f)["load_s"]
         kl = _kl(ref, got)
         kc, vc = _cosines(ref_kv, decompress(job["key"]))
-        size = os.path.getsize(os.path.join(store, job["key"] + ".tqkv"))
+        size = store.size(job["key"])
         spec, key_means, exact = settings[job["codec"]]
         results.append({
             "codec": job["codec"], "kind": "tqkv", "spec": spec,
             "key_means": key_means or "default",
-            "exact_tokens": _stored_exact_tokens(cli, os.path.join(store, job["key"] + ".tqkv")),
+            "exact_tokens": _stored_exact_tokens(store, job["key"]),
             "bits_per_value": size * 8 / values,
             "top1": int((ref.argmax(-1) == got.argmax(-1)).sum()),
             "kl_mean": float(kl.mean()), "kl_max": float(kl.max()),
@@ -424,7 +409,7 @@ def run(args, emit=lambda report: None):
         shutil.rmtree(tmp, ignore_errors=True)  # the slot file, the logits, the worker's spec
         for key in keys.values():
             try:
-                os.remove(os.path.join(store, key + ".tqkv"))
+                store.rm(key)
             except FileNotFoundError:
                 pass
     return report

@@ -1,7 +1,7 @@
 // Pieces of the migration experiment shared by its two processes (src/model/migrate.cc, the
 // parent; src/model/migrate_worker.cc, the restore side).
-#ifndef TQKV_SRC_MODEL_MIGRATE_INTERNAL_H_
-#define TQKV_SRC_MODEL_MIGRATE_INTERNAL_H_
+#ifndef TQKV_BENCH_MIGRATE_MIGRATE_INTERNAL_H_
+#define TQKV_BENCH_MIGRATE_MIGRATE_INTERNAL_H_
 
 #include <cstdint>
 #include <memory>
@@ -28,4 +28,4 @@ Result<std::string> SelfExe();
 
 }  // namespace tqkv::model
 
-#endif  // TQKV_SRC_MODEL_MIGRATE_INTERNAL_H_
+#endif  // TQKV_BENCH_MIGRATE_MIGRATE_INTERNAL_H_

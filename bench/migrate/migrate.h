@@ -16,9 +16,10 @@
 // repeated). Activations "f32" run both engines with fp32 activations against the quantized
 // weights (dequantized in registers); "q8" quantizes activations to q8 blocks before each matmul
 // like llama.cpp, which makes logits a step function of the cache (docs/accuracy.md).
-// Part of the reference engine's library (CMake target tqkv_model), not of tqkv itself.
-#ifndef TQKV_INCLUDE_TQKV_MIGRATE_H_
-#define TQKV_INCLUDE_TQKV_MIGRATE_H_
+// An experiment (CMake target tqkv_migrate, over the reference engine tqkv_model): never part of
+// the installed library.
+#ifndef TQKV_BENCH_MIGRATE_MIGRATE_H_
+#define TQKV_BENCH_MIGRATE_MIGRATE_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -104,4 +105,4 @@ Status RunMigrateWorker(const MigrateWorkerOptions& options);
 
 }  // namespace tqkv
 
-#endif  // TQKV_INCLUDE_TQKV_MIGRATE_H_
+#endif  // TQKV_BENCH_MIGRATE_MIGRATE_H_

@@ -1,6 +1,6 @@
-// RunMigrate: the parent side of the migration experiment (include/tqkv/migrate.h says what it
+// RunMigrate: the parent side of the migration experiment (bench/migrate/migrate.h says what it
 // measures); src/model/migrate_worker.cc is the restore side.
-#include "tqkv/migrate.h"
+#include "bench/migrate/migrate.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -21,8 +21,10 @@
 #include <sstream>
 
 #include "model/key_centering.h"
-#include "model/migrate_internal.h"
+#include "bench/migrate/compare.h"
+#include "bench/migrate/migrate_internal.h"
 #include "tqkv/checkpoint.h"
+#include "tqkv/settings.h"
 #include "tqkv/codec.h"
 #include "tqkv/kv_cache.h"
 #include "tqkv/store.h"
@@ -83,74 +85,6 @@ std::string JoinIds(std::span<const int32_t> ids) {
   return s;
 }
 
-// ---- comparison ----
-
-// log-softmax in double.
-std::vector<double> LogSoftmax(const float* x, size_t n) {
-  double mx = -std::numeric_limits<double>::infinity();
-  for (size_t i = 0; i < n; ++i) mx = std::max(mx, static_cast<double>(x[i]));
-  double sum = 0;
-  for (size_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(x[i]) - mx);
-  const double lse = mx + std::log(sum);
-  std::vector<double> out(n);
-  for (size_t i = 0; i < n; ++i) out[i] = static_cast<double>(x[i]) - lse;
-  return out;
-}
-
-struct LogitStats {
-  uint32_t top1 = 0;
-  double kl_mean = 0, kl_max = 0, max_logit_diff = 0;
-  std::vector<double> kl;  // per step
-  std::vector<uint32_t> disagree;  // steps whose argmax differs
-};
-
-LogitStats CompareLogits(const std::vector<float>& ref, const std::vector<float>& got, size_t steps,
-                         size_t vocab) {
-  LogitStats s;
-  for (size_t i = 0; i < steps; ++i) {
-    const float* a = ref.data() + i * vocab;
-    const float* b = got.data() + i * vocab;
-    if (model::ArgMax({a, vocab}) == model::ArgMax({b, vocab})) {
-      ++s.top1;
-    } else {
-      s.disagree.push_back(static_cast<uint32_t>(i));
-    }
-    const std::vector<double> la = LogSoftmax(a, vocab), lb = LogSoftmax(b, vocab);
-    double kl = 0;
-    for (size_t j = 0; j < vocab; ++j) {
-      kl += std::exp(la[j]) * (la[j] - lb[j]);
-      s.max_logit_diff = std::max(s.max_logit_diff, std::fabs(static_cast<double>(a[j]) - b[j]));
-    }
-    kl = std::max(kl, 0.0);  // rounding can make a tiny KL slightly negative
-    s.kl.push_back(kl);
-    s.kl_mean += kl;
-    s.kl_max = std::max(s.kl_max, kl);
-  }
-  if (steps) s.kl_mean /= static_cast<double>(steps);
-  return s;
-}
-
-// Mean over (token, head) vectors of cos(original, restored) for one f16 tensor. Two zero
-// vectors count as 1, one zero vector as 0.
-double MeanCosine(const uint16_t* a, const uint16_t* b, uint64_t vectors, uint32_t head_dim) {
-  double total = 0;
-  for (uint64_t v = 0; v < vectors; ++v) {
-    double dot = 0, na = 0, nb = 0;
-    for (uint32_t i = 0; i < head_dim; ++i) {
-      const double x = HalfToFloat(a[v * head_dim + i]), y = HalfToFloat(b[v * head_dim + i]);
-      dot += x * y;
-      na += x * x;
-      nb += y * y;
-    }
-    if (na == 0 && nb == 0) {
-      total += 1;
-    } else if (na > 0 && nb > 0) {
-      total += dot / std::sqrt(na * nb);
-    }
-  }
-  return vectors ? total / static_cast<double>(vectors) : 1.0;
-}
-
 // ---- the rows ----
 
 struct Row {
@@ -187,15 +121,16 @@ Result<std::vector<Row>> BuildRows(const MigrateOptions& o, std::vector<LayerCod
   for (const auto& text : o.codecs) {
     Row r;
     r.label = text;
-    TQKV_ASSIGN_OR_RETURN(const KvCodecSpec spec, ParseKvCodecSpec(text));
-    SetCodec(r.options, spec);
+    CheckpointSettings settings;  // the codec as a user of the CLI gets it, defaults included
+    settings.codec = text;
+    TQKV_ASSIGN_OR_RETURN(r.options, ResolveCheckpointOptions(settings));
     rows.push_back(r);
   }
   if (!overrides.empty()) {
     const size_t n = rows.size();
     for (size_t i = 0; i < n; ++i) {
       // Raw rows need no overrides; auto:B rows pick every layer themselves.
-      if (rows[i].options.codec.kind == CodecKind::kRaw || rows[i].options.allocate_bits > 0) {
+      if (!AnyLossyCodec(rows[i].options) || rows[i].options.allocate_bits > 0) {
         continue;
       }
       Row r = rows[i];
@@ -208,7 +143,7 @@ Result<std::vector<Row>> BuildRows(const MigrateOptions& o, std::vector<LayerCod
     TQKV_ASSIGN_OR_RETURN(const ExactTokens et, ParseExactTokens(o.exact_tokens));
     const size_t n = rows.size();
     for (size_t i = 0; i < n; ++i) {
-      if (rows[i].options.codec.kind == CodecKind::kRaw) continue;
+      if (!AnyLossyCodec(rows[i].options)) continue;
       Row r = rows[i];
       r.label += "+exact" + std::to_string(et.head) + "," + std::to_string(et.tail);
       r.options.exact_head = et.head;
@@ -304,11 +239,7 @@ Result<Reference> RunReference(const MigrateOptions& o, const Model& m,
   Say(o, "migrate: reference teacher-forced %u steps: %.1f s\n", o.steps, Now() - t);
   engine.reset();
   const size_t vocab = m.config().vocab_size;
-  for (uint32_t i = 0; i < o.steps; ++i) {
-    std::vector<float> l(ref.logits.begin() + i * vocab, ref.logits.begin() + (i + 1) * vocab);
-    std::partial_sort(l.begin(), l.begin() + 2, l.end(), std::greater<float>());
-    ref.margins.push_back(static_cast<double>(l[0]) - l[1]);
-  }
+  ref.margins = Margins(ref.logits, o.steps, vocab);
   // How often the reference itself predicts the prompt's next token (context for the figures).
   for (uint32_t i = 0; i < o.steps; ++i) {
     if (o.tokens + i + 1 >= ids.size()) break;
@@ -417,7 +348,7 @@ Result<MigrateRow> MeasureRow(const Experiment& x, const Row& row, size_t r) {
   const ModelGeometry geo = x.m.geometry();
   const size_t vocab = x.m.config().vocab_size;
   const std::string key = "migrate-" + std::to_string(::getpid()) + "-" + std::to_string(r);
-  const bool center = o.center_keys > 0 && row.options.codec.kind != CodecKind::kRaw;
+  const bool center = o.center_keys > 0 && AnyLossyCodec(row.options);
   model::KeyCentering centering;
   double t0 = Now();
   TQKV_ASSIGN_OR_RETURN(const CheckpointStats cs,

@@ -1,11 +1,11 @@
 // Decorators for tests and benchmarks that wrap any Store (as RocksDB's FileSystemWrapper does)
-// to inject faults or limit bandwidth. The in-process MemoryStore is a production store of its
+// to inject faults or limit bandwidth; CMake target tqkv_testing, never installed. The in-process MemoryStore is a production store of its
 // own (tqkv/memory_store.h, included here for the tests that pair it with a decorator).
 //
 // Both keep the Store contract of tqkv/store.h (atomic publish, last committed writer wins,
 // thread-safe Store methods). Objects they hand out stay valid after the store is destroyed.
-#ifndef TQKV_INCLUDE_TQKV_STORE_TESTING_H_
-#define TQKV_INCLUDE_TQKV_STORE_TESTING_H_
+#ifndef TQKV_SRC_STORE_TESTING_STORE_TESTING_H_
+#define TQKV_SRC_STORE_TESTING_STORE_TESTING_H_
 
 #include <chrono>
 #include <cstdint>
@@ -147,4 +147,4 @@ class ThrottledStore : public StoreWrapper {
 
 }  // namespace tqkv
 
-#endif  // TQKV_INCLUDE_TQKV_STORE_TESTING_H_
+#endif  // TQKV_SRC_STORE_TESTING_STORE_TESTING_H_

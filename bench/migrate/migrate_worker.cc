@@ -8,10 +8,10 @@
 #include <fstream>
 #include <limits>
 
-#include "model/migrate_internal.h"
+#include "bench/migrate/migrate_internal.h"
 #include "tqkv/checkpoint.h"
 #include "tqkv/kv_cache.h"
-#include "tqkv/migrate.h"
+#include "bench/migrate/migrate.h"
 #include "tqkv/store.h"
 #include "tqkv/thread_pool.h"
 

@@ -1,0 +1,40 @@
+// What every part of the tqkv command shares, the subcommands of tools/ and of bench/ alike:
+// exit codes, error reports, count checks and the help texts of common options.
+#ifndef TQKV_TOOLS_CLI_COMMON_H_
+#define TQKV_TOOLS_CLI_COMMON_H_
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <string>
+
+#include "tqkv/status.h"
+
+namespace tqkv::tools {
+
+// Help text of every --store option: the URI forms OpenStore accepts (docs/store.md).
+inline constexpr const char* kStoreUriHelp =
+    "Store URI: a directory, file:///dir, nfs://host/export/dir, redis://host:port/prefix, "
+    "redis+unix:///path/to.sock/prefix, redis+cluster://host:port[,host:port...]/prefix";
+
+// The unit rules of tqkv/units.h, for option help texts.
+inline constexpr const char* kByteSizeHelp =
+    "Sizes: KB MB GB TB PB = powers of 1000; KiB MiB GiB TiB PiB (or K M G T P) = powers of 1024";
+inline constexpr const char* kDurationHelp = "Durations: ms, s, m, h, d (none: seconds)";
+
+// CLI11 check of a count option with ParseCount (tqkv/units.h): decimal digits in [min, max], so
+// "-1" (which CLI11 would wrap into an unsigned) and "1e9" are refused before the command runs.
+CLI::Validator CountIn(uint64_t min, uint64_t max);
+
+// Subcommand callbacks report their outcome here; main returns it.
+void SetExitCode(int code);
+int ExitCode();
+// Prints "tqkv <command>: <status>" to stderr and sets exit code 1 when status is not OK.
+void Report(const std::string& command, const Status& status);
+
+// The `tqkv bench` subcommands (bench/bench_commands.cc).
+void RegisterBenchCommands(CLI::App& app);
+
+}  // namespace tqkv::tools
+
+#endif  // TQKV_TOOLS_CLI_COMMON_H_
