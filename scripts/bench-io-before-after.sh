@@ -2,7 +2,7 @@
 # Usage: scripts/bench-io-before-after.sh OLD_TQKV NEW_TQKV [ROUNDS] [DIR] [SESSION]
 # Two tqkv binaries restore the same stored session (default: the fp16 file scripts/bench-io.sh
 # leaves in out/bench-io) with --io direct and --io uring, alternating, page cache dropped before
-# every restore (root); prints the medians and the paired new/old ratios (docs/benchmarks.md §2.5).
+# every restore (root); prints the medians and the paired new/old ratios (docs/lab/benchmarks-log.md §2.5).
 set -euo pipefail
 OLD=$1; NEW=$2; N=${3:-8}; DIR=$(realpath "${4:-out/bench-io}"); SESS=${5:-bench-io-0}
 for r in $(seq "$N"); do for io in direct uring; do for b in old new; do

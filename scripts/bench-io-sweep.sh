@@ -2,7 +2,7 @@
 # Reader settings against fio on one session file, interleaved round by round (page cache
 # dropped before every run), then per setting: median GB/s and the median and geometric mean of
 # its per-round ratio to the first setting. Use it to compare reader settings on a disk whose
-# speed swings between minutes (docs/benchmarks.md 2.5); scripts/bench-io.sh makes the file.
+# speed swings between minutes (docs/lab/benchmarks-log.md 2.5); scripts/bench-io.sh makes the file.
 #
 #   bash scripts/bench-io-sweep.sh ROUNDS SETTING [SETTING ...]
 #   SETTING: fio4 (fio io_uring qd32 4M) | fio1 (fio psync 1M) | IO|URI-OPTIONS|RESTORE-ARGS

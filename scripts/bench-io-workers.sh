@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `tqkv bench restore` with W workers, fp16 + direct, against fio with one job per session file
 # (fio psync 1M and io_uring qd32 4M, page cache dropped before each), round by round; reader
-# settings interleaved within a round. docs/benchmarks.md 2.5.
+# settings interleaved within a round. docs/lab/benchmarks-log.md 2.5.
 #
 #   bash scripts/bench-io-workers.sh [--workers 8] [--tokens 10000] [--rounds 2] [--store DIR] \
 #        [SETTING ...]      SETTING: NAME|URI-OPTIONS|BENCH-ARGS (default: 'default||')

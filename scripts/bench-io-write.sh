@@ -12,7 +12,7 @@
 # beside it and is left out. O_DIRECT appends are synchronous pwrites, so that is the disk's time;
 # buffered appends are copies into the page cache (write-back started at once) plus the final
 # fdatasync's wait, which undercounts what the disk did while the session was generated.
-# docs/benchmarks.md 2.5c.
+# docs/lab/benchmarks-log.md 2.5c.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -146,7 +146,7 @@ for line in open(path):
     r, t, v = line.rstrip("\n").split("\t")
     rows.setdefault(t, []).append(float(v) / 1e9)
 med = {t: statistics.median(v) for t, v in rows.items()}
-# The floor's yardstick (docs/benchmarks.md 2.5): fio's best of psync/1M and io_uring/qd32/4M;
+# The floor's yardstick (docs/lab/benchmarks-log.md 2.5): fio's best of psync/1M and io_uring/qd32/4M;
 # the last column holds the restore to every fio setting run here.
 fio_best = max(med["fio psync 1M"], med["fio io_uring qd32 4M"])
 fio_all = max(m for t, m in med.items() if t.startswith("fio"))

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Per layer and tensor: how much of the KV energy is one shared vector, and what a codec's error
-is relative to the part that varies (docs/accuracy.md, "Why layer 0 of Qwen is special").
+is relative to the part that varies (docs/kv_energy.md, "why layer 0 of Qwen2.5 is special").
 
     python3 scripts/kv_energy.py SESSION.tqkv [--codec tq3 --codec tq4] [--block 128] \\
         [--tqkv build/tqkv] [--json out.json]

@@ -4,7 +4,7 @@ and N), one marker per configuration: tqkv presets (key means by default, off, e
 llama.cpp's own KV cache types. Written by hand as SVG (no plotting library needed).
 
     scripts/llama_accuracy_chart.py OUT.svg 'TITLE=run.json' ['TITLE=run2.json' ...]
-    scripts/llama_accuracy_chart.py --markdown run.json     # the table of docs/accuracy.md
+    scripts/llama_accuracy_chart.py --markdown run.json     # the tables of docs/lab/accuracy-log.md
     scripts/llama_accuracy_chart.py --summary run.json      # tq3/tq4 floors, tqkv vs q4_0/q5_0
     scripts/llama_accuracy_chart.py --seeds run.json ...    # one row per codec over its rotation seeds
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Writes the prompt files of the llama.cpp accuracy runs (docs/accuracy.md, "Through llama.cpp")
+# Writes the prompt files of the llama.cpp accuracy runs (docs/lab/accuracy-log.md, "Through llama.cpp")
 # into a directory and checks each file's sha256, so a run elsewhere uses the same bytes.
 # All come from files every Debian 12 (bookworm) system has; nothing is downloaded.
 #

@@ -100,7 +100,7 @@ void RegisterMigrateCommand(CLI::App& app) {
   cmd->add_option("--center-keys", o->center_keys,
                   "Analysis: encode keys minus their per-head mean over blocks of N tokens "
                   "(scaled per vector), add it back on restore; the means and coefficients "
-                  "count at 16 bits each (docs/accuracy.md)");
+                  "count at 16 bits each (docs/lab/accuracy-log.md)");
   cmd->add_option("--key-means", o->key_means,
                   std::string(kKeyMeansHelp) + "; repeatable: every row once per setting");
   cmd->add_option("--exact-tokens", o->exact_tokens,

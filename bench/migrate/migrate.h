@@ -15,7 +15,7 @@
 // The prompt must hold at least tokens + steps tokens, else InvalidArgument (no text is
 // repeated). Activations "f32" run both engines with fp32 activations against the quantized
 // weights (dequantized in registers); "q8" quantizes activations to q8 blocks before each matmul
-// like llama.cpp, which makes logits a step function of the cache (docs/accuracy.md).
+// like llama.cpp, which makes logits a step function of the cache (docs/lab/accuracy-log.md).
 // An experiment (CMake target tqkv_migrate, over the reference engine tqkv_model): never part of
 // the installed library.
 #ifndef TQKV_BENCH_MIGRATE_MIGRATE_H_

@@ -109,7 +109,7 @@ struct RestoreOptions {
   uint64_t inflight_bytes = 64 << 20;
   // Batches read at once (reader threads). One store batch ends with its slowest piece: others
   // already queued keep the disk busy through that tail and through a lane's wake-up when the
-  // cores are busy (docs/benchmarks.md 2.5: 4 lanes, 64 MiB, qd 16, measured while reads went
+  // cores are busy (docs/lab/benchmarks-log.md 2.5: 4 lanes, 64 MiB, qd 16, measured while reads went
   // through the page cache; 2.5a).
   uint32_t read_lanes = 4;
   // When set, the stored geometry must equal it (else InvalidArgument saying what differs).
@@ -172,7 +172,7 @@ Status RestoreStreaming(Store& store, std::string_view key, const RestoreOptions
 // `options.inflight_bytes` each (within the 2 GiB kept across restores): a server calls it once at
 // start-up so its first restores do not pay the first touch of fresh memory, as later ones do
 // not (on the development VM 8 concurrent fp16 restores read 29–36 % slower on fresh memory,
-// docs/benchmarks.md 2.5b). Returns the bytes now kept; InvalidArgument past the 2 GiB,
+// docs/lab/benchmarks-log.md 2.5b). Returns the bytes now kept; InvalidArgument past the 2 GiB,
 // ResourceExhausted if memory runs out.
 Result<uint64_t> WarmRestoreMemory(size_t concurrent, const RestoreOptions& options = {});
 

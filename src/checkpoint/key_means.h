@@ -6,7 +6,7 @@
 // layer 0's key energy). TurboQuant's error scales with a vector's whole norm while attention
 // only sees what varies between tokens, so the codec encodes r = k − α·μ and decoders add α·μ
 // back. α = k·μ / |μ|² (rounded to the stored dtype) keeps |r| <= |k| for every key, attention
-// sinks included (with α = 1 a sink's residual can grow: docs/accuracy.md).
+// sinks included (with α = 1 a sink's residual can grow: docs/lab/accuracy-log.md).
 #ifndef TQKV_SRC_CHECKPOINT_KEY_MEANS_H_
 #define TQKV_SRC_CHECKPOINT_KEY_MEANS_H_
 

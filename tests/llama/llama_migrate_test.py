@@ -1,4 +1,4 @@
-"""llama_migrate.py's comparison settings (docs/accuracy.md, "Through llama.cpp"): --codecs
+"""llama_migrate.py's comparison settings (docs/lab/accuracy-log.md, "Through llama.cpp"): --codecs
 entries with @km= / @exact= reach the library's key_means / exact_tokens settings, and
 --llama-kv adds llama.cpp's own KV cache types (and the f16 + flash attention control) measured
 with the same teacher-forced protocol. Real llama.cpp on SmolLM2, a short run.

@@ -185,7 +185,7 @@ TEST(Migrate, Errors) {
 // stories260K written as GGUF (f32 and q8_0 weights, tokenizer in the metadata): the fp16 path is
 // exact through GGUF models too. The bf16 rows are a measurement (printed, not asserted beyond
 // sanity): q8_0 weights with --activations q8 make the engine quantize activations to q8 blocks;
-// f32 weights, and q8_0 weights with --activations f32, do not. docs/accuracy.md compares how they
+// f32 weights, and q8_0 weights with --activations f32, do not. docs/lab/accuracy-log.md compares how they
 // respond to the same tiny cache perturbation.
 TEST(Migrate, StoriesGgufF32AndQ8Fp16Exact) {
   REQUIRE_STORIES();
