@@ -61,7 +61,8 @@ struct TensorCodecError {
   double energy = 0;  // Σ ‖x‖²
   bool operator==(const TensorCodecError&) const = default;
 };
-// err / var, the guard's figure: 0 when err is 0, +inf when var is 0 but err is not.
+// err / var, the guard's figure: 0 when err is 0; when var is 0 (nothing varies) err / energy,
+// +inf if energy is 0 too.
 double RelativeError(const TensorCodecError& e);
 // The share of the energy that is the heads' means: 1 − var / energy (0 without energy).
 double SharedFraction(const TensorCodecError& e);
