@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "tools/cli_common.h"
+#include "tools/cli_files.h"
 #include "tqkv/codec.h"
 #include "tqkv/simd.h"
 #include "tqkv/synthetic.h"
@@ -186,9 +187,7 @@ Status Run(const Options& o) {
         {"timing", "best of reps; GB/s of fp16-equivalent bytes (2*dim per vector)"},
         {"clock", o.clock},
         {"results", results}};
-    std::ofstream f(o.json);
-    f << doc.dump(2) << "\n";
-    if (!f) return Status::IoError("cannot write " + o.json);
+    TQKV_RETURN_IF_ERROR(tools::WriteOutputFile(o.json, doc.dump(2) + "\n"));
   }
   return Status::Ok();
 }

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <sstream>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -27,6 +28,7 @@
 #include "bench/restore_bench_util.h"
 #include "bench/svg_chart.h"
 #include "tools/cli_common.h"
+#include "tools/cli_files.h"
 #include "tqkv/checkpoint.h"
 #include "tqkv/settings.h"
 #include "tqkv/container.h"
@@ -570,11 +572,11 @@ Status Run(Options o) {
   for (const auto& c : cells) results.push_back(CellJson(c));
   out["results"] = results;
   if (!o.json_path.empty()) {
-    std::ofstream(o.json_path) << out.dump(2) << "\n";
+    TQKV_RETURN_IF_ERROR(tools::WriteOutputFile(o.json_path, out.dump(2) + "\n"));
     std::printf("json: %s\n", o.json_path.c_str());
   }
   if (!o.csv_path.empty()) {
-    std::ofstream f(o.csv_path);
+    std::ostringstream f;
     // GPU columns only when there are GPU rows: host-only files keep their columns.
     f << "codec,io,tokens,workers,restore_s_mean,restore_s_p50,restore_s_p99,write_s_mean,"
          "read_gbps_aggregate,speedup_vs_fp16_buffered,nmse,cosine_mean"
@@ -594,6 +596,7 @@ Status Run(Options o) {
       if (o.links.size() > 1) f << "," << c.link_gbps;
       f << "\n";
     }
+    TQKV_RETURN_IF_ERROR(tools::WriteOutputFile(o.csv_path, f.str()));
     std::printf("csv: %s\n", o.csv_path.c_str());
   }
   if (!o.chart_path.empty()) {
@@ -630,7 +633,7 @@ Status Run(Options o) {
       note += (l > 0 ? "link emulated: " + bench::LinkLabel(l) : std::string("raw local storage")) + "; ";
     }
     note += bench::MachineDescription();
-    std::ofstream(o.chart_path) << bench::RenderSvg(panels, note);
+    TQKV_RETURN_IF_ERROR(tools::WriteOutputFile(o.chart_path, bench::RenderSvg(panels, note)));
     std::printf("chart: %s\n", o.chart_path.c_str());
   }
   return Status::Ok();

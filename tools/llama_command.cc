@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "tools/cli_files.h"
 #include "tools/commands.h"
 #include "tools/file_object.h"
 #include "tqkv/llama_state.h"
@@ -17,22 +18,6 @@ namespace tqkv::tools {
 namespace {
 
 using json = nlohmann::json;
-
-Result<std::vector<uint8_t>> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::NotFound("cannot open " + path);
-  std::vector<uint8_t> b((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) return Status::IoError("reading " + path + " failed");
-  return b;
-}
-
-Status WriteFile(const std::string& path, const std::vector<uint8_t>& b) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
-  out.close();
-  if (!out) return Status::IoError("writing " + path + " failed");
-  return Status::Ok();
-}
 
 // --store/--session, or a .tqkv path.
 struct Target {
@@ -103,7 +88,7 @@ void RegisterImport(CLI::App* llama) {
       ->check(CountIn(0, ThreadPool::kMaxThreads));
   cmd->callback([o] {
     Status s = [&]() -> Status {
-      TQKV_ASSIGN_OR_RETURN(std::vector<uint8_t> file, ReadFile(o->in));
+      TQKV_ASSIGN_OR_RETURN(std::vector<uint8_t> file, ReadInputFile(o->in));
       TQKV_ASSIGN_OR_RETURN(llama::SlotOrBlob in, llama::ParseSlotFileOrBlob(std::move(file)));
       const bool is_slot = in.is_slot;
       const llama::SlotFile& slot = in.slot;
@@ -155,14 +140,17 @@ void RegisterExport(CLI::App* llama) {
   cmd->callback([o] {
     Status s = [&]() -> Status {
       TQKV_ASSIGN_OR_RETURN(StoreAndKey sk, o->target.Open(false));
+      const std::vector<std::string> inputs = {o->target.path};
+      TQKV_RETURN_IF_ERROR(CheckOutputPath(o->out, inputs));
       ThreadPool pool(o->threads);
       RestoreOptions opts;
       opts.pool = &pool;
       TQKV_ASSIGN_OR_RETURN(llama::Rebuilt r, llama::RestoreSeqState(*sk.store, sk.key, opts));
       if (r.has_tokens && !o->blob) {
-        return WriteFile(o->out, llama::SerializeSlotFile({r.tokens, std::move(r.blob)}));
+        r.blob = llama::SerializeSlotFile({r.tokens, std::move(r.blob)});
       }
-      return WriteFile(o->out, r.blob);
+      return WriteOutputFile(
+          o->out, {reinterpret_cast<const char*>(r.blob.data()), r.blob.size()}, inputs);
     }();
     Report("llama export", s);
   });
@@ -176,7 +164,7 @@ void RegisterInspect(CLI::App* llama) {
   cmd->add_option("IN", *in, "Slot file or state blob")->required();
   cmd->callback([in] {
     Status s = [&]() -> Status {
-      TQKV_ASSIGN_OR_RETURN(std::vector<uint8_t> file, ReadFile(*in));
+      TQKV_ASSIGN_OR_RETURN(std::vector<uint8_t> file, ReadInputFile(*in));
       TQKV_ASSIGN_OR_RETURN(llama::SlotOrBlob parsed, llama::ParseSlotFileOrBlob(file));
       const bool is_slot = parsed.is_slot;
       const llama::SlotFile& slot = parsed.slot;

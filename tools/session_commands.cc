@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "tools/cli_files.h"
 #include "tools/commands.h"
 #include "tools/file_object.h"
 #include "tools/gpu_command.h"
@@ -28,12 +29,13 @@ std::string WithIo(const std::string& uri, const std::string& io) {
   return uri + (uri.find('?') == std::string::npos ? "?" : "&") + "io=" + io;
 }
 
-void EmitJson(const json& j, const std::string& path) {
+Status EmitJson(const json& j, const std::string& path) {
+  const std::string text = j.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
   if (path.empty() || path == "-") {
-    std::cout << j.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
-    return;
+    std::cout << text;
+    return Status::Ok();
   }
-  std::ofstream(path) << j.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
+  return WriteOutputFile(path, text);
 }
 
 struct GeometryFlags {
@@ -90,6 +92,9 @@ void RegisterCheckpoint(CLI::App& app) {
   cmd->callback([o] {
     Status s = [&]() -> Status {
       TQKV_ASSIGN_OR_RETURN(ModelGeometry g, o->geo.Resolve());
+      if (!o->json_path.empty() && o->json_path != "-") {
+        TQKV_RETURN_IF_ERROR(CheckOutputPath(o->json_path));
+      }
       auto dtype = ParseDType(o->dtype);
       if (!dtype) return Status::InvalidArgument("unknown dtype " + o->dtype);
       TQKV_ASSIGN_OR_RETURN(CheckpointOptions opts, o->settings.Resolve());
@@ -106,8 +111,8 @@ void RegisterCheckpoint(CLI::App& app) {
                   st.encode_seconds, st.write_seconds);
       PrintGuardReport(st, opts);
       if (!o->json_path.empty()) {
-        EmitJson({{"session", o->session}, {"codec", o->settings.codec()}, {"tokens", o->tokens},
-                  {"settings", o->settings.Json(opts)},
+        return EmitJson({{"session", o->session}, {"codec", o->settings.codec()}, {"tokens", o->tokens},
+                         {"settings", o->settings.Json(opts)},
                   {"bytes_written", st.bytes_written}, {"fp16_bytes", st.fp16_bytes},
                   {"write_s", st.seconds}, {"encode_s", st.encode_seconds},
                   {"source_s", st.source_seconds}, {"write_busy_s", st.write_seconds}},
@@ -152,6 +157,7 @@ void RegisterRestore(CLI::App& app) {
       if (o->target != "host") return Status::InvalidArgument("--target must be host or gpu");
       auto dtype = ParseDType(o->dtype);
       if (!dtype) return Status::InvalidArgument("unknown dtype " + o->dtype);
+      if (!o->out.empty()) TQKV_RETURN_IF_ERROR(CheckOutputPath(o->out));
       TQKV_ASSIGN_OR_RETURN(auto store, OpenExistingStore(WithIo(o->store, o->io)));
       ThreadPool pool(o->threads);
       RestoreOptions opts;
@@ -177,7 +183,7 @@ void RegisterRestore(CLI::App& app) {
       const double gbps = st.seconds > 0 ? st.bytes_read / st.seconds / 1e9 : 0;
       const std::string io = o->io.empty() ? "uri" : o->io;
       if (o->json) {
-        EmitJson({{"session", o->session}, {"restore_s", st.seconds}, {"bytes_read", st.bytes_read},
+        TQKV_RETURN_IF_ERROR(EmitJson({{"session", o->session}, {"restore_s", st.seconds}, {"bytes_read", st.bytes_read},
                   {"gbps", gbps}, {"fp16_gbps", st.seconds > 0 ? st.fp16_bytes / st.seconds / 1e9 : 0},
                   {"io", io}, {"tokens", st.tokens}, {"model", st.model},
                   {"first_layer_s", st.first_layer_seconds}, {"drop_cache_ok", st.drop_cache_ok},
@@ -185,7 +191,7 @@ void RegisterRestore(CLI::App& app) {
                   {"alloc_s", alloc_s}, {"warm_memory_s", warm_s}, {"memory_warmed", warmed}, {"bytes_direct", st.read_path.direct},
                   {"bytes_uring", st.read_path.uring},
                   {"bytes_page_cache", st.read_path.page_cache}},
-                 "-");
+                 "-"));
       } else {
         std::printf("restore %s: %llu tokens of %s, %.1f MB read in %.3f s = %.3f GB/s "
                     "(%.3f GB/s fp16-equivalent), layer 0 ready after %.3f s, io=%s "
@@ -258,6 +264,7 @@ void RegisterDecompress(CLI::App& app) {
       auto dtype = ParseDType(o->dtype);
       if (!dtype) return Status::InvalidArgument("unknown dtype " + o->dtype);
       TQKV_ASSIGN_OR_RETURN(StoreAndKey sk, OpenFilePath(o->in));
+      TQKV_RETURN_IF_ERROR(CheckOutputPath(o->out, {o->in}));
       ThreadPool pool(o->threads);
       RestoreOptions opts;
       opts.dtype = *dtype;
@@ -342,7 +349,7 @@ void RegisterInspect(CLI::App& app) {
 }
 
 void RegisterVerify(CLI::App& app) {
-  auto* cmd = app.add_subcommand("verify", "Check every checksum of a .tqkv file (exit status says)");
+  auto* cmd = app.add_subcommand("verify", "Run every check a restore runs on a .tqkv file (exit status says)");
   auto file = std::make_shared<std::string>();
   cmd->add_option("FILE", *file, "A .tqkv file")->required();
   cmd->callback([file] {

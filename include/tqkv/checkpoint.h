@@ -176,7 +176,8 @@ Status RestoreStreaming(Store& store, std::string_view key, const RestoreOptions
 // ResourceExhausted if memory runs out.
 Result<uint64_t> WarmRestoreMemory(size_t concurrent, const RestoreOptions& options = {});
 
-// Reads and checks every checksum of a stored session without decoding.
+// Runs every check a restore runs on a stored session (checksums, layout, outlier masks; it
+// decodes each layer into one layer's memory and drops it): OK exactly when Restore would be.
 Status VerifyObject(Store& store, std::string_view key);
 
 }  // namespace tqkv

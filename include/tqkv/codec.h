@@ -168,6 +168,12 @@ class Codec {
   virtual Status SelectGroupMeta(const void* x, DType dtype, size_t n, size_t stride,
                                  std::span<uint8_t> meta) const = 0;
 
+  // The check Decode makes of a group's metadata, alone: a split codec's mask must have exactly
+  // group_meta_bytes() bytes and mark exactly its outlier channels, none past head_dim; unsplit
+  // codecs have none to check. VerifyObject applies it to every stored mask, so that a
+  // container that verifies also decodes.
+  virtual Status CheckGroupMeta(std::span<const uint8_t> meta) const = 0;
+
   // Encodes n vectors (x as above) into out: n * code_bytes() bytes. `pool` may be null.
   // meta: the group's mask from SelectGroupMeta (split codecs; exactly K channels marked).
   // Zero vectors (or ones whose f32 sum of squares underflows) decode to zeros; a vector with any

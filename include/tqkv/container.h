@@ -61,7 +61,8 @@ struct TensorCodecError {
   double energy = 0;  // Σ ‖x‖²
   bool operator==(const TensorCodecError&) const = default;
 };
-// err / var, the guard's figure: 0 when err is 0, +inf when var is 0 but err is not.
+// err / var, the guard's figure: 0 when err is 0; when var is 0 (nothing varies) err / energy,
+// +inf if energy is 0 too.
 double RelativeError(const TensorCodecError& e);
 // The guard's threshold on RelativeError: above it a layer's tensor decodes to mostly noise
 // (docs/codec.md §9 says how it was chosen).

@@ -114,6 +114,8 @@ struct Session {
 // lacks are zero). The row width n_embd is split as (n_embd / head_dim) heads of head_dim; every
 // layer's K and V must have the same n_embd. The dtype is the layers' common type, else f32
 // (exact for every accepted type). `tokens` (a slot file's) is kept in the engine state.
+// Unsupported, before anything is allocated, when layers x tokens would exceed 8x the layer rows
+// the streams hold (streams of very different cell counts; docs/llama.md §5).
 Result<Session> ToSession(const SeqState& state, uint32_t head_dim, std::string model,
                           const std::vector<int32_t>* tokens = nullptr);
 

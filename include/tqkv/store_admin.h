@@ -71,7 +71,8 @@ struct GcReport {
 
 // Removes stale temps, then sessions unused for `ttl`, then least-recently-used sessions until the
 // committed bytes fit `max_bytes`. Pinned sessions are never removed; objects being written are
-// temps and never touched unless older than temp_min_age.
+// temps and never touched unless older than temp_min_age. A negative ttl or temp_min_age is
+// InvalidArgument, before anything is touched.
 Result<GcReport> CollectGarbage(Store* store, const GcOptions& options);
 
 }  // namespace tqkv

@@ -103,6 +103,10 @@ NB_MODULE(_tqkv, m) {
   m.def(
       "set_num_threads",
       [](size_t n) {
+        if (n > tqkv::ThreadPool::kMaxThreads) {  // as the CLI's --threads
+          py::ThrowInvalid("set_num_threads: " + std::to_string(n) + " threads, at most " +
+                           std::to_string(tqkv::ThreadPool::kMaxThreads));
+        }
         auto fresh = std::make_shared<tqkv::ThreadPool>(n);
         std::lock_guard<std::mutex> lock(py::pool_mu);
         py::pool = std::move(fresh);

@@ -58,9 +58,14 @@ LayerArrays ViewLayers(const std::vector<Array>& k, const std::vector<Array>& v,
   }
   LayerArrays out;
   out.dtype = ArrayDType(a0.dtype(), "k[0]");
-  out.geometry.layers = static_cast<uint32_t>(k.size());
-  out.geometry.kv_heads = static_cast<uint32_t>(a0.shape(axes.head));
-  out.geometry.head_dim = static_cast<uint32_t>(a0.shape(axes.dim));
+  // Geometry fields are 32-bit: a larger extent is refused, never truncated.
+  const auto extent32 = [](uint64_t n, const char* what) {
+    if (n > UINT32_MAX) ThrowInvalid(std::string(what) + " " + std::to_string(n) + " exceeds 2^32 - 1");
+    return static_cast<uint32_t>(n);
+  };
+  out.geometry.layers = extent32(k.size(), "layers");
+  out.geometry.kv_heads = extent32(a0.shape(axes.head), "k[0]: KV heads");
+  out.geometry.head_dim = extent32(a0.shape(axes.dim), "k[0]: head_dim");
   KvLayout& l = out.layout;
   l.token_stride = a0.stride(axes.token);
   l.head_stride = a0.stride(axes.head);

@@ -6,7 +6,8 @@
     k2, v2 = tqkv.restore(store, "s1")
 
 docs/python.md has the guide; help(tqkv.restore), help(tqkv.Codec), help(tqkv.Store) the details.
-Errors are tqkv.Error subclasses carrying the library's message. The ``tqkv`` command installed
+Every failure of a public call is a tqkv.Error subclass carrying the library's message (a bad
+argument caught by Python itself too: InvalidArgumentError; _errors.py). The ``tqkv`` command installed
 with the package is the same CLI as the C++ build's.
 """
 from ._tqkv import (  # noqa: F401 - the public names
@@ -27,6 +28,7 @@ from ._tqkv import (  # noqa: F401 - the public names
     warm_restore_memory,
 )
 from ._tqkv import built_with_cuda as _built_with_cuda
+from . import _errors
 from ._codec import Codec
 from ._session import checkpoint, resolve_settings, restore, restore_layers
 from ._store import Store, inspect, open_store, verify
@@ -41,3 +43,5 @@ __all__ = [
     "NotFoundError", "CorruptionError", "IoError", "NoSpaceError", "UnsupportedError",
     "DeviceError", "BusyError", "AlreadyExistsError", "InternalError", "ResourceExhaustedError",
 ]
+
+_errors.public(globals(), __all__)

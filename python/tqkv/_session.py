@@ -22,7 +22,7 @@ from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Sequence, T
 
 import numpy as np
 
-from . import _arrays, _tqkv
+from . import _arrays, _errors, _tqkv
 from ._store import StoreLike, as_store
 
 _AXES = {"nhd": (0, 1, 2, -1), "hnd": (1, 0, 2, -1), "paged": (1, 2, 3, 0)}
@@ -170,6 +170,12 @@ def restore(store: StoreLike, key: str, *, out: Optional[Tuple[Any, Any]] = None
     InvalidArgumentError saying so.
     The GIL is released while the session is read and decoded.
     """
+    if array not in ("numpy", "torch"):
+        raise _tqkv.InvalidArgumentError(f"array: 'numpy' or 'torch', got {array!r}")
+    if block_ids is not None and layout != "paged":
+        raise _tqkv.InvalidArgumentError(f"block_ids go with layout='paged', not {layout!r}")
+    if on_layer is not None and not callable(on_layer):
+        raise _tqkv.InvalidArgumentError(f"on_layer: a callable, got {type(on_layer).__name__}")
     st = as_store(store, create=False)
     if out is None and layout != "paged" and not _arrays.is_cuda_device(device):
         return _restore_new(st, key, dtype, layout, array, device, on_layer, drop_cache, stats)
@@ -177,7 +183,11 @@ def restore(store: StoreLike, key: str, *, out: Optional[Tuple[Any, Any]] = None
     ready = None
     if on_layer is not None:
         def ready(layer: int) -> None:
-            on_layer(layer, kl[layer], vl[layer])
+            try:
+                on_layer(layer, kl[layer], vl[layer])
+            except BaseException as e:
+                _errors.mark_callers(e)  # propagates unchanged, not as a tqkv.Error
+                raise
     figures = _tqkv.restore_into(st._s, key, kl, vl, _axes(layout), _block_ids(block_ids), n,
                                  ready, drop_cache, 0)
     if stats is not None:

@@ -2,11 +2,25 @@
 from __future__ import annotations
 
 import json
+import numbers
 import os
 import time
 from typing import Any, Dict, List, Optional, Union
 
 from . import _tqkv
+
+
+# The CLI's bound on durations (tqkv/units.h ParseDuration): 100 years.
+_MAX_SECONDS = 100 * 365.25 * 86400
+
+
+def _seconds(name: str, value: Any, minimum: float) -> float:
+    """A duration argument as the CLI takes it: a finite number of seconds in [minimum, 100 y]."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or \
+            not minimum <= value <= _MAX_SECONDS:
+        raise _tqkv.InvalidArgumentError(
+            f"{name}: seconds in [{minimum:g}, {_MAX_SECONDS:g}], got {value!r}")
+    return float(value)
 
 
 class Store:
@@ -46,7 +60,8 @@ class Store:
 
     def pin(self, key: str, ttl: Optional[float] = None) -> None:
         """Pins the session so ``gc`` never evicts it: for ``ttl`` seconds, or until ``unpin``."""
-        until = _tqkv.PIN_FOREVER if ttl is None else time.time_ns() + int(ttl * 1e9)
+        until = (_tqkv.PIN_FOREVER if ttl is None
+                 else time.time_ns() + int(_seconds("ttl", ttl, 1) * 1e9))
         self._s.set_pin(key, until)
 
     def unpin(self, key: str) -> None:
@@ -57,14 +72,21 @@ class Store:
         """Evicts unpinned sessions unused for ``ttl`` seconds, then least recently used ones
         until the store holds at most ``max_bytes``; removes temps of writers dead for
         ``temp_age`` seconds. Returns the report of ``tqkv gc --json``."""
-        return self._s.gc(int(max_bytes or 0), int(ttl or 0), int(temp_age), dry_run)
+        if max_bytes is not None and (isinstance(max_bytes, bool) or
+                                      not isinstance(max_bytes, numbers.Integral) or
+                                      not 0 <= max_bytes < 2**64):
+            raise _tqkv.InvalidArgumentError(f"max_bytes: an integer in [0, 2**64), got {max_bytes!r}")
+        ttl_s = 0 if ttl is None else int(_seconds("ttl", ttl, 1))
+        return self._s.gc(int(max_bytes or 0), ttl_s, int(_seconds("temp_age", temp_age, 0)),
+                          dry_run)
 
     def inspect(self, key: str, chunks: bool = False) -> Dict[str, Any]:
         """The session's description, the same as ``tqkv inspect --json`` (a dict)."""
         return json.loads(self._s.describe_json(key, chunks))
 
     def verify(self, key: str) -> None:
-        """Reads and checks every checksum; raises CorruptionError naming what failed."""
+        """Runs every check a restore runs (checksums, layout, outlier masks; decoding one layer
+        at a time); raises CorruptionError naming what failed. OK means ``restore`` works."""
         self._s.verify(key)
 
     def header(self, key: str) -> Dict[str, Any]:
@@ -122,6 +144,6 @@ def inspect(path: Union[str, "os.PathLike[str]"], chunks: bool = False) -> Dict[
 
 
 def verify(path: Union[str, "os.PathLike[str]"]) -> None:
-    """``tqkv verify FILE``: raises CorruptionError if any checksum of the file fails."""
+    """``tqkv verify FILE``: raises CorruptionError if any check a restore makes fails."""
     store, key = _file(path)
     store.verify(key)

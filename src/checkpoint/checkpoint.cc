@@ -202,13 +202,21 @@ Status AllocateCodecs(const KvSource& source, const CheckpointOptions& options,
   std::vector<CodecSpec> specs;
   std::vector<std::unique_ptr<Codec>> owned;
   std::vector<const Codec*> candidates;
+  std::string unbuilt;
   for (const char* preset : kAllocatorPresets) {
     TQKV_ASSIGN_OR_RETURN(CodecSpec spec, ParseCodecSpec(preset));
-    TQKV_ASSIGN_OR_RETURN(std::unique_ptr<Codec> codec, Codec::Create(spec, g.head_dim));
+    // A preset this head_dim cannot have (a split one's subset with no rotation: head_dim 1000)
+    // is left out; the allocator chooses among the others.
+    auto codec = Codec::Create(spec, g.head_dim);
+    if (!codec.ok()) {
+      unbuilt += std::string(unbuilt.empty() ? "" : "; ") + preset + ": " + codec.status().message();
+      continue;
+    }
     specs.push_back(spec);
-    candidates.push_back(codec.get());
-    owned.push_back(std::move(codec));
+    candidates.push_back(codec->get());
+    owned.push_back(std::move(*codec));
   }
+  if (specs.empty()) return bad("no preset can be built at head_dim " + std::to_string(g.head_dim) + " (" + unbuilt + ")");
   const uint32_t stride = GuardStride(tokens);
   TQKV_ASSIGN_OR_RETURN(
       const CandidateErrors errors,
@@ -266,8 +274,8 @@ Status AllocateCodecs(const KvSource& source, const CheckpointOptions& options,
   for (const auto& layer : bytes) cheapest += layer[0][0] + layer[1][0];
   char need[96];
   std::snprintf(need, sizeof need, "%.3f", 8.0 * static_cast<double>(cheapest + overhead) / values);
-  return bad(std::string("no choice of ") + kAllocatorPresets[0] + ".." +
-             kAllocatorPresets.back() + " fits: " + kAllocatorPresets[0] +
+  return bad("no choice of " + FormatCodecSpec(specs.front()) + ".." +
+             FormatCodecSpec(specs.back()) + " fits: " + FormatCodecSpec(specs.front()) +
              " everywhere needs about " + need + " bits per value for this session");
 }
 

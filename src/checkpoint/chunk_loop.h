@@ -45,7 +45,7 @@ class ChunkSink {
   AlignedBuffer host_slots_;  // the default AllocateSlots': every slot, back to back
 };
 
-// Drops every chunk: the read path alone (VerifyObject, the restore bench's read stages).
+// Drops every chunk: the read path alone (the restore bench's read stages).
 class DiscardSink final : public ChunkSink {
  public:
   Status Consume(size_t, size_t, std::span<const uint8_t>) override { return Status::Ok(); }

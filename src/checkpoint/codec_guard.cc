@@ -71,6 +71,8 @@ class Measurer {
       const uint64_t token = i * stride_;
       const size_t at = token * row + hd * d;
       if (!FiniteRow(t.x, t.dtype, at, d)) continue;
+      // Exact rows are restored as they are: no error there, and they still vary.
+      const bool exact = token < h_.exact_head || token >= h_.tokens - h_.exact_tail;
       const float* r = decoded_.data() + i * d;
       const float* mu = nullptr;
       float alpha = 0;
@@ -82,7 +84,9 @@ class Measurer {
         const double x = LoadAsFloat(t.x, t.dtype, at + c);
         float prod = 0;
         if (mu) prod = alpha * mu[c];
-        const double xhat = mu ? static_cast<double>(r[c] + prod) : static_cast<double>(r[c]);
+        const double xhat = exact ? x
+                            : mu  ? static_cast<double>(r[c] + prod)
+                                  : static_cast<double>(r[c]);
         out->err += (x - xhat) * (x - xhat);
         out->var += (x - mean[c]) * (x - mean[c]);
         out->energy += x * x;

@@ -17,6 +17,7 @@ class RawCodec final : public Codec {
   const CodecParams& params() const override { return params_; }
   size_t code_bytes() const override { return code_bytes_; }
   size_t group_meta_bytes() const override { return 0; }
+  Status CheckGroupMeta(std::span<const uint8_t>) const override { return Status::Ok(); }
 
   Status SelectGroupMeta(const void* x, DType dtype, size_t n, size_t stride,
                          std::span<uint8_t> meta) const override {

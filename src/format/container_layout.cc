@@ -646,7 +646,10 @@ Result<uint64_t> ExpectedChunkBytes(const ContainerHeader& header, const ChunkEn
 
 double RelativeError(const TensorCodecError& e) {
   if (e.err == 0) return 0;
-  return e.var == 0 ? std::numeric_limits<double>::infinity() : e.err / e.var;
+  if (e.var > 0) return e.err / e.var;
+  // Nothing varies (one token, or identical ones): no order of attention scores to upset, so the
+  // error is weighed against the vectors themselves.
+  return e.energy > 0 ? e.err / e.energy : std::numeric_limits<double>::infinity();
 }
 
 std::vector<uint32_t> GuardExceeded(const std::vector<TensorCodecError>& errors,

@@ -12,6 +12,8 @@ namespace tqkv::llama {
 namespace {
 
 constexpr uint8_t kTag[4] = {'l', 'l', 's', 'q'};
+// Session rows (layers x tokens) per layer row the blob holds, at most (ToSession).
+constexpr uint64_t kMaxPadding = 8;
 constexpr uint32_t kEngineLayoutVersion = 1;
 
 std::optional<DType> DTypeOf(int32_t type) {
@@ -249,6 +251,21 @@ Result<Session> ToSession(const SeqState& state, uint32_t head_dim, std::string 
 
   const DType dtype = mixed ? DType::kF32 : *DTypeOf(*common_type);
   const ModelGeometry g{layers, n_embd / head_dim, head_dim};
+  // The session is one rectangle, layers x tokens_n rows: a stream with fewer cells than the
+  // longest is padded with zero rows. Real sliding-window layouts pad up to layers / global
+  // layers (Gemma 3: 6x at long contexts); a blob that would pad more is refused before anything
+  // is allocated, so memory and the object stay within kMaxPadding x the K and V it holds.
+  uint64_t held_rows = 0;
+  for (const Placed& p : placed) held_rows += p.stream->cells.size() * p.stream->layers.size();
+  const uint64_t rect_rows = uint64_t{layers} * tokens_n;
+  if (rect_rows > kMaxPadding * held_rows) {
+    return Status::Unsupported(
+        "llama.cpp state: its streams hold " + std::to_string(held_rows) +
+        " layer rows, and a tqkv session, one token count for every layer, would take " +
+        std::to_string(rect_rows) + " (" + std::to_string(rect_rows / held_rows) +
+        "x, more than " + std::to_string(kMaxPadding) +
+        "x): the streams' cell counts differ too much (docs/llama.md)");
+  }
   TQKV_ASSIGN_OR_RETURN(std::unique_ptr<KvCacheBuffer> buf,
                         KvCacheBuffer::Allocate(std::move(model), g, dtype, tokens_n));
   KvCache& kv = buf->cache();

@@ -34,6 +34,12 @@ Result<std::unique_ptr<SessionAdmin>> OpenSessionAdmin(Store* store) {
 }
 
 Result<GcReport> CollectGarbage(Store* store, const GcOptions& o) {
+  // A negative age would sweep the temps of live writers (and a negative TTL expire everything).
+  if (o.temp_min_age.count() < 0 || o.ttl.count() < 0) {
+    return Status::InvalidArgument("gc: temp_min_age and ttl must not be negative (got " +
+                                   std::to_string(o.temp_min_age.count()) + " s and " +
+                                   std::to_string(o.ttl.count()) + " s)");
+  }
   GcReport rep;
   TQKV_ASSIGN_OR_RETURN(auto admin, OpenSessionAdmin(store));
   if (!o.dry_run) {

@@ -538,3 +538,33 @@ TEST(Codec, QjlInnerProductIsUnbiased) {
 
 }  // namespace
 }  // namespace tqkv
+
+namespace tqkv {
+namespace {
+
+// norm=f16 holds norms below 65520: a call with a larger finite one is refused, naming the fix
+// (issue 34 defect 8: it was stored as inf and decoded to a NaN of the machine's arithmetic).
+TEST(Codec, F16NormOverflowIsRefused) {
+  for (const char* spec : {"tq3,norm=f16", "tq2.5,norm=f16", "tq3,norm=f16,qjl=1"}) {
+    auto c = testing_util::MakeCodec(spec, 64);
+    ASSERT_NE(c, nullptr) << spec;
+    std::vector<float> x(3 * 64, 1.0f);
+    // Vector 1: norm 96,000 (each subset of a split codec at least 32 channels: >= 67,000).
+    std::fill(x.begin() + 64, x.begin() + 128, 12000.0f);
+    std::vector<uint8_t> meta(c->group_meta_bytes());
+    ASSERT_TRUE(c->SelectGroupMeta(x.data(), DType::kF32, 3, 64, meta).ok());
+    std::vector<uint8_t> codes(3 * c->code_bytes());
+    Status s = c->Encode(x.data(), DType::kF32, 3, 64, meta, codes);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << spec << ": " << s.ToString();
+    EXPECT_NE(s.message().find("vector 1"), std::string::npos) << s.ToString();
+    EXPECT_NE(s.message().find("use norm=f32"), std::string::npos) << s.ToString();
+    std::fill(x.begin() + 64, x.begin() + 128, 8000.0f);  // norm 64,000: stored, finite
+    EXPECT_TRUE(c->Encode(x.data(), DType::kF32, 3, 64, meta, codes).ok()) << spec;
+    std::vector<float> y(3 * 64);
+    ASSERT_TRUE(c->Decode(codes, 3, meta, y.data(), DType::kF32, 64).ok());
+    for (float v : y) ASSERT_TRUE(std::isfinite(v)) << spec;
+  }
+}
+
+}  // namespace
+}  // namespace tqkv

@@ -62,7 +62,7 @@ TEST(CodecGuardFormat, Figures) {
   EXPECT_DOUBLE_EQ(RelativeError({1.5, 3.0, 12.0}), 0.5);
   EXPECT_DOUBLE_EQ(SharedFraction({1.5, 3.0, 12.0}), 0.75);
   EXPECT_EQ(RelativeError({0, 0, 0}), 0.0);
-  EXPECT_TRUE(std::isinf(RelativeError({1, 0, 5})));
+  EXPECT_DOUBLE_EQ(RelativeError({1, 0, 5}), 0.2);  // nothing varies: err / energy
   EXPECT_EQ(SharedFraction({0, 0, 0}), 0.0);
 }
 
@@ -138,6 +138,45 @@ TEST(CodecGuardFormat, WriterRefusesBadGuardFields) {
   for (size_t i = 0; i < bad.size(); ++i) {
     EXPECT_EQ(WriteContainer(bad[i]).status.code(), StatusCode::kInvalidArgument) << i;
   }
+}
+
+}  // namespace
+}  // namespace tqkv
+
+namespace tqkv {
+namespace {
+
+// docs/format.md §4's reader rules that were unstated (issue 34 defect 10): a key_mean_block past
+// the session's length is one block; a guard_stride past it sampled token 0 only; -0.0 sums are
+// zeros; a negative or non-finite sum is Corruption.
+TEST(CodecGuardFormat, EdgeValuesReadersAccept) {
+  ContainerHeader h = SmallGuardAllocatedHeader();
+  ASSERT_GT(h.key_mean_block, 0u);
+  h.key_mean_block = static_cast<uint32_t>(h.tokens * 10);
+  h.guard_stride = 0xFFFFFFFFu;
+  h.codec_error[0] = {-0.0, -0.0, -0.0};
+  WrittenContainer w = WriteContainer(h);
+  ASSERT_TRUE(w.status.ok()) << w.status.ToString();
+  EXPECT_TRUE(OpenAndReadAll(w.file).ok());
+  auto parsed = format::ParseAndVerifyContainer(w.file, "e.tqkv");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(parsed->header.key_mean_block, h.key_mean_block);
+  EXPECT_EQ(RelativeError(parsed->header.codec_error[0]), 0.0);
+  for (const ChunkEntry& e : parsed->chunks) {
+    if (e.type == ChunkType::kKeyMeans) {  // one block: (head_dim + tokens) values per head
+      EXPECT_EQ(e.size, (h.geometry.head_dim + h.tokens) * h.geometry.kv_heads *
+                            DTypeSize(h.key_mean_dtype));
+    }
+  }
+  h.codec_error[0] = {-1.0, 1.0, 1.0};
+  EXPECT_FALSE(WriteContainer(h).status.ok());
+}
+
+// Nothing varies: the error is weighed against the energy (a lossless tensor is 0, never inf).
+TEST(CodecGuardFormat, ZeroVarianceIsWeighedAgainstTheEnergy) {
+  EXPECT_EQ(RelativeError({0, 0, 5}), 0.0);
+  EXPECT_DOUBLE_EQ(RelativeError({1, 0, 5}), 0.2);
+  EXPECT_TRUE(std::isinf(RelativeError({1, 0, 0})));
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 
 #include "format/container_layout.h"
 #include "format/container_parse.h"
@@ -651,6 +653,35 @@ TEST(ContainerReaderTest, Version3MustCarryAnEngineState) {
     Status s = OpenAndReadAll(f);
     EXPECT_TRUE(s.IsCorruption()) << version << ": " << s.ToString();
   }
+}
+
+}  // namespace
+}  // namespace tqkv
+
+namespace tqkv {
+namespace {
+
+// docs/format.md §11's worked examples name each header body's size: the writer's, in order
+// (the version-4 example once said 204, forgetting engine_state_len: issue 34).
+TEST(ContainerDocsTest, WorkedExampleHeaderSizesAreTheWriters) {
+  std::ifstream in(std::string(TQKV_SOURCE_DIR) + "/docs/format.md");
+  ASSERT_TRUE(in.good());
+  const std::string doc((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t example = doc.find("## 11. Example");
+  ASSERT_NE(example, std::string::npos);
+  std::vector<uint64_t> said;
+  for (size_t at = doc.find("Header body: ", example); at != std::string::npos && at < doc.find("## 12.", example);
+       at = doc.find("Header body: ", at + 1)) {
+    said.push_back(std::stoull(doc.substr(at + 13, 8)));
+  }
+  std::vector<uint64_t> written;
+  for (const ContainerHeader& h :
+       {SmallHeader(), SmallExactHeader(), SmallCenteredHeader(), SmallKvHeader()}) {
+    WrittenContainer w = WriteContainer(h);
+    ASSERT_TRUE(w.status.ok()) << w.status.ToString();
+    written.push_back(format::LoadU32(w.file.data() + 20));
+  }
+  EXPECT_EQ(said, written);
 }
 
 }  // namespace

@@ -263,6 +263,33 @@ inline uint64_t ChunkBytes(const ContainerHeader& h, const ChunkEntry& e) {
   return e.token_count * h.geometry.kv_heads * CodeBytesOf(c);
 }
 
+// A group-meta chunk's payload that decoders accept: per KV head of K then of V, a split codec's
+// mask marks exactly its outlier channels (which ones depends on the seed).
+inline std::vector<uint8_t> ValidMasks(const ContainerHeader& h, const ChunkEntry& e, uint64_t seed) {
+  std::vector<uint8_t> out;
+  std::vector<uint8_t> pick = Payload(h.geometry.head_dim, seed);
+  for (int kv = 0; kv < 2; ++kv) {
+    const uint16_t c = kv == 0 || h.layer_codec_v.empty() ? h.layer_codec[e.layer]
+                                                          : h.layer_codec_v[e.layer];
+    const CodecParams& p = h.codecs[c];
+    const size_t bytes = GroupMetaBytesOf(p);
+    for (uint32_t head = 0; head < h.geometry.kv_heads && bytes > 0; ++head) {
+      std::vector<uint8_t> mask(bytes, 0);
+      // Channels in the order of their pseudo-random key, the first `channels` marked.
+      std::vector<uint32_t> order(p.head_dim);
+      for (uint32_t i = 0; i < p.head_dim; ++i) order[i] = i;
+      std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+        return static_cast<uint8_t>(pick[a] + head) < static_cast<uint8_t>(pick[b] + head);
+      });
+      for (uint32_t i = 0; i < p.subsets[0].channels; ++i) {
+        mask[order[i] / 8] |= static_cast<uint8_t>(1u << (order[i] % 8));
+      }
+      out.insert(out.end(), mask.begin(), mask.end());
+    }
+  }
+  return out;
+}
+
 struct WrittenContainer {
   std::vector<uint8_t> file;
   std::vector<ChunkEntry> keys;
@@ -280,7 +307,9 @@ inline WrittenContainer WriteContainer(const ContainerHeader& h, uint64_t seed =
   }
   w.keys = ExpectedKeys(h);
   for (size_t i = 0; i < w.keys.size(); ++i) {
-    w.payloads.push_back(Payload(ChunkBytes(h, w.keys[i]), seed + i));
+    w.payloads.push_back(w.keys[i].type == ChunkType::kGroupMeta
+                             ? ValidMasks(h, w.keys[i], seed + i)
+                             : Payload(ChunkBytes(h, w.keys[i]), seed + i));
     w.status = (*writer)->AddChunk(w.keys[i], w.payloads.back());
     if (!w.status.ok()) return w;
   }

@@ -263,6 +263,30 @@ TEST(LlamaStateTest, HugeCountsAreRefusedBeforeAllocating) {
   EXPECT_NE(st.status().message().find("row size"), std::string::npos) << st.status().message();
 }
 
+// Issue 34 defect 1: one rectangle of layers x tokens pads short streams. A crafted blob (1 cell
+// x 300 layers, then 300 cells x 1 layer: 600 layer rows) would pad to 301 x 300 = 90,300 rows
+// (the issue's 4,500 x 4,500 made a 1.28 GB process from 738 KB): refused before allocating;
+// a sliding-window layout (3 full layers x 120 cells + 15 window layers x 24 cells: 3x) is not.
+TEST(LlamaStateTest, PaddingBeyondEightTimesTheHeldRowsIsRefused) {
+  CacheSpec wide{Range(0, 1), 300, 8};
+  CacheSpec tall{Range(0, 300), 1, 8};
+  auto st = ParseSeqState(MakeBlob({wide, tall}));
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  auto s = ToSession(*st, 8, "crafted");
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kUnsupported) << s.status().ToString();
+  EXPECT_NE(s.status().message().find("600 layer rows"), std::string::npos) << s.status().ToString();
+  EXPECT_NE(s.status().message().find("90300"), std::string::npos) << s.status().ToString();
+  CacheSpec full{Range(0, 120), 3, 8};
+  CacheSpec window{Range(96, 120), 15, 8};
+  auto swa = ParseSeqState(MakeBlob({full, window}));
+  ASSERT_TRUE(swa.ok()) << swa.status().ToString();
+  auto ok = ToSession(*swa, 8, "swa");
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->kv->cache().geometry().layers, 18u);
+  EXPECT_EQ(ok->kv->cache().tokens(), 120u);
+}
+
 TEST(LlamaStateTest, SlotFileFraming) {
   const std::vector<uint8_t> blob = MakeBlob({CacheSpec{Range(0, 3), 1, 4}});
   SlotFile slot{{101, 7, -1}, blob};
