@@ -1,0 +1,179 @@
+// s3:// specifics against the loopback SeaweedFS S3 gateway (scripts/start-test-servers.sh):
+// refused credentials, writers killed with SIGKILL mid-checkpoint, gc of their unfinished
+// multipart uploads, and URI checks. The store contract suite runs on s3:// too.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "store/shared_store_servers.h"
+#include "store/store_test_util.h"
+#include "tqkv/store.h"
+
+namespace tqkv {
+namespace {
+
+using testing_util::Pattern;
+
+class S3StoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string why = testing_util::S3Skip();
+    if (!why.empty()) GTEST_SKIP() << why;
+    uri_ = testing_util::S3UriWithPrefix(testing_util::UniqueName("s3t"), "part=5MiB");
+    auto s = OpenStore(uri_);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    store_ = std::move(s).value();
+  }
+  void TearDown() override {
+    if (store_ == nullptr) return;
+    testing_util::ClearStore(store_.get());
+    (void)store_->RemoveStaleTemps(std::chrono::seconds(0));
+  }
+
+  std::string uri_;
+  std::unique_ptr<Store> store_;
+};
+
+// Sets an environment variable for the scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
+    ::setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    if (had_) ::setenv(name_, old_.c_str(), 1);
+    else ::unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  std::string old_;
+  bool had_ = false;
+};
+
+TEST_F(S3StoreTest, WrongSecretIsAClearErrorAndLeavesNothing) {
+  const std::string secret = "wrong-secret-" + std::to_string(::getpid());
+  {
+    ScopedEnv env("AWS_SECRET_ACCESS_KEY", secret);
+    auto s = OpenStore(uri_);
+    ASSERT_FALSE(s.ok());
+    const std::string msg = s.status().ToString();
+    EXPECT_NE(msg.find("permission denied"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("tqkv-test"), std::string::npos) << "names the bucket: " << msg;
+    EXPECT_NE(msg.find("SignatureDoesNotMatch"), std::string::npos) << msg;
+    EXPECT_EQ(msg.find(secret), std::string::npos) << "never prints the secret: " << msg;
+  }
+  {
+    ScopedEnv env("AWS_ACCESS_KEY_ID", "NOSUCHKEY");
+    auto s = OpenStore(uri_);
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.status().message().find("permission denied"), std::string::npos)
+        << s.status().ToString();
+  }
+  // Nothing was written: no object, no unfinished upload.
+  auto l = store_->List();
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  EXPECT_TRUE(l->empty());
+  auto swept = store_->RemoveStaleTemps(std::chrono::seconds(0));
+  ASSERT_TRUE(swept.ok()) << swept.status().ToString();
+  EXPECT_EQ(*swept, 0u);
+}
+
+TEST_F(S3StoreTest, MissingCredentialsAndBadUrisAreRefused) {
+  {
+    ScopedEnv env("AWS_ACCESS_KEY_ID", "");
+    auto s = OpenStore(uri_);
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.status().message().find("AWS_ACCESS_KEY_ID"), std::string::npos);
+  }
+  for (const char* bad : {"s3://", "s3://UPPER/x", "s3://ok-bucket/x?endpoint=ftp://h",
+                          "s3://ok-bucket/x?part=1k", "s3://ok-bucket/x?io=direct",
+                          "s3://ok-bucket/x?nosuch=1", "s3://ok-bucket/a/../b"}) {
+    auto s = OpenStore(bad);
+    EXPECT_FALSE(s.ok()) << bad;
+    EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument) << bad << ": " << s.status().ToString();
+  }
+  // A bucket that does not exist: NotFound, not a hang.
+  const std::string other = testing_util::TestServers().s3;
+  std::string nobucket = other;
+  nobucket.replace(nobucket.find("tqkv-test"), 9, "no-such-bucket-x");
+  auto s = OpenStore(nobucket);
+  ASSERT_FALSE(s.ok());
+  EXPECT_TRUE(s.status().IsNotFound()) << s.status().ToString();
+}
+
+// 20 writers killed with SIGKILL while a multipart checkpoint of the key is in flight: the
+// previous version restores bit for bit, nothing torn is ever readable, and gc aborts the
+// killed writers' uploads.
+TEST_F(S3StoreTest, KillNineDuringCheckpointKeepsThePreviousVersion) {
+  const auto v0 = Pattern(77, (12u << 20) + 3);  // 3 parts of 5 MiB: a multipart upload
+  ASSERT_TRUE(testing_util::WriteObject(store_.get(), "victim", v0, 1 << 20).ok());
+  std::mt19937 rng(static_cast<unsigned>(::getpid()));
+  constexpr int kTrials = 20;
+  for (int trial = 0; trial < kTrials; ++trial) {
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      auto s = OpenStore(uri_);
+      if (!s.ok()) ::_exit(3);
+      auto w = (*s)->Create("victim");
+      if (!w.ok()) ::_exit(4);
+      // Appends forever (never commits): parts keep going up until the kill.
+      const auto piece = Pattern(1000 + trial, 64 << 10);
+      for (;;) {
+        if (!(*w)->Append(piece).ok()) ::_exit(5);
+      }
+    }
+    ASSERT_GT(pid, 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(30 + rng() % 400));
+    ASSERT_EQ(::kill(pid, SIGKILL), 0);
+    int st = 0;
+    ASSERT_EQ(::waitpid(pid, &st, 0), pid);
+    ASSERT_TRUE(WIFSIGNALED(st)) << "the writer exited by itself with " << WEXITSTATUS(st);
+    auto back = testing_util::ReadObject(store_.get(), "victim");
+    ASSERT_TRUE(back.ok()) << back.status().ToString();
+    ASSERT_TRUE(*back == v0) << "the previous version must restore bit-identically";
+    auto l = store_->List();
+    ASSERT_TRUE(l.ok());
+    ASSERT_EQ(l->size(), 1u) << "unfinished uploads are never listed";
+  }
+  // The killed writers left unfinished uploads (each sent parts); gc aborts them, once.
+  auto young = store_->RemoveStaleTemps(std::chrono::seconds(3600));
+  ASSERT_TRUE(young.ok());
+  EXPECT_EQ(*young, 0u) << "uploads younger than the minimum age are kept";
+  auto swept = store_->RemoveStaleTemps(std::chrono::seconds(0));
+  ASSERT_TRUE(swept.ok()) << swept.status().ToString();
+  EXPECT_GE(*swept, static_cast<uint64_t>(kTrials / 2));
+  auto again = store_->RemoveStaleTemps(std::chrono::seconds(0));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, 0u);
+  auto back = testing_util::ReadObject(store_.get(), "victim");
+  ASSERT_TRUE(back.ok());
+  EXPECT_TRUE(*back == v0);
+  std::printf("kill-9 on s3: %d trials, previous version intact each time, %llu uploads aborted\n",
+              kTrials, static_cast<unsigned long long>(*swept));
+}
+
+// Parts go up while the caller appends; an aborted multipart writer leaves no upload behind.
+TEST_F(S3StoreTest, AbortedMultipartWriterLeavesNoUpload) {
+  auto w = store_->Create("big");
+  ASSERT_TRUE(w.ok());
+  ASSERT_TRUE((*w)->Append(Pattern(5, 11u << 20)).ok());
+  ASSERT_TRUE((*w)->Abort().ok());
+  auto swept = store_->RemoveStaleTemps(std::chrono::seconds(0));
+  ASSERT_TRUE(swept.ok());
+  EXPECT_EQ(*swept, 0u) << "Abort already aborted the upload";
+  EXPECT_TRUE(store_->Open("big").status().IsNotFound());
+}
+
+}  // namespace
+}  // namespace tqkv
