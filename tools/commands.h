@@ -17,7 +17,8 @@ void RegisterCommands(CLI::App& app);
 // Help text of every --store option: the URI forms OpenStore accepts (docs/store.md).
 inline constexpr const char* kStoreUriHelp =
     "Store URI: a directory, file:///dir, nfs://host/export/dir, redis://host:port/prefix, "
-    "redis+unix:///path/to.sock/prefix, redis+cluster://host:port[,host:port...]/prefix";
+    "redis+unix:///path/to.sock/prefix, redis+cluster://host:port[,host:port...]/prefix, "
+    "s3://bucket/prefix?endpoint=http://host:port";
 
 inline constexpr const char* kExactTokensHelp =
     "FIRST,LAST: also store the first FIRST and the last LAST tokens exactly (e.g. 4,128: "

@@ -175,5 +175,60 @@ TEST_F(S3StoreTest, AbortedMultipartWriterLeavesNoUpload) {
   EXPECT_TRUE(store_->Open("big").status().IsNotFound());
 }
 
+// A SeaweedFS with every volume on two volume servers (replication 001): with one of them
+// stopped, the sessions written before still restore bit for bit. Starts its own servers
+// (scripts/seaweedfs-replicated.sh).
+TEST(S3ReplicatedTest, RestoreWorksWithOneVolumeServerStopped) {
+  const std::string why = testing_util::S3Skip();
+  if (!why.empty()) GTEST_SKIP() << why;
+  testing_util::ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  const std::string script = std::string("bash ") + TQKV_SOURCE_DIR + "/scripts/seaweedfs-replicated.sh";
+  const std::string state = dir.path() + "/weed";
+  FILE* p = ::popen((script + " start " + state).c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string uri, key, secret;
+  pid_t vol1 = 0;
+  char line[1024];
+  while (std::fgets(line, sizeof(line), p) != nullptr) {
+    std::string l(line);
+    while (!l.empty() && (l.back() == '\n' || l.back() == '\r')) l.pop_back();
+    if (l.rfind("URI=", 0) == 0) uri = l.substr(4);
+    if (l.rfind("KEY=", 0) == 0) key = l.substr(4);
+    if (l.rfind("SECRET=", 0) == 0) secret = l.substr(7);
+    if (l.rfind("VOL1_PID=", 0) == 0) vol1 = static_cast<pid_t>(std::atol(l.c_str() + 9));
+  }
+  const int rc = ::pclose(p);
+  struct Stop {
+    std::string cmd;
+    ~Stop() { (void)std::system(cmd.c_str()); }
+  } stop{script + " stop " + state};
+  ASSERT_EQ(rc, 0) << "the replicated SeaweedFS did not start (logs in " << state << ")";
+  ASSERT_FALSE(uri.empty());
+  ASSERT_GT(vol1, 0);
+  ScopedEnv k("AWS_ACCESS_KEY_ID", key), s("AWS_SECRET_ACCESS_KEY", secret);
+  const std::string store_uri = testing_util::WithSubdir(uri, "rep", "part=5MiB");
+  auto store = OpenStore(store_uri);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  std::vector<std::vector<uint8_t>> data;
+  for (int i = 0; i < 6; ++i) {
+    data.push_back(Pattern(300 + i, i % 2 == 0 ? (11u << 20) + i : 200000 + i));
+    ASSERT_TRUE(testing_util::WriteObject(store->get(), "sess/" + std::to_string(i), data.back(),
+                                          1 << 20)
+                    .ok());
+  }
+  // Stop one volume server for good.
+  ASSERT_EQ(::kill(vol1, SIGKILL), 0);
+  int st = 0;
+  (void)::waitpid(vol1, &st, WNOHANG);  // not our child (started by the script): may fail
+  for (int i = 0; i < 6; ++i) {
+    auto fresh = OpenStore(store_uri);  // a fresh client: no connection to the dead server
+    ASSERT_TRUE(fresh.ok()) << fresh.status().ToString();
+    auto back = testing_util::ReadObject(fresh->get(), "sess/" + std::to_string(i));
+    ASSERT_TRUE(back.ok()) << "session " << i << ": " << back.status().ToString();
+    EXPECT_TRUE(*back == data[i]) << "session " << i;
+  }
+}
+
 }  // namespace
 }  // namespace tqkv

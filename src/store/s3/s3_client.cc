@@ -185,6 +185,9 @@ Result<HttpResponse> Client::RunOnce(void* handle, const HttpRequest& req,
   curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, &OnHeader);
   curl_easy_setopt(curl, CURLOPT_HEADERDATA, &t);
   if (!cfg_.ca.empty()) curl_easy_setopt(curl, CURLOPT_CAINFO, cfg_.ca.c_str());
+  if (req.deadline_ms > 0) {
+    curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, static_cast<long>(req.deadline_ms));
+  }
   curl_slist* headers = nullptr;
   headers = curl_slist_append(headers, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
   std::string token, range, match;
@@ -248,7 +251,7 @@ Result<HttpResponse> Client::Run(const HttpRequest& req) {
     }
     bool retry = false;
     last = RunOnce(curl, req, &err, &retry);
-    if (!retry) break;
+    if (!retry || req.deadline_ms > 0) break;
   }
   Give(curl);
   if (!last.ok() && !err.empty()) {

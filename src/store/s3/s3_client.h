@@ -43,6 +43,7 @@ struct HttpRequest {
   std::optional<std::pair<uint64_t, uint64_t>> range;  // offset, length (length > 0)
   std::span<uint8_t> dst;      // GET with range: the bytes land here (exactly dst.size())
   std::string if_match;        // ETag the object must still have
+  uint32_t deadline_ms = 0;    // whole-request limit, no retries (best-effort requests); 0: none
 };
 
 struct HttpResponse {

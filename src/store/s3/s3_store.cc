@@ -201,12 +201,13 @@ class S3Writable final : public store_internal::PublishingWriter {
 class S3Readable final : public ReadableObject {
  public:
   S3Readable(std::shared_ptr<Client> client, std::string key, std::string object, uint64_t size,
-             std::string etag)
+             std::string etag, std::future<void> touch)
       : client_(std::move(client)),
         key_(std::move(key)),
         object_(std::move(object)),
         size_(size),
-        etag_(std::move(etag)) {}
+        etag_(std::move(etag)),
+        touch_(std::move(touch)) {}
 
   uint64_t Size() const override { return size_; }
   uint64_t BytesRead() const override { return bytes_read_; }
@@ -288,6 +289,7 @@ class S3Readable final : public ReadableObject {
   std::string key_, object_;
   uint64_t size_;
   std::string etag_;
+  std::future<void> touch_;  // the access-time write; its destructor waits (at most 3 s)
   std::atomic<uint64_t> bytes_read_{0};
 };
 
@@ -334,15 +336,19 @@ class S3Store final : public Store, public SessionAdmin {
     if (r.code == 404) return Status::NotFound("s3: no object " + std::string(key) + " in " + Uri());
     TQKV_RETURN_IF_ERROR(client_->Check(r, "HEAD", obj));
     if (r.etag.empty()) return Status::IoError("s3: HEAD of " + obj + " returned no ETag");
-    // Last access for LRU gc across processes; best effort (read-only credentials still restore).
-    const std::string now = std::to_string(store_internal::NowUnixNs());
-    HttpRequest touch;
-    touch.method = "PUT";
-    touch.key = names_.Access(key);
-    touch.body = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(now.data()), now.size());
-    (void)client_->Run(touch);
-    return std::unique_ptr<ReadableObject>(
-        std::make_unique<S3Readable>(client_, std::string(key), obj, r.length, r.etag));
+    // Last access for LRU gc across processes, written while the reads run; best effort and
+    // bounded (read-only credentials, or a cluster that cannot write now, still restore).
+    auto touch = std::async(std::launch::async, [c = client_, name = names_.Access(key)] {
+      const std::string now = std::to_string(store_internal::NowUnixNs());
+      HttpRequest req;
+      req.method = "PUT";
+      req.key = name;
+      req.body = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(now.data()), now.size());
+      req.deadline_ms = 3000;
+      (void)c->Run(req);
+    });
+    return std::unique_ptr<ReadableObject>(std::make_unique<S3Readable>(
+        client_, std::string(key), obj, r.length, r.etag, std::move(touch)));
   }
 
   Status Remove(std::string_view key) override {
