@@ -1,7 +1,8 @@
 // The loopback servers of the shared-store tests (redis-server, nfs-ganesha).
 //
 // URIs come from TQKV_TEST_REDIS_URI / TQKV_TEST_REDIS_UNIX_URI / TQKV_TEST_NFS_URI /
-// TQKV_TEST_REDIS_CLUSTER_URI (scripts/test.sh exports them after scripts/start-test-servers.sh).
+// TQKV_TEST_REDIS_CLUSTER_URI, TQKV_TEST_S3_URI + TQKV_TEST_S3_ACCESS_KEY_ID /
+// TQKV_TEST_S3_SECRET_ACCESS_KEY (scripts/test.sh exports them after scripts/start-test-servers.sh).
 // When they are unset and the server binary is installed, the first test that needs one runs
 // scripts/start-test-servers.sh itself (idempotent; stop them with scripts/stop-test-servers.sh).
 // A test skips only when the binary is missing; a server that is installed but does not start
