@@ -1,8 +1,11 @@
 // s3:// specifics against the loopback SeaweedFS S3 gateway (scripts/start-test-servers.sh):
 // refused credentials, writers killed with SIGKILL mid-checkpoint, gc of their unfinished
 // multipart uploads, and URI checks. The store contract suite runs on s3:// too.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -110,6 +113,105 @@ TEST_F(S3StoreTest, MissingCredentialsAndBadUrisAreRefused) {
   auto s = OpenStore(nobucket);
   ASSERT_FALSE(s.ok());
   EXPECT_TRUE(s.status().IsNotFound()) << s.status().ToString();
+}
+
+// A loopback HTTP server that answers every request with one canned response and counts them.
+class FakeS3 {
+ public:
+  explicit FakeS3(std::string response) : response_(std::move(response)) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
+        ::listen(fd_, 16) != 0) {
+      return;
+    }
+    socklen_t len = sizeof(a);
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] {
+      for (;;) {
+        const int c = ::accept(fd_, nullptr, nullptr);
+        if (c < 0) return;
+        std::string req;
+        char buf[4096];
+        while (req.find("\r\n\r\n") == std::string::npos) {
+          const ssize_t n = ::recv(c, buf, sizeof(buf), 0);
+          if (n <= 0) break;
+          req.append(buf, static_cast<size_t>(n));
+        }
+        ++requests_;
+        (void)!::send(c, response_.data(), response_.size(), MSG_NOSIGNAL);
+        ::close(c);
+      }
+    });
+  }
+  ~FakeS3() {
+    ::shutdown(fd_, SHUT_RDWR);
+    ::close(fd_);
+    if (thread_.joinable()) thread_.join();
+  }
+  int port() const { return port_; }
+  int requests() const { return requests_.load(); }
+
+ private:
+  std::string response_;
+  int fd_ = -1;
+  int port_ = 0;
+  std::atomic<int> requests_{0};
+  std::thread thread_;
+};
+
+std::string Response(int code, const std::string& reason, const std::string& s3_code) {
+  const std::string body = "<Error><Code>" + s3_code + "</Code><Message>m</Message></Error>";
+  return "HTTP/1.1 " + std::to_string(code) + " " + reason + "\r\nContent-Length: " +
+         std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+}
+
+// No SeaweedFS needed: 5xx is retried a bounded number of times, then unavailable; 403 and 404
+// are not retried and map to permission denied / NotFound.
+TEST(S3ClientTest, ServerErrorsRetriedThenUnavailableOthersMapped) {
+  if (OpenStore("s3://").status().message().find("unknown store scheme") != std::string::npos) {
+    GTEST_SKIP() << "this build has no s3:// store";
+  }
+  ScopedEnv k("AWS_ACCESS_KEY_ID", "AKTEST"), sk("AWS_SECRET_ACCESS_KEY", "secret-not-shown");
+  {
+    FakeS3 fake(Response(503, "Service Unavailable", "SlowDown"));
+    ASSERT_GT(fake.port(), 0);
+    auto s = OpenStore("s3://bkt/p?endpoint=http://127.0.0.1:" + std::to_string(fake.port()) +
+                       "&retries=2");
+    ASSERT_FALSE(s.ok());
+    EXPECT_EQ(fake.requests(), 3) << "one try and 2 retries";
+    EXPECT_NE(s.status().message().find("unavailable after 3 tries"), std::string::npos)
+        << s.status().ToString();
+    EXPECT_NE(s.status().message().find("SlowDown"), std::string::npos) << s.status().ToString();
+  }
+  {
+    FakeS3 fake(Response(403, "Forbidden", "AccessDenied"));
+    auto s = OpenStore("s3://bkt/p?endpoint=http://127.0.0.1:" + std::to_string(fake.port()));
+    ASSERT_FALSE(s.ok());
+    EXPECT_EQ(fake.requests(), 1) << "403 is not retried";
+    EXPECT_NE(s.status().message().find("permission denied for bucket bkt"), std::string::npos)
+        << s.status().ToString();
+    EXPECT_EQ(s.status().message().find("secret-not-shown"), std::string::npos);
+  }
+  {
+    FakeS3 fake(Response(404, "Not Found", "NoSuchBucket"));
+    auto s = OpenStore("s3://bkt/p?endpoint=http://127.0.0.1:" + std::to_string(fake.port()));
+    ASSERT_FALSE(s.ok());
+    EXPECT_TRUE(s.status().IsNotFound()) << s.status().ToString();
+  }
+  {
+    // Nobody listening: connection refused is retried, then unavailable (no hang).
+    int port;
+    { FakeS3 gone(""); port = gone.port(); }
+    auto s = OpenStore("s3://bkt/p?endpoint=http://127.0.0.1:" + std::to_string(port) +
+                       "&retries=1");
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.status().message().find("unavailable after 2 tries"), std::string::npos)
+        << s.status().ToString();
+  }
 }
 
 // 20 writers killed with SIGKILL while a multipart checkpoint of the key is in flight: the
