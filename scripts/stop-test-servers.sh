@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Stops what scripts/start-test-servers.sh started (redis, the redis cluster nodes, ganesha,
-# SeaweedFS; rpcbind
-# is left running, other users may need it) and removes the state directory with the NFS export.
+# SeaweedFS; rpcbind is left running, other users may need it) and removes the state directory
+# with the NFS export and the SeaweedFS data.
 set -uo pipefail
 state=${TQKV_TEST_SERVERS_DIR:-/tmp/tqkv-test-servers-$(id -u)}
 [ -d "$state" ] || exit 0
