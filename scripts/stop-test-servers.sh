@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Stops what scripts/start-test-servers.sh started (redis, the redis cluster nodes, ganesha; rpcbind
-# is left running, other users may need it) and removes the state directory with the NFS export.
+# Stops what scripts/start-test-servers.sh started (redis, the redis cluster nodes, ganesha,
+# SeaweedFS; rpcbind is left running, other users may need it) and removes the state directory
+# with the NFS export and the SeaweedFS data.
 set -uo pipefail
 state=${TQKV_TEST_SERVERS_DIR:-/tmp/tqkv-test-servers-$(id -u)}
 [ -d "$state" ] || exit 0
@@ -23,4 +24,5 @@ stop_pidfile() {
 stop_pidfile "$state/redis.pid"
 for f in "$state"/cluster-*.pid; do stop_pidfile "$f"; done
 stop_pidfile "$state/ganesha.pid"
+stop_pidfile "$state/weed.pid"
 rm -rf "$state"

@@ -23,11 +23,12 @@ if [ -z "${TQKV_SKIP_LLAMA:-}" ]; then
     echo "warning: Gemma 3 270M could not be fetched; its llama.cpp tests will skip"
 fi
 
-# Loopback redis-server, a 3-node Redis Cluster and nfs-ganesha for the redis://, redis+cluster://
-# and nfs:// store tests.
+# Loopback redis-server, a 3-node Redis Cluster, nfs-ganesha and SeaweedFS (S3) for the redis://,
+# redis+cluster://, nfs:// and s3:// store tests.
 eval "$(bash scripts/start-test-servers.sh)"
 export TQKV_TEST_REDIS_URI TQKV_TEST_REDIS_UNIX_URI TQKV_TEST_NFS_URI
 export TQKV_TEST_REDIS_CLUSTER_URI TQKV_TEST_REDIS_CLUSTER_SKIP  # one of the two is set
+export TQKV_TEST_S3_URI TQKV_TEST_S3_ACCESS_KEY_ID TQKV_TEST_S3_SECRET_ACCESS_KEY TQKV_TEST_S3_SKIP
 trap 'bash scripts/stop-test-servers.sh' EXIT
 
 # ccache: the pip build of the Python test below compiles the same sources with the same flags

@@ -15,7 +15,8 @@ namespace tqkv::tools {
 // Help text of every --store option: the URI forms OpenStore accepts (docs/store.md).
 inline constexpr const char* kStoreUriHelp =
     "Store URI: a directory, file:///dir, nfs://host/export/dir, redis://host:port/prefix, "
-    "redis+unix:///path/to.sock/prefix, redis+cluster://host:port[,host:port...]/prefix";
+    "redis+unix:///path/to.sock/prefix, redis+cluster://host:port[,host:port...]/prefix, "
+    "s3://bucket/prefix?endpoint=http://host:port";
 
 // The unit rules of tqkv/units.h, for option help texts.
 inline constexpr const char* kByteSizeHelp =

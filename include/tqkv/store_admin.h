@@ -6,6 +6,7 @@
 //          first read) or mtime if later; pin = ".<name>.tqkv.pin" beside it (expiry ns, -1 forever).
 //   nfs:   the same files; Open sets the atime explicitly (one SETATTR).
 //   redis: "<prefix>:{K}:a" (set by Open) and "<prefix>:{K}:p".
+//   s3:    objects ".<name>.tqkv.access" (ns, written by Open) and ".<name>.tqkv.pin" beside it.
 // Usage is the sum of the committed objects' sizes (what List reports), not a guess per process.
 #ifndef TQKV_INCLUDE_TQKV_STORE_ADMIN_H_
 #define TQKV_INCLUDE_TQKV_STORE_ADMIN_H_
@@ -50,7 +51,7 @@ class SessionAdmin {
   virtual Status RemoveIfUnchanged(const SessionMeta& listed) = 0;
 };
 
-// The admin side of a posix, nfs or redis store (the store must outlive it); Unsupported else.
+// The admin side of a posix, nfs, redis or s3 store (the store must outlive it); Unsupported else.
 Result<std::unique_ptr<SessionAdmin>> OpenSessionAdmin(Store* store);
 
 struct GcOptions {

@@ -180,19 +180,28 @@ def restore(store: StoreLike, key: str, *, out: Optional[Tuple[Any, Any]] = None
     if out is None and layout != "paged" and not _arrays.is_cuda_device(device):
         return _restore_new(st, key, dtype, layout, array, device, on_layer, drop_cache, stats)
     k, v, kl, vl, n = _destination(st, key, out, dtype, layout, block_ids, tokens, array, device)
-    ready = None
-    if on_layer is not None:
-        def ready(layer: int) -> None:
-            try:
-                on_layer(layer, kl[layer], vl[layer])
-            except BaseException as e:
-                _errors.mark_callers(e)  # propagates unchanged, not as a tqkv.Error
-                raise
     figures = _tqkv.restore_into(st._s, key, kl, vl, _axes(layout), _block_ids(block_ids), n,
-                                 ready, drop_cache, 0)
+                                 _ready(on_layer, lambda: (kl, vl)), drop_cache, 0)
     if stats is not None:
         stats.update(figures)
     return k, v
+
+
+def _ready(on_layer: Optional[Callable[[int, Any, Any], Any]],
+           layers: Callable[[], Tuple[list, list]]) -> Optional[Callable[[int], None]]:
+    """The library's layer_ready for ``on_layer(layer, k_layer, v_layer)``; what the caller's
+    callback raises propagates unchanged, not as a tqkv.Error."""
+    if on_layer is None:
+        return None
+
+    def ready(layer: int) -> None:
+        kl, vl = layers()
+        try:
+            on_layer(layer, kl[layer], vl[layer])
+        except BaseException as e:
+            _errors.mark_callers(e)
+            raise
+    return ready
 
 
 def _restore_new(st: Any, key: str, dtype: Any, layout: str, array: str, device: Any,
@@ -212,11 +221,8 @@ def _restore_new(st: Any, key: str, dtype: Any, layout: str, array: str, device:
         made["kl"], made["vl"] = _layers(made["k"], "k"), _layers(made["v"], "v")
         return made["kl"], made["vl"]
 
-    ready = None
-    if on_layer is not None:
-        def ready(layer: int) -> None:
-            on_layer(layer, made["kl"][layer], made["vl"][layer])
-    figures = _tqkv.restore_new(st._s, key, _axes(layout), allocate, ready, drop_cache, 0)
+    figures = _tqkv.restore_new(st._s, key, _axes(layout), allocate,
+                                _ready(on_layer, lambda: (made["kl"], made["vl"])), drop_cache, 0)
     if stats is not None:
         stats.update(figures)
     return made["k"], made["v"]

@@ -26,7 +26,8 @@ def _seconds(name: str, value: Any, minimum: float) -> float:
 class Store:
     """A store opened by ``tqkv.open_store(uri)``: every URI the C++ library accepts
     (``/plain/dir``, ``file:///dir?io=direct``, ``nfs://host/export``, ``redis://host:6379``,
-    ``redis+cluster://host:7000``, ``memory://``; docs/store.md). Safe to share between threads.
+    ``redis+cluster://host:7000``, ``s3://bucket/prefix?endpoint=...``, ``memory://``;
+    docs/store.md). Safe to share between threads.
     """
 
     def __init__(self, core: Any) -> None:

@@ -24,7 +24,7 @@ import ctypes
 import os
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from . import _tqkv
+from . import _errors, _tqkv
 from ._session import settings as _settings
 from ._store import StoreLike, as_store
 
@@ -148,3 +148,6 @@ def load_sequence(llm: Any, store: StoreLike, key: str, seq_id: int = 0) -> List
         llm.input_ids[: len(tokens)] = tokens
         llm.n_tokens = len(tokens)
     return tokens
+
+
+_errors.public(globals(), __all__)

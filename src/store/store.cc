@@ -17,6 +17,9 @@
 #ifdef TQKV_HAVE_NFS
 #include "store/nfs/nfs_store.h"
 #endif
+#ifdef TQKV_HAVE_S3
+#include "store/s3/s3_store.h"
+#endif
 #include "store/store_internal.h"
 #include "tqkv/memory_store.h"
 #include "tqkv/units.h"
@@ -168,6 +171,9 @@ Registry& GetRegistry() {
 #endif
 #ifdef TQKV_HAVE_NFS
     r->factories.emplace("nfs", OpenNfsStoreFromUri);
+#endif
+#ifdef TQKV_HAVE_S3
+    r->factories.emplace("s3", OpenS3StoreFromUri);
 #endif
     return r;
   }();

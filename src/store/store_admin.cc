@@ -30,7 +30,7 @@ Result<std::unique_ptr<SessionAdmin>> OpenSessionAdmin(Store* store) {
     return std::unique_ptr<SessionAdmin>(std::make_unique<Forward>(a));
   }
   return Status::Unsupported("session management is not available for " +
-                             std::string(store->Name()) + " stores (posix, nfs and redis have it)");
+                             std::string(store->Name()) + " stores (posix, nfs, redis and s3 have it)");
 }
 
 Result<GcReport> CollectGarbage(Store* store, const GcOptions& o) {

@@ -59,6 +59,16 @@ std::string CheckContent(const std::vector<uint8_t>& got) {
   return "";
 }
 
+// ReadObject; on s3, whose objects are replaced in place, a read that lost the race with a
+// newer version (NotFound after a successful Open) opens again (docs/store.md).
+Result<std::vector<uint8_t>> ReadWhole(Store* store, const std::string& key) {
+  for (int tries = 0;; ++tries) {
+    const bool existed = store->Name() == "s3" && store->Open(key).ok();
+    auto r = testing_util::ReadObject(store, key);
+    if (r.ok() || !existed || !r.status().IsNotFound() || tries >= 50) return r;
+  }
+}
+
 size_t SizeFor(uint32_t writer, uint32_t round) { return 150000 + writer * 10007 + round * 4099; }
 
 using Param = testing_util::ServerStoreParam;
@@ -117,7 +127,7 @@ TEST_P(MultiProcessStoreTest, EightProcessesNeverSeeTornObjects) {
     pids.push_back(Spawn([p](Store* store) -> int {
       int bad = 0;
       auto check_read = [&](const std::string& key, bool must_exist) {
-        auto r = testing_util::ReadObject(store, key);
+        auto r = ReadWhole(store, key);
         if (!r.ok()) {
           if (r.status().IsNotFound() && !must_exist) return;
           std::fprintf(stderr, "proc %u read %s: %s\n", p, key.c_str(), r.status().ToString().c_str());
@@ -162,7 +172,7 @@ TEST_P(MultiProcessStoreTest, EightProcessesNeverSeeTornObjects) {
     return true;
   };
   for (int i = 0; i < 100000 && !all_done(); ++i) {
-    auto r = testing_util::ReadObject(store_.get(), "shared");
+    auto r = ReadWhole(store_.get(), "shared");
     ++parent_reads;
     if (!r.ok() || !CheckContent(*r).empty()) {
       ++parent_bad;
