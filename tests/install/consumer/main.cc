@@ -1,5 +1,6 @@
 // Checkpoints and restores a tiny session through the installed library's public headers.
 #include <tqkv/checkpoint.h>
+#include <tqkv/settings.h>
 #include <tqkv/memory_store.h>
 
 #include <cstdio>
@@ -18,8 +19,10 @@ int main() {
     }
   }
   tqkv::MemoryStore store;
-  tqkv::CheckpointOptions opts;
-  opts.codec = tqkv::ParseCodecSpec("tq3").value();
+  // As README.md shows it: unset settings take the library's defaults.
+  auto resolved = tqkv::ResolveCheckpointOptions({.exact_tokens = "4,8"});
+  if (!resolved.ok()) return 1;
+  tqkv::CheckpointOptions opts = resolved.value();
   auto st = tqkv::Checkpoint(buf.value()->cache(), opts, store, "s");
   if (!st.ok()) {
     std::fprintf(stderr, "%s\n", st.status().ToString().c_str());
