@@ -63,7 +63,8 @@ TEST_P(GpuCodecTest, CodesBitIdenticalAndDecodeMatches) {
   const uint32_t heads = 3, tokens = 700, d = c.head_dim;
   const size_t cb = p.code_bytes, mb = p.meta_bytes;
   // x: [token][head][d] f16.
-  const std::vector<uint16_t> x = gpu_test::ToHalf(gpu_test::TestVectors(size_t{tokens} * heads, d, d));
+  const std::vector<uint16_t> x = gpu_test::ToHalf(
+      gpu_test::TestVectorsFor((*codec)->params().norm_dtype, size_t{tokens} * heads, d, d));
   std::vector<uint8_t> meta(heads * mb);
   for (uint32_t h = 0; h < heads; ++h) {
     ASSERT_TRUE((*codec)->SelectGroupMeta(x.data() + h * d, DType::kF16, tokens, heads * d,
@@ -128,7 +129,8 @@ TEST(GpuDecode, PagedPlacement) {
   cuda::GpuCodecParams p = packed->params;
   const uint32_t heads = 2, tokens = 40, d = 128, bs = 16, cb = p.code_bytes;
   const std::vector<int32_t> table = {4, 1, 6};
-  const auto x = gpu_test::ToHalf(gpu_test::TestVectors(size_t{tokens} * heads, d, 1));
+  const auto x = gpu_test::ToHalf(
+      gpu_test::TestVectorsFor((*codec)->params().norm_dtype, size_t{tokens} * heads, d, 1));
   std::vector<uint8_t> codes(size_t{heads} * tokens * cb);
   for (uint32_t h = 0; h < heads; ++h) {
     ASSERT_TRUE((*codec)->Encode(x.data() + h * d, DType::kF16, tokens, heads * d, {},

@@ -49,6 +49,17 @@ inline std::vector<float> TestVectors(size_t n, uint32_t d, uint64_t seed) {
   return x;
 }
 
+// TestVectors for a norm=f16 codec, whose Encode refuses a norm of 65520 or more (f16 stores it
+// as inf): rows 3 (an inf element) and 5 (every element 65504) get a norm of 32752 instead, half
+// the range, so the norm correction (nc=1) of a coarse code stays below it too.
+inline std::vector<float> TestVectorsFor(DType norm_dtype, size_t n, uint32_t d, uint64_t seed) {
+  std::vector<float> x = TestVectors(n, d, seed);
+  if (norm_dtype != DType::kF16) return x;
+  if (n > 3) x[3 * d + d - 1] = 30000.0f;
+  if (n > 5) std::fill(&x[5 * d], &x[5 * d] + d, 32752.0f / std::sqrt(static_cast<float>(d)));
+  return x;
+}
+
 inline std::vector<uint16_t> ToHalf(const std::vector<float>& x) {
   std::vector<uint16_t> h(x.size());
   for (size_t i = 0; i < x.size(); ++i) h[i] = FloatToHalf(x[i]);

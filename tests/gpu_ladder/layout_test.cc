@@ -58,7 +58,8 @@ TEST_P(EmulationTest, EncodeAndDecodeMatchCpuCodecBitForBit) {
   ASSERT_EQ(p.meta_bytes, (*codec)->group_meta_bytes());
 
   const size_t n = 96, d = c.head_dim, cb = p.code_bytes;
-  const std::vector<float> xf = gpu_test::TestVectors(n, c.head_dim, 7 + d);
+  const std::vector<float> xf =
+      gpu_test::TestVectorsFor((*codec)->params().norm_dtype, n, c.head_dim, 7 + d);
   const std::vector<uint16_t> xh = gpu_test::ToHalf(xf);
   std::vector<uint8_t> meta((*codec)->group_meta_bytes());
   ASSERT_TRUE((*codec)->SelectGroupMeta(xh.data(), DType::kF16, n, d, meta).ok());
@@ -105,7 +106,8 @@ TEST_P(EmulationTest, CenteredDecodeMatchesCpuDecodeAdd) {
   const uint32_t heads = 2, block = 40;
   const uint64_t tokens = 96, blocks = 3;
   const size_t d = c.head_dim, cb = p.code_bytes;
-  const std::vector<float> xf = gpu_test::TestVectors(tokens, c.head_dim, 3 + d);
+  const std::vector<float> xf =
+      gpu_test::TestVectorsFor((*codec)->params().norm_dtype, tokens, c.head_dim, 3 + d);
   std::vector<uint8_t> meta((*codec)->group_meta_bytes());
   ASSERT_TRUE((*codec)->SelectGroupMeta(xf.data(), DType::kF32, tokens, d, meta).ok());
   std::vector<uint8_t> codes(tokens * cb);
