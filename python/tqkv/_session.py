@@ -8,6 +8,8 @@ array with a leading layer axis (its per-layer views are used; nothing is copied
 - ``"hnd"``: ``[kv_heads, tokens, head_dim]`` (Hugging Face transformers).
 - ``"paged"``: ``[blocks, block_size, kv_heads, head_dim]`` block pools (vLLM) with
   ``block_ids`` saying which block holds tokens ``[i * block_size, (i + 1) * block_size)``.
+- ``"paged_hnd"``: ``[blocks, kv_heads, block_size, head_dim]`` block pools (vLLM's head-major
+  ``LBHNC`` layout, its CPU backend), with ``block_ids`` as for ``"paged"``.
 
 Restore decodes straight into the caller's arrays in every layout whose last axis is contiguous
 (all three above, and views of them); arrays with strided channels go through one layer of
@@ -25,15 +27,21 @@ import numpy as np
 from . import _arrays, _tqkv
 from ._store import StoreLike, as_store
 
-_AXES = {"nhd": (0, 1, 2, -1), "hnd": (1, 0, 2, -1), "paged": (1, 2, 3, 0)}
+_AXES = {"nhd": (0, 1, 2, -1), "hnd": (1, 0, 2, -1), "paged": (1, 2, 3, 0),
+         "paged_hnd": (2, 1, 3, 0)}
 
 
 def _axes(layout: str) -> Any:
     if layout not in _AXES:
-        raise _tqkv.InvalidArgumentError(f"layout {layout!r}: use 'nhd', 'hnd' or 'paged'")
+        raise _tqkv.InvalidArgumentError(
+            f"layout {layout!r}: use 'nhd', 'hnd', 'paged' or 'paged_hnd'")
     a = _tqkv.Axes()
     a.token, a.head, a.dim, a.block = _AXES[layout]
     return a
+
+
+def _block_size(layer: Any, layout: str) -> int:
+    return int(layer.shape[_AXES.get(layout, _AXES["paged"])[0]])
 
 
 def _layers(x: Any, name: str) -> list:
@@ -78,7 +86,7 @@ def checkpoint(store: StoreLike, key: str, k: Any, v: Any, *, codec: str = "tq3"
             "checkpoint reads host memory: move CUDA tensors to the CPU first (tensor.cpu())")
     ids = _block_ids(block_ids)
     if tokens is None:
-        tokens = 0 if ids is None or not kl else len(ids) * int(kl[0].shape[1])
+        tokens = 0 if ids is None or not kl else len(ids) * _block_size(kl[0], layout)
     overrides = [f"{layer}:{spec}" for layer, spec in sorted((layer_codecs or {}).items())]
     exact = None if exact_tokens is None else (int(exact_tokens[0]), int(exact_tokens[1]))
     return _tqkv.checkpoint(as_store(store)._s, key, kl, vl, _axes(layout), ids, int(tokens),
@@ -95,9 +103,9 @@ def _destination(store: Any, key: str, out: Any, dtype: Any, layout: str, block_
             raise _tqkv.InvalidArgumentError(_tqkv.NO_CUDA_MESSAGE)
         ids = _block_ids(block_ids)
         n = tokens if tokens is not None else (
-            len(ids) * int(kl[0].shape[1]) if ids is not None and kl else 0)
+            len(ids) * _block_size(kl[0], layout) if ids is not None and kl else 0)
         return k, v, kl, vl, int(n)
-    if layout == "paged":
+    if layout.startswith("paged"):
         raise _tqkv.InvalidArgumentError("a paged restore writes into out=(k_blocks, v_blocks)")
     if _arrays.is_cuda_device(device):
         if not _tqkv.built_with_cuda():
