@@ -27,6 +27,7 @@ def main() -> int:
     ap.add_argument("--prompt-logprobs", type=int, default=0,
                     help="return this many prompt logprobs per position (0: none)")
     ap.add_argument("--max-model-len", type=int, default=4096)
+    ap.add_argument("--ignore-eos", action="store_true", help="always generate max_tokens")
     ap.add_argument("--out", default="")
     a = ap.parse_args()
 
@@ -45,7 +46,7 @@ def main() -> int:
         prompts = json.load(f)
     results = []
     for p in prompts:
-        sp = SamplingParams(temperature=0.0, max_tokens=a.max_tokens,
+        sp = SamplingParams(temperature=0.0, max_tokens=a.max_tokens, ignore_eos=a.ignore_eos,
                             prompt_logprobs=a.prompt_logprobs or None)
         t0 = time.perf_counter()
         out = llm.generate([p], sp, use_tqdm=False)[0]
