@@ -114,8 +114,11 @@ def chunk_key(namespace: str, h: str, rank: int = 0) -> str:
 
 
 def chunk_model(ident: str, h: str) -> str:
-    """The model string stored in a chunk's header: format, identity and the chunk's hash."""
-    return f"{_FORMAT} {ident} chunk={h}"
+    """The model string stored in a chunk's header (at most 256 bytes, docs/format.md §4): the
+    format, the model's name, a hash of the full identity and the chunk's hash."""
+    name = ident.split("@", 1)[0].rstrip("/").rsplit("/", 1)[-1][:80]
+    digest = hashlib.blake2b(ident.encode(), digest_size=8).hexdigest()
+    return f"{_FORMAT} {name} id={digest} chunk={h}"
 
 
 _CLASS: Any = None

@@ -68,3 +68,10 @@ def test_paged_hnd_round_trip_in_place(tmp_path):
     for src, dst in zip(ids, [0, 2, 8]):
         np.testing.assert_array_equal(out[dst], kv[src])
     assert not out[[1, 3, 4, 5, 6, 7]].any()  # other blocks untouched
+
+
+def test_chunk_model_string_fits_the_header():
+    ident = "/very/long/" + "x" * 400 + "@main cfg=0123 L=30 H=3 D=64 bfloat16 tp=1"
+    m = tv.chunk_model(ident, "ab" * 20)
+    assert len(m.encode()) <= 256 and m.endswith("chunk=" + "ab" * 20)
+    assert m != tv.chunk_model(ident.replace("L=30", "L=31"), "ab" * 20)
