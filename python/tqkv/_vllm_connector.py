@@ -10,6 +10,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from . import _session, _store, _tqkv
 from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorBase_V1, KVConnectorMetadata, KVConnectorRole)
+from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats
 from vllm.logger import init_logger
 
 from .vllm import Stats, chunk_hashes, chunk_key, chunk_model, model_identity, parse_config
@@ -48,6 +49,25 @@ def _split_kv(kv: Any, head_dim: int, kv_heads: int, block_size: int) -> Tuple[A
 
 
 @dataclass
+class TqkvStats(KVConnectorStats):
+    """The connector's counters for vLLM's "KV Transfer metrics" log line (sums per interval)."""
+
+    def reset(self) -> None:
+        self.data = {}
+
+    def aggregate(self, other: KVConnectorStats) -> "TqkvStats":
+        for k, v in other.data.items():
+            self.data[k] = self.data.get(k, 0) + v
+        return self
+
+    def reduce(self) -> Dict[str, Any]:
+        return {k: round(v, 4) if isinstance(v, float) else v for k, v in self.data.items()}
+
+    def is_empty(self) -> bool:
+        return not any(self.data.values())
+
+
+@dataclass
 class ChunkOp:
     key: str
     model: str
@@ -81,6 +101,7 @@ class TqkvConnector(KVConnectorBase_V1):
         self._ident, self._geo = model_identity(vllm_config)
         self._store = _store.open_store(self._cfg["store"])
         self._stats = Stats()
+        self._reported: Dict[str, float] = {}
         self._is_scheduler = role == KVConnectorRole.SCHEDULER
         # scheduler side
         self._reqs: Dict[str, _Req] = {}
@@ -196,6 +217,8 @@ class TqkvConnector(KVConnectorBase_V1):
                     r.block_ids += list(new_ids[0])
             done[rid] = cached.num_computed_tokens[i] + \
                 scheduler_output.num_scheduled_tokens.get(rid, 0)
+            if rid in self._pending:  # resumed after preemption: its blocks were freed
+                meta.loads += self._ops(r, self._pending.pop(rid))
         if not self._cfg["read_only"]:
             for rid, computed in done.items():
                 r = self._reqs[rid]
@@ -347,6 +370,17 @@ class TqkvConnector(KVConnectorBase_V1):
         self._join_load()
         out, self._failed_blocks = self._failed_blocks, set()
         return out
+
+    def get_kv_connector_stats(self) -> Optional[TqkvStats]:
+        now = self._stats.snapshot()
+        delta = {k: v - self._reported.get(k, 0) for k, v in now.items()}
+        self._reported = now
+        delta = {k: v for k, v in delta.items() if v}
+        return TqkvStats(data=delta) if delta else None
+
+    @classmethod
+    def build_kv_connector_stats(cls, data: Optional[Dict[str, Any]] = None) -> TqkvStats:
+        return TqkvStats(data=dict(data or {}))
 
     def shutdown(self) -> None:
         self._join_load()
