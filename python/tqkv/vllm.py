@@ -22,8 +22,7 @@ import json
 import logging
 import re
 import threading
-import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Tuple
 
 logger = logging.getLogger("tqkv.vllm")
 
