@@ -54,6 +54,19 @@ PYTHONPATH=build/python TQKV_CLI=build/tqkv TQKV_TEST_PIP_INSTALL=1 \
   build/pyvenv/bin/python -m pytest -q tests/python
 echo "python tests: $((SECONDS - t_py)) s"
 
+echo "== vLLM connector: tests/vllm in the cached vLLM (CPU) venv of scripts/setup-vllm.sh"
+t_vllm=$SECONDS
+vllm_rc=0
+vllm_py="$(bash scripts/setup-vllm.sh)" || vllm_rc=$?
+if [ "$vllm_rc" -eq 0 ]; then
+  PYTHONPATH=build/python "$vllm_py" -m pytest -s -q -p no:cacheprovider tests/vllm
+elif [ "$vllm_rc" -eq 3 ]; then
+  echo "warning: vLLM could not be installed from PyPI; tests/vllm skip"
+else
+  exit "$vllm_rc"
+fi
+echo "vllm tests: $((SECONDS - t_vllm)) s"
+
 echo "== AddressSanitizer + UndefinedBehaviorSanitizer build + ctest"
 # Without CUDA: no GPU runs here, and the plain build already compiles and tests the CUDA side's
 # host code; nvcc for two architectures would cost minutes of CI for nothing.

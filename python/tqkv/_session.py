@@ -8,6 +8,8 @@ array with a leading layer axis (its per-layer views are used; nothing is copied
 - ``"hnd"``: ``[kv_heads, tokens, head_dim]`` (Hugging Face transformers).
 - ``"paged"``: ``[blocks, block_size, kv_heads, head_dim]`` block pools (vLLM) with
   ``block_ids`` saying which block holds tokens ``[i * block_size, (i + 1) * block_size)``.
+- ``"paged_hnd"``: ``[blocks, kv_heads, block_size, head_dim]`` block pools (vLLM's head-major
+  ``LBHNC`` layout, its CPU backend), with ``block_ids`` as for ``"paged"``.
 
 Restore decodes straight into the caller's arrays in every layout whose last axis is contiguous
 (all three above, and views of them); arrays with strided channels go through one layer of
@@ -25,15 +27,21 @@ import numpy as np
 from . import _arrays, _errors, _tqkv
 from ._store import StoreLike, as_store
 
-_AXES = {"nhd": (0, 1, 2, -1), "hnd": (1, 0, 2, -1), "paged": (1, 2, 3, 0)}
+_AXES = {"nhd": (0, 1, 2, -1), "hnd": (1, 0, 2, -1), "paged": (1, 2, 3, 0),
+         "paged_hnd": (2, 1, 3, 0)}
 
 
 def _axes(layout: str) -> Any:
     if layout not in _AXES:
-        raise _tqkv.InvalidArgumentError(f"layout {layout!r}: use 'nhd', 'hnd' or 'paged'")
+        raise _tqkv.InvalidArgumentError(
+            f"layout {layout!r}: use 'nhd', 'hnd', 'paged' or 'paged_hnd'")
     a = _tqkv.Axes()
     a.token, a.head, a.dim, a.block = _AXES[layout]
     return a
+
+
+def _block_size(layer: Any, layout: str) -> int:
+    return int(layer.shape[_AXES.get(layout, _AXES["paged"])[0]])
 
 
 def _layers(x: Any, name: str) -> list:
@@ -109,7 +117,7 @@ def checkpoint(store: StoreLike, key: str, k: Any, v: Any, *, codec: Optional[st
             "checkpoint reads host memory: move CUDA tensors to the CPU first (tensor.cpu())")
     ids = _block_ids(block_ids)
     if tokens is None:
-        tokens = 0 if ids is None or not kl else len(ids) * int(kl[0].shape[1])
+        tokens = 0 if ids is None or not kl else len(ids) * _block_size(kl[0], layout)
     resolved = settings(codec=codec, layer_codecs=layer_codecs, exact_tokens=exact_tokens,
                         key_means=key_means, strict=strict, guard=guard)
     return _tqkv.checkpoint(as_store(store)._s, key, kl, vl, _axes(layout), ids, int(tokens),
@@ -125,9 +133,9 @@ def _destination(store: Any, key: str, out: Any, dtype: Any, layout: str, block_
             raise _tqkv.InvalidArgumentError(_tqkv.NO_CUDA_MESSAGE)
         ids = _block_ids(block_ids)
         n = tokens if tokens is not None else (
-            len(ids) * int(kl[0].shape[1]) if ids is not None and kl else 0)
+            len(ids) * _block_size(kl[0], layout) if ids is not None and kl else 0)
         return k, v, kl, vl, int(n)
-    if layout == "paged":
+    if layout.startswith("paged"):
         raise _tqkv.InvalidArgumentError("a paged restore writes into out=(k_blocks, v_blocks)")
     if _arrays.is_cuda_device(device):
         if not _tqkv.built_with_cuda():
@@ -172,12 +180,14 @@ def restore(store: StoreLike, key: str, *, out: Optional[Tuple[Any, Any]] = None
     """
     if array not in ("numpy", "torch"):
         raise _tqkv.InvalidArgumentError(f"array: 'numpy' or 'torch', got {array!r}")
-    if block_ids is not None and layout != "paged":
-        raise _tqkv.InvalidArgumentError(f"block_ids go with layout='paged', not {layout!r}")
+    paged = isinstance(layout, str) and layout.startswith("paged")
+    if block_ids is not None and not paged:
+        raise _tqkv.InvalidArgumentError(
+            f"block_ids go with layout='paged' or 'paged_hnd', not {layout!r}")
     if on_layer is not None and not callable(on_layer):
         raise _tqkv.InvalidArgumentError(f"on_layer: a callable, got {type(on_layer).__name__}")
     st = as_store(store, create=False)
-    if out is None and layout != "paged" and not _arrays.is_cuda_device(device):
+    if out is None and not paged and not _arrays.is_cuda_device(device):
         return _restore_new(st, key, dtype, layout, array, device, on_layer, drop_cache, stats)
     k, v, kl, vl, n = _destination(st, key, out, dtype, layout, block_ids, tokens, array, device)
     figures = _tqkv.restore_into(st._s, key, kl, vl, _axes(layout), _block_ids(block_ids), n,

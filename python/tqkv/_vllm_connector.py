@@ -1,0 +1,388 @@
+"""The vLLM KV connector class (imports vLLM; tqkv.vllm builds it on first use)."""
+from __future__ import annotations
+
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+from . import _session, _store, _tqkv
+from vllm.distributed.kv_transfer.kv_connector.v1.base import (
+    KVConnectorBase_V1, KVConnectorMetadata, KVConnectorRole)
+from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats
+from vllm.logger import init_logger
+
+from .vllm import Stats, chunk_hashes, chunk_key, chunk_model, model_identity, parse_config
+
+logger = init_logger("vllm.tqkv")  # vLLM's log format and level
+
+
+def _layer_index(name: str, fallback: int) -> int:
+    m = re.search(r"\.(\d+)\.", name)
+    return int(m.group(1)) if m else fallback
+
+
+def _split_kv(kv: Any, head_dim: int, kv_heads: int, block_size: int) -> Tuple[Any, Any, str]:
+    """K and V views of one layer of vLLM's paged cache, and their tqkv layout.
+
+    vLLM 0.32's standardized per-layer view is [blocks, H, N, C]; the K/V split is in the content
+    axis (C = 2 * head_dim) or a leading/second axis of 2, depending on the backend."""
+    if kv.dim() == 5 and kv.shape[0] == 2:
+        k, v = kv[0], kv[1]
+    elif kv.dim() == 5 and kv.shape[1] == 2:
+        k, v = kv[:, 0], kv[:, 1]
+    elif kv.dim() == 4 and kv.shape[-1] == 2 * head_dim:
+        k, v = kv[..., :head_dim], kv[..., head_dim:]
+    else:
+        raise _tqkv.UnsupportedError(f"vLLM KV cache layer of shape {tuple(kv.shape)} (head_dim "
+                                     f"{head_dim}, kv_heads {kv_heads}): layout not understood")
+    if k.shape[-1] != head_dim or k.stride(-1) != 1:
+        raise _tqkv.UnsupportedError(f"vLLM KV cache layer {tuple(kv.shape)}: channels not "
+                                     "contiguous")
+    if tuple(k.shape[1:3]) == (kv_heads, block_size):
+        return k, v, "paged_hnd"
+    if tuple(k.shape[1:3]) == (block_size, kv_heads):
+        return k, v, "paged"
+    raise _tqkv.UnsupportedError(f"vLLM KV cache layer {tuple(kv.shape)}: no axis pair "
+                                 f"({kv_heads} heads, {block_size} tokens)")
+
+
+@dataclass
+class TqkvStats(KVConnectorStats):
+    """The connector's counters for vLLM's "KV Transfer metrics" log line (sums per interval)."""
+
+    def reset(self) -> None:
+        self.data = {}
+
+    def aggregate(self, other: KVConnectorStats) -> "TqkvStats":
+        for k, v in other.data.items():
+            self.data[k] = self.data.get(k, 0) + v
+        return self
+
+    def reduce(self) -> Dict[str, Any]:
+        return {k: round(v, 4) if isinstance(v, float) else v for k, v in self.data.items()}
+
+    def is_empty(self) -> bool:
+        return not any(self.data.values())
+
+
+@dataclass
+class ChunkOp:
+    key: str
+    model: str
+    block_ids: List[int]
+
+
+@dataclass
+class TqkvMeta(KVConnectorMetadata):
+    loads: List[ChunkOp] = field(default_factory=list)
+    saves: List[ChunkOp] = field(default_factory=list)
+
+
+@dataclass
+class _Req:
+    tokens: List[int]
+    hashes: List[str]
+    block_ids: List[int] = field(default_factory=list)
+    next_save: int = 0  # the first chunk not yet saved or known stored
+
+
+class TqkvConnector(KVConnectorBase_V1):
+    """Saves prompt KV to a tqkv store in chained chunks and restores stored prefixes."""
+
+    def __init__(self, vllm_config: Any, role: Any, kv_cache_config: Any = None) -> None:
+        super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
+        extra = dict(self._kv_transfer_config.kv_connector_extra_config or {})
+        self._block = vllm_config.cache_config.block_size
+        self._cfg = parse_config(extra, self._block)
+        self._chunk = self._cfg["chunk_tokens"]
+        self._ns = self._cfg["namespace"]
+        self._ident, self._geo = model_identity(vllm_config)
+        self._store = _store.open_store(self._cfg["store"])
+        self._stats = Stats()
+        self._reported: Dict[str, float] = {}
+        self._is_scheduler = role == KVConnectorRole.SCHEDULER
+        # scheduler side
+        self._reqs: Dict[str, _Req] = {}
+        self._pending: Dict[str, List[int]] = {}  # req -> chunk indexes to load
+        # worker side
+        self._layers: Dict[str, Any] = {}  # layer name -> kv tensor (from the forward)
+        self._order: List[str] = []
+        self._load_thread: Optional[threading.Thread] = None
+        self._cv = threading.Condition()
+        self._ready_layers = -1  # all chunks restored up to this layer
+        self._failed_blocks: set = set()
+        self._kv_views: Optional[Tuple[List[Any], List[Any], str]] = None
+        if getattr(self._kv_transfer_config, "kv_load_failure_policy", "recompute") != \
+                "recompute":
+            logger.warning("tqkv connector: set kv_load_failure_policy='recompute' so that a "
+                           "chunk that fails to restore is recomputed, not a failed request")
+        logger.info("tqkv connector (%s): store %s, chunk %d tokens, namespace %s, model %s, "
+                    "save options %s%s", "scheduler" if self._is_scheduler else "worker",
+                    self._store.uri, self._chunk, self._ns, self._ident,
+                    self._cfg["save_kwargs"] or "library defaults",
+                    ", read-only" if self._cfg["read_only"] else "")
+
+    # ---- scheduler side ----
+    def _chunk_ok(self, h: str) -> bool:
+        key = chunk_key(self._ns, h)
+        try:
+            hd = self._store.header(key)
+        except _tqkv.NotFoundError:
+            return False
+        except _tqkv.Error as e:
+            self._stats.add(errors=1)
+            logger.warning("tqkv connector: %s unreadable (a miss): %s", key, e)
+            return False
+        g = self._geo
+        want = (chunk_model(self._ident, h), g["layers"], g["kv_heads"], g["head_dim"],
+                self._chunk)
+        got = (hd.get("model"), hd.get("layers"), hd.get("kv_heads"), hd.get("head_dim"),
+               hd.get("tokens"))
+        if got != want:
+            self._stats.add(errors=1)
+            logger.warning("tqkv connector: %s holds %s, expected %s (a miss)", key, got, want)
+            return False
+        return True
+
+    def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int):
+        tokens = list(request.prompt_token_ids or [])
+        rid = request.request_id
+        r = self._reqs.get(rid)
+        if r is None:
+            r = _Req(tokens, chunk_hashes(self._ns, self._ident, tokens, self._chunk))
+            self._reqs[rid] = r
+        # at least one prompt token is left for vLLM to compute (it needs its logits)
+        limit = min(len(r.hashes), (len(tokens) - 1) // self._chunk)
+        first = num_computed_tokens // self._chunk
+        if num_computed_tokens % self._chunk or first >= limit:
+            return 0, False
+        n = 0
+        t0 = time.perf_counter()
+        while n < limit and self._chunk_ok(r.hashes[n]):
+            n += 1
+        self._stats.add(lookups=1)
+        if n <= first:
+            self._stats.add(miss_lookups=1)
+            return 0, False
+        self._pending[rid] = list(range(first, n))
+        r.next_save = max(r.next_save, n)  # those chunks are stored already
+        ext = n * self._chunk - num_computed_tokens
+        self._stats.add(hit_tokens=ext)
+        logger.info("tqkv connector: request %s: %d of %d prompt tokens stored (%d chunks, "
+                    "looked up in %.3f s)", rid, n * self._chunk, len(tokens), n - first,
+                    time.perf_counter() - t0)
+        return ext, False
+
+    def update_state_after_alloc(self, request: Any, blocks: Any, num_external_tokens: int):
+        if num_external_tokens == 0:
+            self._pending.pop(request.request_id, None)
+
+    def _ops(self, r: _Req, chunks: List[int]) -> List[Any]:
+        per = self._chunk // self._block
+        ops = []
+        for i in chunks:
+            ids = r.block_ids[i * per:(i + 1) * per]
+            if len(ids) != per:
+                break
+            ops.append(ChunkOp(chunk_key(self._ns, r.hashes[i]),
+                               chunk_model(self._ident, r.hashes[i]), list(ids)))
+        return ops
+
+    def build_connector_meta(self, scheduler_output: Any) -> Any:
+        meta = TqkvMeta()
+        done: Dict[str, int] = {}
+        for nr in scheduler_output.scheduled_new_reqs:
+            r = self._reqs.get(nr.req_id)
+            if r is None:
+                toks = list(nr.prompt_token_ids or [])
+                r = _Req(toks, chunk_hashes(self._ns, self._ident, toks, self._chunk))
+                self._reqs[nr.req_id] = r
+            r.block_ids = list(nr.block_ids[0])
+            done[nr.req_id] = nr.num_computed_tokens + \
+                scheduler_output.num_scheduled_tokens.get(nr.req_id, 0)
+            if nr.req_id in self._pending:
+                meta.loads += self._ops(r, self._pending.pop(nr.req_id))
+        cached = scheduler_output.scheduled_cached_reqs
+        for i, rid in enumerate(cached.req_ids):
+            r = self._reqs.get(rid)
+            if r is None:
+                continue
+            new_ids = cached.new_block_ids[i]
+            if new_ids is not None:
+                if rid in cached.resumed_req_ids:
+                    r.block_ids = list(new_ids[0])
+                else:
+                    r.block_ids += list(new_ids[0])
+            done[rid] = cached.num_computed_tokens[i] + \
+                scheduler_output.num_scheduled_tokens.get(rid, 0)
+            if rid in self._pending:  # resumed after preemption: its blocks were freed
+                meta.loads += self._ops(r, self._pending.pop(rid))
+        if not self._cfg["read_only"]:
+            for rid, computed in done.items():
+                r = self._reqs[rid]
+                full = min(computed, len(r.tokens)) // self._chunk
+                if full > r.next_save:
+                    meta.saves += self._ops(r, list(range(r.next_save, full)))
+                    r.next_save = full
+        return meta
+
+    def request_finished(self, request: Any, block_ids: List[int]):
+        self._reqs.pop(request.request_id, None)
+        self._pending.pop(request.request_id, None)
+        return False, None
+
+    # ---- worker side ----
+    def _views(self) -> Tuple[List[Any], List[Any], str]:
+        if self._kv_views is None:
+            names = sorted(self._layers, key=lambda n: _layer_index(n, 0))
+            ks, vs, layout = [], [], ""
+            for name in names:
+                k, v, layout = _split_kv(self._layers[name], self._geo["head_dim"],
+                                         self._geo["kv_heads"], self._block)
+                ks.append(k)
+                vs.append(v)
+            if len(ks) != self._geo["layers"]:
+                raise _tqkv.UnsupportedError(f"{len(ks)} KV cache layers, the model has "
+                                             f"{self._geo['layers']}")
+            self._order = names
+            self._kv_views = (ks, vs, layout)
+            kv0 = self._layers[names[0]]
+            logger.info("tqkv connector: %d layers of %s %s strides %s -> %s", len(ks),
+                        tuple(kv0.shape), kv0.dtype, kv0.stride(), layout)
+        return self._kv_views
+
+    def _collect_layers(self, forward_context: Any) -> None:
+        if self._layers:
+            return
+        for name, layer in forward_context.no_compile_layers.items():
+            kv = getattr(layer, "kv_cache", None)
+            if kv is not None and hasattr(kv, "shape"):
+                self._layers[name] = kv
+
+    def register_kv_caches(self, kv_caches: Dict[str, Any]) -> None:
+        self._layers = dict(kv_caches)
+        self._kv_views = None
+
+    def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
+        meta = self._get_connector_metadata()
+        if not meta.loads:
+            return
+        self._collect_layers(forward_context)
+        with self._cv:
+            self._ready_layers = -1
+        self._load_thread = threading.Thread(target=self._load, args=(list(meta.loads),),
+                                             name="tqkv-vllm-load", daemon=True)
+        self._load_thread.start()
+
+    def _load(self, ops: List[Any]) -> None:
+        t0 = time.perf_counter()
+        nbytes, failed = 0, []
+        try:
+            ks, vs, layout = self._views()
+        except Exception as e:  # noqa: BLE001 - any failure is a miss
+            logger.warning("tqkv connector: cannot restore into this KV cache: %s", e)
+            ops, failed = [], ops
+        last = len(ops) - 1
+        for j, op in enumerate(ops):
+            def on_layer(layer: int, _k: Any, _v: Any, j: int = j) -> None:
+                if j == last:
+                    with self._cv:
+                        self._ready_layers = layer
+                        self._cv.notify_all()
+            st: Dict[str, Any] = {}
+            try:
+                _session.restore(self._store, op.key, out=(ks, vs), layout=layout,
+                                 block_ids=op.block_ids, tokens=self._chunk,
+                                 on_layer=on_layer, stats=st)
+                if st.get("model") not in (None, op.model):
+                    raise _tqkv.CorruptionError(f"{op.key} holds model {st.get('model')!r}")
+                nbytes += int(st.get("bytes_read", 0))
+            except Exception as e:  # noqa: BLE001 - a miss, recomputed by vLLM
+                logger.warning("tqkv connector: restoring %s failed (recomputed): %s",
+                               op.key, e)
+                failed = ops[j:]
+                break
+        for op in failed:
+            self._failed_blocks.update(op.block_ids)
+        secs = time.perf_counter() - t0
+        self._stats.add(chunks_loaded=len(ops) - len(failed), bytes_read=nbytes,
+                        restore_seconds=secs, load_failures=len(failed))
+        logger.info("tqkv connector: restored %d chunks (%d tokens, %d bytes) in %.3f s%s",
+                    len(ops) - len(failed), (len(ops) - len(failed)) * self._chunk, nbytes,
+                    secs, f", {len(failed)} failed" if failed else "")
+        with self._cv:
+            self._ready_layers = 1 << 30
+            self._cv.notify_all()
+
+    def wait_for_layer_load(self, layer_name: str) -> None:
+        if self._load_thread is None:
+            return
+        idx = self._order.index(layer_name) if layer_name in self._order else 1 << 29
+        with self._cv:
+            self._cv.wait_for(lambda: self._ready_layers >= idx)
+
+    def _join_load(self) -> None:
+        if self._load_thread is not None:
+            self._load_thread.join()
+            self._load_thread = None
+
+    def save_kv_layer(self, layer_name: str, kv_layer: Any, attn_metadata: Any,
+                      **kwargs: Any) -> None:
+        # The chunks are written in wait_for_save, once every layer of the step is computed:
+        # one tqkv session per chunk holds all layers.
+        if layer_name not in self._layers:
+            self._layers[layer_name] = kv_layer
+            self._kv_views = None
+
+    def wait_for_save(self) -> None:
+        self._join_load()
+        meta = self._get_connector_metadata()
+        if not meta.saves:
+            return
+        try:
+            ks, vs, layout = self._views()
+        except Exception as e:  # noqa: BLE001
+            logger.warning("tqkv connector: cannot save from this KV cache: %s", e)
+            return
+        t0 = time.perf_counter()
+        nbytes, n = 0, 0
+        for op in meta.saves:
+            try:
+                if self._store.exists(op.key):
+                    continue
+                st = _session.checkpoint(self._store, op.key, ks, vs, layout=layout,
+                                         block_ids=op.block_ids, tokens=self._chunk,
+                                         model=op.model, **self._cfg["save_kwargs"])
+                nbytes += int(st.get("bytes_written", 0))
+                n += 1
+            except Exception as e:  # noqa: BLE001 - a save that fails is a later miss
+                self._stats.add(errors=1)
+                logger.warning("tqkv connector: saving %s failed: %s", op.key, e)
+        secs = time.perf_counter() - t0
+        self._stats.add(chunks_saved=n, bytes_written=nbytes, save_seconds=secs)
+        if n:
+            logger.info("tqkv connector: saved %d chunks (%d tokens, %d bytes) in %.3f s",
+                        n, n * self._chunk, nbytes, secs)
+
+    def get_block_ids_with_load_errors(self) -> set:
+        self._join_load()
+        out, self._failed_blocks = self._failed_blocks, set()
+        return out
+
+    def get_kv_connector_stats(self) -> Optional[TqkvStats]:
+        now = self._stats.snapshot()
+        delta = {k: v - self._reported.get(k, 0) for k, v in now.items()}
+        self._reported = now
+        delta = {k: v for k, v in delta.items() if v}
+        return TqkvStats(data=delta) if delta else None
+
+    @classmethod
+    def build_kv_connector_stats(cls, data: Optional[Dict[str, Any]] = None) -> TqkvStats:
+        return TqkvStats(data=dict(data or {}))
+
+    def shutdown(self) -> None:
+        self._join_load()
+        logger.info("tqkv connector stats: %s", self._stats.snapshot())
+
