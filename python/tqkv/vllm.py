@@ -4,7 +4,7 @@ it for returning users (docs/vllm.md).
     vllm serve MODEL --kv-transfer-config '{"kv_connector": "TqkvConnector",
         "kv_connector_module_path": "tqkv.vllm", "kv_role": "kv_both",
         "kv_load_failure_policy": "recompute",
-        "kv_connector_extra_config": {"store": "/var/kv", "codec": "tq3"}}'
+        "kv_connector_extra_config": {"store": "/var/kv", "codec": "tq4"}}'   # codec: default tq3
 
 Storage unit: a chain of chunks. Chunk i of a prompt holds tokens [i*C, (i+1)*C) (C = chunk_tokens, a
 multiple of vLLM's block size) and is one tqkv session whose key is a hash of (namespace, model
