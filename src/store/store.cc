@@ -338,6 +338,13 @@ Result<std::unique_ptr<Store>> OpenExistingStore(std::string_view uri_text) {
 
 namespace store_internal {
 
+bool CouldPrefixAKey(std::string_view prefix) {
+  for (char c : prefix) {
+    if (c != '/' && !IsKeyChar(c)) return false;
+  }
+  return true;
+}
+
 const std::string* UriOptions::Find(std::string_view key) {
   for (size_t i = 0; i < uri_.options.size(); ++i) {
     if (uri_.options[i].first == key) {

@@ -13,6 +13,9 @@
 
 namespace tqkv::store_internal {
 
+// False when no valid key (ValidateKey) starts with `prefix`: a listing can stop before it asks.
+bool CouldPrefixAKey(std::string_view prefix);
+
 // A writer that can "die" the way a crashed process does: it stops, and none of its cleanup
 // runs (a posix temp file stays on disk). Used by FaultInjectionStore; decorators forward it.
 class Crashable {

@@ -644,12 +644,7 @@ class RedisStore final : public Store, public SessionAdmin {
 
   Result<std::vector<ObjectInfo>> List(std::string_view prefix) override {
     std::vector<ObjectInfo> out;
-    for (char ch : prefix) {
-      if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-            ch == '.' || ch == '_' || ch == '-' || ch == '/')) {
-        return out;  // no valid key has this prefix
-      }
-    }
+    if (!store_internal::CouldPrefixAKey(prefix)) return out;
     const std::string head = cfg().prefix + ":{";
     TQKV_ASSIGN_OR_RETURN(std::vector<NodeKeys> nodes,
                           ScanAll(head + std::string(prefix) + "*}:m"));

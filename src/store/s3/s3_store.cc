@@ -427,12 +427,7 @@ class S3Store final : public Store, public SessionAdmin {
 
   Result<std::vector<ObjectInfo>> List(std::string_view prefix) override {
     std::vector<ObjectInfo> out;
-    for (char ch : prefix) {
-      if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-            ch == '.' || ch == '_' || ch == '-' || ch == '/')) {
-        return out;  // no valid key has this prefix
-      }
-    }
+    if (!store_internal::CouldPrefixAKey(prefix)) return out;
     TQKV_ASSIGN_OR_RETURN(std::vector<Listed> all, ListNames(prefix));
     for (const Listed& l : all) {
       const auto [dir, base] = Split(l.name);
