@@ -127,35 +127,24 @@ def coarse_kl(ref: dict, test: dict) -> float:
 def test_tq3_teacher_forced(model, tmp_path):
     # vLLM computes every prompt position of a request asking for prompt logprobs (no cache
     # reads), so teacher forcing is one request per step: prompt + the reference's first j tokens,
-    # its prefix restored from the tq3 store. The reference is the same requests without the
-    # connector (prefill both ways, so only the restored cache differs); the generation's own
-    # logprobs (decode steps) are printed beside it as the engine's prefill-vs-decode noise.
+    # its prefix restored from the tq3 store, against the reference's logprobs at step j.
     steps = 60
-    gen_run = serve(model, [LONGER], tmp_path, "R", logprobs=20, max_tokens=steps)[0]
-    ids, gen = gen_run["prompt_token_ids"], gen_run["tokens"]
-    forced = [{"prompt_token_ids": ids + gen[:j]} for j in range(steps)]
-    ref = serve(model, forced, tmp_path, "R1", logprobs=20, max_tokens=1)
+    ref = serve(model, [LONGER], tmp_path, "R", logprobs=20, max_tokens=steps)[0]
     store = tmp_path / "store"
     serve(model, [PROMPT], tmp_path, "A3", connector(store, codec="tq3"))
+    ids, gen = ref["prompt_token_ids"], ref["tokens"]
+    forced = [{"prompt_token_ids": ids + gen[:j]} for j in range(steps)]
     b = serve(model, forced, tmp_path, "B3", connector(store, codec="tq3"), logprobs=20,
               max_tokens=1)
     assert min(r["num_cached_tokens"] for r in b) >= 256
-
-    def compare(a, c):
-        agree = [_top(a[j]) == _top(c[j]) for j in range(steps)]
-        kls = [coarse_kl(a[j], c[j]) for j in range(steps)]
-        return sum(agree) / steps, sum(kls) / steps, max(kls)
-
-    ref_lp = [r["logprobs"][0] for r in ref]
-    top1, mean_kl, max_kl = compare(ref_lp, [r["logprobs"][0] for r in b])
-    n_top1, n_kl, n_max = compare(gen_run["logprobs"], ref_lp)
+    agree = [_top(ref["logprobs"][j]) == _top(b[j]["logprobs"][0]) for j in range(steps)]
+    kls = [coarse_kl(ref["logprobs"][j], b[j]["logprobs"][0]) for j in range(steps)]
+    top1, mean_kl = sum(agree) / steps, sum(kls) / steps
     print(f"tq3 teacher-forced over {steps} steps after {b[0]['num_cached_tokens']}-"
-          f"{b[-1]['num_cached_tokens']} restored tokens (vLLM CPU, SmolLM2-135M-Instruct): "
-          f"top-1 agreement {top1:.3f}, mean KL (top-20 + rest) {mean_kl:.4f}, max {max_kl:.4f}; "
-          f"the engine's own prefill vs decode: top-1 {n_top1:.3f}, mean KL {n_kl:.4f}, "
-          f"max {n_max:.4f}")
+          f"{b[-1]['num_cached_tokens']} restored tokens: top-1 agreement {top1:.3f}, "
+          f"mean KL (top-20 + rest) {mean_kl:.4f}, max {max(kls):.4f}")
     # a floor that catches a broken restore (garbage KV agrees on few tokens), not a quality
-    # target (docs/lab/vllm.md has the measured figures)
+    # target: SmolLM2 (head_dim 64) at tq3 measured 0.75 and 0.40 (docs/lab/vllm.md)
     assert top1 >= 0.5 and mean_kl < 1.0
 
 
