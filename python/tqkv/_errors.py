@@ -8,9 +8,10 @@ becomes ``tqkv.InvalidArgumentError`` (a ValueError too), its message kept and t
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
-from typing import Any, Callable, Dict, TypeVar
+from typing import Any, Callable, Dict, Iterator, TypeVar
 
 from ._tqkv import Error, InvalidArgumentError
 
@@ -32,6 +33,20 @@ def _invalid(e: BaseException) -> InvalidArgumentError:
     return InvalidArgumentError(f"{type(e).__name__}: {e}")
 
 
+@contextlib.contextmanager
+def _argument_errors() -> Iterator[None]:
+    """Re-raises an argument error of Python or nanobind as InvalidArgumentError; tqkv.Error and
+    what the caller's own callbacks raised pass unchanged."""
+    try:
+        yield
+    except Error:
+        raise
+    except _ARGUMENT_ERRORS as e:
+        if getattr(e, "_tqkv_callers", False):
+            raise
+        raise _invalid(e) from e
+
+
 def api(fn: F) -> F:
     """``fn`` with argument errors raised as ``tqkv.InvalidArgumentError`` (generators too)."""
     if getattr(fn, "_tqkv_api", False):
@@ -39,26 +54,14 @@ def api(fn: F) -> F:
     if inspect.isgeneratorfunction(fn):
         @functools.wraps(fn)
         def gen(*args: Any, **kwargs: Any) -> Any:
-            try:
+            with _argument_errors():
                 return (yield from fn(*args, **kwargs))
-            except Error:
-                raise
-            except _ARGUMENT_ERRORS as e:
-                if getattr(e, "_tqkv_callers", False):
-                    raise
-                raise _invalid(e) from e
         wrapped: Any = gen
     else:
         @functools.wraps(fn)
         def call(*args: Any, **kwargs: Any) -> Any:
-            try:
+            with _argument_errors():
                 return fn(*args, **kwargs)
-            except Error:
-                raise
-            except _ARGUMENT_ERRORS as e:
-                if getattr(e, "_tqkv_callers", False):
-                    raise
-                raise _invalid(e) from e
         wrapped = call
     wrapped._tqkv_api = True
     return wrapped
