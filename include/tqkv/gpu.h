@@ -5,9 +5,10 @@
 //   gds       cuFile reads into registered device buffers (libcufile dlopen'ed at run time)
 //   direct    O_DIRECT / io_uring reads into pinned host slots + cudaMemcpyAsync
 //   buffered  page-cache reads into pinned host slots + cudaMemcpyAsync
-// Chunks are decoded on the GPU (bit-identical to the CPU codec) into the canonical layout
-// [tokens][kv_heads][head_dim] per (layer, K/V), or into a vLLM-style paged layout. Each layer gets
-// a CUDA event recorded when its K and V are decoded, so an engine can start on layer 0 early.
+// Chunks are decoded on the GPU (bit-identical to the CPU codec) into device tensors of the
+// library (canonical [tokens][kv_heads][head_dim] per layer and K/V) or straight into the caller's
+// (any KvLayout with contiguous channels, vLLM's paged blocks included). Each layer gets a CUDA
+// event recorded when its K and V are decoded, so an engine can start on layer 0 early.
 //
 // Without a CUDA device (or driver) nothing crashes: the probe says "no CUDA device: ..." and
 // RestoreToGpu returns DeviceError with that reason.
@@ -24,6 +25,7 @@
 
 #include "tqkv/gpu_probe.h"
 #include "tqkv/kv_cache.h"
+#include "tqkv/kv_layout.h"
 #include "tqkv/status.h"
 #include "tqkv/store.h"
 #include "tqkv/types.h"
@@ -31,20 +33,16 @@
 namespace tqkv {
 
 struct GpuRestoreOptions {
-  DType dtype = DType::kF16;         // output element type: f16, bf16 or f32
+  DType dtype = DType::kF16;         // RestoreToGpu's output type: f16, bf16 or f32
   std::optional<GpuIoPath> io;       // forced rung (refused with the probe's reason if unusable)
   int device = 0;
   uint64_t inflight_bytes = 64 << 20;  // pinned / device staging budget
-  // Paged output when block_size > 0: token t of every layer goes to block block_ids[t/block_size]
-  // ([num_blocks][block_size][kv_heads][head_dim], num_blocks = max id + 1); block_ids must cover
-  // ceil(tokens / block_size) blocks.
-  uint32_t block_size = 0;
-  std::vector<int32_t> block_ids;
   std::vector<std::string> cufile_libraries;  // as GpuProbeOptions
   // Called on the restoring thread as soon as layer `layer`'s decode is enqueued, with its
-  // cudaEvent_t: an engine running RestoreToGpu on a side thread can cudaStreamWaitEvent on it and
-  // start layer 0 while later layers are still being read.
-  std::function<void(uint32_t layer, void* event)> on_layer;
+  // cudaEvent_t (valid until the restore returns): an engine running the restore on a side thread
+  // can cudaStreamWaitEvent on it and start layer 0 while later layers are still being read. An
+  // error return stops the restore with that error.
+  std::function<Status(uint32_t layer, void* event)> on_layer;
 };
 
 struct GpuRestoreStats {
@@ -80,12 +78,24 @@ class GpuSession {
   virtual const GpuRestoreStats& stats() const = 0;
 };
 
-// Restores `key` from `store` into device memory. Returns once every layer is ready (the
-// per-layer events and first_layer_seconds show when each became ready).
+// Restores `key` from `store` into device tensors of its own, canonical [tokens][kv_heads]
+// [head_dim] per (layer, K/V) of options.dtype. Returns once every layer is ready (the per-layer
+// events and first_layer_seconds show when each became ready).
 // DeviceError without a device or on a CUDA failure; Unsupported for codecs the kernels do not
 // handle (qjl) or a forced rung that is not usable; errors of the store/container as they are.
 Result<std::unique_ptr<GpuSession>> RestoreToGpu(Store& store, std::string_view key,
                                                  const GpuRestoreOptions& options);
+
+// Restores `key` straight into the caller's device tensors: dst.k[l] / dst.v[l] are device
+// pointers on options.device, in dst.layout (kv_layout.h: canonical, strided or paged, as for a
+// host RestoreInto) with each head's channels contiguous, of dst.dtype (f16, bf16 or f32;
+// options.dtype is not used). The session's geometry and token count must equal dst's and every
+// element must lie inside dst.tensor_elems: otherwise InvalidArgument before anything is read or
+// written. Device memory used besides dst: staging slots, codec tables, group metadata, key means
+// and the block table, never a second copy of the session. Returns once every layer is decoded;
+// options.on_layer fires per layer as above. Errors as RestoreToGpu.
+Result<GpuRestoreStats> RestoreIntoGpu(Store& store, std::string_view key, const LayoutTensors& dst,
+                                       const GpuRestoreOptions& options);
 
 }  // namespace tqkv
 

@@ -101,12 +101,12 @@ struct PyStore {
 
 // What CUDA arrays and device="cuda" get from a build without CUDA.
 inline constexpr const char* kNoCudaMessage =
-    "CUDA arrays need the CUDA build of tqkv (tqkv.built_with_cuda() is False here): "
+    "CUDA arrays need the CUDA build of tqkv (tqkv.CUDA is False here): "
     "pip install . --config-settings=cmake.define.TQKV_ENABLE_CUDA=ON, or pass CPU arrays";
 
-// Restores `key` into CUDA arrays `dst` (pointers on `device`) through the library's GPU
-// restore, then one device copy per layer into their layout (gpu_bindings.cc); layer_ready(l)
-// after layer l is copied. InvalidArgument (kNoCudaMessage) without the CUDA build.
+// Restores `key` into CUDA arrays `dst` (pointers on `device`, their layout as for CPU arrays)
+// through the library's GPU restore, decoding straight into them (gpu_bindings.cc); layer_ready(l)
+// once layer l is decoded. InvalidArgument (kNoCudaMessage) without the CUDA build.
 Status RestoreToCudaArrays(Store& store, const std::string& key, const LayoutTensors& dst,
                            int device, const std::function<Status(uint32_t)>& layer_ready,
                            RestoreStats* stats);

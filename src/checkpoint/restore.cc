@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "checkpoint/chunk_loop.h"
+#include "checkpoint/destination.h"
 #include "checkpoint/key_means.h"
 #include "checkpoint/layout.h"
 #include "checkpoint/restore_memory.h"
@@ -246,16 +247,6 @@ Status HostDecodeSink::Consume(size_t, size_t index, std::span<const uint8_t> pa
                          [&](size_t i) { return decode(runs_[i], nullptr); });
 }
 
-Status CheckGeometry(const ContainerHeader& h, const ModelGeometry& want, const std::string& what) {
-  if (h.geometry == want) return Status::Ok();
-  auto str = [](const ModelGeometry& g) {
-    return std::to_string(g.layers) + " layers x " + std::to_string(g.kv_heads) + " KV heads x " +
-           std::to_string(g.head_dim) + " dims";
-  };
-  return Status::InvalidArgument(what + " holds " + str(h.geometry) + " (model '" + h.model +
-                                 "'), expected " + str(want));
-}
-
 using MakeTensors = std::function<Result<std::unique_ptr<HostTensors>>(const ContainerHeader&)>;
 
 // The host restore: open, check, then the chunk loop into a HostDecodeSink. `make_tensors` is
@@ -311,12 +302,6 @@ Status RunRestore(Store& store, std::string_view key, const RestoreOptions& opti
   return Status::Ok();
 }
 
-Status CheckTokens(const ContainerHeader& h, uint64_t room, std::string_view key) {
-  if (h.tokens == room) return Status::Ok();
-  return Status::InvalidArgument(std::string(key) + " holds " + std::to_string(h.tokens) +
-                                 " tokens, the destination has room for " + std::to_string(room));
-}
-
 }  // namespace
 
 Status RestoreInto(Store& store, std::string_view key, KvCache& dst, const RestoreOptions& options,
@@ -337,24 +322,6 @@ Status RestoreInto(Store& store, std::string_view key, KvCache& dst, const Resto
 
 namespace {
 
-Status CheckDestination(const LayoutTensors& dst, std::string_view key) {
-  const ModelGeometry& g = dst.geometry;
-  if (dst.k.size() != g.layers || dst.v.size() != g.layers) {
-    return Status::InvalidArgument("restore " + std::string(key) + ": " +
-                                   std::to_string(g.layers) + " layers but " +
-                                   std::to_string(dst.k.size()) + " K and " +
-                                   std::to_string(dst.v.size()) + " V tensors");
-  }
-  for (uint32_t l = 0; l < g.layers; ++l) {
-    if ((dst.k[l] == nullptr || dst.v[l] == nullptr) && dst.tokens > 0) {
-      return Status::InvalidArgument("restore " + std::string(key) + ": layer " +
-                                     std::to_string(l) + " has no tensor");
-    }
-  }
-  return ValidateKvLayout(dst.layout, g, dst.tokens, dst.tensor_elems)
-      .WithContext("restore " + std::string(key));
-}
-
 // The layout restore: into `fixed`, or into what `make` lays out once the header is read (the
 // object is opened once either way).
 Status RestoreIntoLayout(Store& store, std::string_view key, const LayoutTensors* fixed,
@@ -364,7 +331,7 @@ Status RestoreIntoLayout(Store& store, std::string_view key, const LayoutTensors
   LayoutTensors made;
   const LayoutTensors* dst = fixed;
   if (fixed != nullptr) {
-    TQKV_RETURN_IF_ERROR(CheckDestination(*fixed, key));
+    TQKV_RETURN_IF_ERROR(CheckDestinationShape(*fixed, key));
     opts.dtype = fixed->dtype;
     if (opts.expect_geometry == nullptr) opts.expect_geometry = &fixed->geometry;
   }
@@ -379,8 +346,7 @@ Status RestoreIntoLayout(Store& store, std::string_view key, const LayoutTensors
       [&](const ContainerHeader& h) -> Result<std::unique_ptr<HostTensors>> {
         if (dst == nullptr) {
           TQKV_ASSIGN_OR_RETURN(made, (*make)(h));
-          TQKV_RETURN_IF_ERROR(CheckDestination(made, key));
-          TQKV_RETURN_IF_ERROR(CheckGeometry(h, made.geometry, std::string(key)));
+          TQKV_RETURN_IF_ERROR(CheckDestination(made, h, key));
           opts.dtype = made.dtype;  // the sink, made after this returns, decodes to it
           dst = &made;
         }

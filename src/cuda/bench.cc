@@ -104,11 +104,7 @@ Result<GpuCodecBench> BenchGpuCodec(std::string_view codec_spec, uint32_t heads,
     return cuda::LaunchEncode(pc.params, dx.p, cuda::kGpuF16, nullptr, heads, tok32,
                               static_cast<uint8_t*>(dcodes.p), nullptr);
   };
-  cuda::GpuDst dst{};
-  dst.base = dout.p;
-  dst.kv_heads = heads;
-  dst.head_dim = head_dim;
-  dst.dtype = cuda::kGpuF16;
+  const cuda::GpuDst dst = cuda::CanonicalDst(dout.p, heads, head_dim, cuda::kGpuF16);
   auto decode = [&] {
     return cuda::LaunchDecode(pc.params, static_cast<const uint8_t*>(dcodes.p), nullptr, heads, 0,
                               tok32, dst, nullptr);

@@ -90,9 +90,12 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
       __syncwarp();
     }
     const uint64_t row = DstElementOffset(dst, token_begin + tok, head, 0);
-    if (dst.dtype != kGpuF32 && (p.head_dim & 1u) == 0) {
-      // Two channels per lane, one 4-byte store: 128 coalesced bytes per warp instruction.
-      uint32_t* out = reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(dst.base) + row);
+    uint16_t* const row16 = static_cast<uint16_t*>(dst.base) + row;
+    if (dst.dtype != kGpuF32 && (p.head_dim & 1u) == 0 &&
+        (reinterpret_cast<uintptr_t>(row16) & 3u) == 0) {
+      // Two channels per lane, one 4-byte store: 128 coalesced bytes per warp instruction (rows
+      // of a caller's layout may sit at odd element offsets: those take the path below).
+      uint32_t* out = reinterpret_cast<uint32_t*>(row16);
       for (uint32_t c2 = lane; c2 < p.head_dim / 2; c2 += 32) {
         const uint32_t lo = ToHalfBits(buf[ChannelSlot(mask, 2 * c2, k_out)], dst.dtype);
         const uint32_t hi = ToHalfBits(buf[ChannelSlot(mask, 2 * c2 + 1, k_out)], dst.dtype);

@@ -72,29 +72,41 @@ struct GpuCodecParams {
 static_assert(sizeof(GpuSubset) * 2 + 10 * 4 + sizeof(void*) == sizeof(GpuCodecParams),
               "GpuCodecParams layout");
 
-// Where decoded vectors go. Canonical: [tokens][kv_heads][head_dim] from `base`. Paged (vLLM):
-// [num_blocks][block_size][kv_heads][head_dim] from `base`, token t in block block_ids[t / bs].
+// Where decoded vectors go: one layer's K or V tensor in the caller's layout (tqkv::KvLayout with
+// each head's channels contiguous). Element (token t, head h, channel c) is at
+//   unpaged (block_tokens == 0): t * token_stride + h * head_stride + c
+//   paged:   block_ids[t / block_tokens] * block_stride + (t % block_tokens) * token_stride + ...
+// Canonical [tokens][kv_heads][head_dim]: token_stride kv_heads * head_dim, head_stride head_dim;
+// vLLM's paged [blocks][block_size][kv_heads][head_dim] adds block_stride and a block table.
 struct GpuDst {
   void* base;
-  const int32_t* block_ids;  // paged only (device pointer), indexed by absolute token
-  uint32_t paged;            // 0/1
-  uint32_t block_size;
-  uint32_t kv_heads;
-  uint32_t head_dim;
+  const int64_t* block_ids;  // paged only (device pointer), one per block_tokens tokens
+  int64_t token_stride;      // elements
+  int64_t head_stride;
+  int64_t block_stride;
+  uint64_t block_tokens;     // 0: not paged
   uint32_t dtype;            // GpuDType of the output
   uint32_t reserved;
 };
+static_assert(sizeof(GpuDst) == 56, "GpuDst is passed by value to kernels");
+
+// The canonical layout's strides for kv_heads x head_dim.
+TQKV_HD GpuDst CanonicalDst(void* base, uint32_t kv_heads, uint32_t head_dim, uint32_t dtype) {
+  GpuDst d{};
+  d.base = base;
+  d.token_stride = static_cast<int64_t>(kv_heads) * head_dim;
+  d.head_stride = head_dim;
+  d.dtype = dtype;
+  return d;
+}
 
 // Element offset (not bytes) of (token, head, channel) in the destination.
 TQKV_HD uint64_t DstElementOffset(const GpuDst& d, uint64_t token, uint32_t head, uint32_t c) {
-  uint64_t row;
-  if (d.paged) {
-    const uint64_t block = static_cast<uint64_t>(d.block_ids[token / d.block_size]);
-    row = block * d.block_size + token % d.block_size;
-  } else {
-    row = token;
-  }
-  return (row * d.kv_heads + head) * d.head_dim + c;
+  const int64_t row = d.block_tokens == 0
+                          ? static_cast<int64_t>(token) * d.token_stride
+                          : d.block_ids[token / d.block_tokens] * d.block_stride +
+                                static_cast<int64_t>(token % d.block_tokens) * d.token_stride;
+  return static_cast<uint64_t>(row + static_cast<int64_t>(head) * d.head_stride + c);
 }
 
 // Registers per lane for a head_dim (the kernels' template parameter): 2, 4 or 8.

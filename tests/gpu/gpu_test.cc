@@ -6,6 +6,7 @@
 
 #include <cctype>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "cuda/kernels.h"
@@ -16,6 +17,7 @@
 #include "tqkv/settings.h"
 #include "tqkv/codec.h"
 #include "tqkv/gpu.h"
+#include "tqkv/kv_layout.h"
 #include "tqkv/synthetic_source.h"
 
 namespace tqkv {
@@ -93,11 +95,7 @@ TEST_P(GpuCodecTest, CodesBitIdenticalAndDecodeMatches) {
 
   // Decode the CPU codes on the GPU into f16 canonical; compare with the CPU decode.
   ASSERT_CUDA(cudaMemcpy(dcodes.p, cpu.data(), cpu.size(), cudaMemcpyHostToDevice));
-  cuda::GpuDst dst{};
-  dst.base = dout.p;
-  dst.kv_heads = heads;
-  dst.head_dim = d;
-  dst.dtype = cuda::kGpuF16;
+  const cuda::GpuDst dst = cuda::CanonicalDst(dout.p, heads, d, cuda::kGpuF16);
   ASSERT_CUDA(cuda::LaunchDecode(p, dcodes.p, mb ? dmeta.p : nullptr, heads, 0, tokens, dst, nullptr));
   std::vector<uint16_t> got(x.size()), want(x.size());
   ASSERT_CUDA(cudaMemcpy(got.data(), dout.p, got.size() * 2, cudaMemcpyDeviceToHost));
@@ -128,7 +126,7 @@ TEST(GpuDecode, PagedPlacement) {
   ASSERT_TRUE(packed.ok());
   cuda::GpuCodecParams p = packed->params;
   const uint32_t heads = 2, tokens = 40, d = 128, bs = 16, cb = p.code_bytes;
-  const std::vector<int32_t> table = {4, 1, 6};
+  const std::vector<int64_t> table = {4, 1, 6};
   const auto x = gpu_test::ToHalf(
       gpu_test::TestVectorsFor((*codec)->params().norm_dtype, size_t{tokens} * heads, d, 1));
   std::vector<uint8_t> codes(size_t{heads} * tokens * cb);
@@ -144,14 +142,17 @@ TEST(GpuDecode, PagedPlacement) {
   const size_t paged_elems = size_t{7} * bs * heads * d;
   Dev<float> dt(packed->table.size());
   Dev<uint8_t> dc(codes.size());
-  Dev<int32_t> db(table.size());
+  Dev<int64_t> db(table.size());
   Dev<uint16_t> dout(paged_elems);
   ASSERT_CUDA(cudaMemcpy(dt.p, packed->table.data(), packed->table.size() * 4, cudaMemcpyHostToDevice));
   ASSERT_CUDA(cudaMemcpy(dc.p, codes.data(), codes.size(), cudaMemcpyHostToDevice));
-  ASSERT_CUDA(cudaMemcpy(db.p, table.data(), table.size() * 4, cudaMemcpyHostToDevice));
+  ASSERT_CUDA(cudaMemcpy(db.p, table.data(), table.size() * 8, cudaMemcpyHostToDevice));
   ASSERT_CUDA(cudaMemset(dout.p, 0xFF, paged_elems * 2));
   p.table = dt.p;
-  cuda::GpuDst dst{dout.p, db.p, 1, bs, heads, d, cuda::kGpuF16, 0};
+  cuda::GpuDst dst = cuda::CanonicalDst(dout.p, heads, d, cuda::kGpuF16);
+  dst.block_ids = db.p;
+  dst.block_tokens = bs;
+  dst.block_stride = int64_t{bs} * heads * d;
   ASSERT_CUDA(cuda::LaunchDecode(p, dc.p, nullptr, heads, 0, tokens, dst, nullptr));
   std::vector<uint16_t> got(paged_elems);
   ASSERT_CUDA(cudaMemcpy(got.data(), dout.p, paged_elems * 2, cudaMemcpyDeviceToHost));
@@ -196,6 +197,7 @@ TEST_P(GpuRestoreTest, EndToEndWithLayerEvents) {
   o.on_layer = [&](uint32_t l, void* ev) {
     EXPECT_NE(ev, nullptr);
     layers_seen.push_back(l);
+    return Status::Ok();
   };
   auto r = RestoreToGpu(**store, "s", o);
   if (!r.ok() && io == "gds" && r.status().code() == StatusCode::kUnsupported) {
@@ -234,6 +236,71 @@ INSTANTIATE_TEST_SUITE_P(IoPaths, GpuRestoreTest, ::testing::Values("buffered", 
                            }
                            return s;
                          });
+
+// RestoreIntoGpu into a caller's paged device pool (vLLM's layout, a scrambled block table, an
+// odd pad between heads) equals the host RestoreInto into the same layout, byte for byte, the
+// blocks outside the table untouched; the layer events fire in order.
+TEST(GpuRestoreInto, CallerPagedPoolEqualsHostRestoreInto) {
+  SKIP_WITHOUT_DEVICE();
+  testing_util::ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  auto store = OpenStore("file://" + dir.path());
+  ASSERT_TRUE(store.ok());
+  const ModelGeometry g{3, 2, 128};
+  const uint64_t tokens = 150, bs = 16;
+  CheckpointOptions co;
+  co.codec = *ParseCodecSpec("tq3");
+  co.layer_overrides.push_back(*ParseLayerCodec("1:tq2.5"));
+  co.token_block = 64;
+  co.exact_tail = 20;
+  auto src = MakeSyntheticSource("test", g, DType::kF16, tokens, 9);
+  ASSERT_TRUE(Checkpoint(*src, co, **store, "s").ok());
+  KvLayout layout;
+  layout.head_stride = g.head_dim + 1;  // rows at odd element offsets: the 2-byte store path
+  layout.token_stride = layout.head_stride * g.kv_heads;
+  layout.block_tokens = bs;
+  layout.block_stride = layout.token_stride * static_cast<int64_t>(bs);
+  layout.block_ids = {7, 2, 11, 0, 5, 9, 1, 12, 3, 8};  // 10 blocks of a 14-block pool
+  const uint64_t elems = 14 * static_cast<uint64_t>(layout.block_stride);
+  const size_t bytes = elems * 2;
+  std::vector<std::vector<uint8_t>> host(2 * g.layers, std::vector<uint8_t>(bytes, 0x5A));
+  std::vector<std::unique_ptr<Dev<uint8_t>>> dev;
+  LayoutTensors hd, dd;
+  for (LayoutTensors* t : {&hd, &dd}) {
+    t->geometry = g;
+    t->dtype = DType::kF16;
+    t->tokens = tokens;
+    t->layout = layout;
+    t->tensor_elems = elems;
+  }
+  for (uint32_t i = 0; i < 2 * g.layers; ++i) {
+    dev.push_back(std::make_unique<Dev<uint8_t>>(bytes));
+    ASSERT_CUDA(cudaMemset(dev.back()->p, 0x5A, bytes));
+    (i % 2 == 0 ? hd.k : hd.v).push_back(host[i].data());
+    (i % 2 == 0 ? dd.k : dd.v).push_back(dev.back()->p);
+  }
+  ASSERT_TRUE(RestoreInto(**store, "s", hd, RestoreOptions{}).ok());
+  GpuRestoreOptions o;
+  std::vector<uint32_t> seen;
+  o.on_layer = [&](uint32_t l, void*) {
+    seen.push_back(l);
+    return Status::Ok();
+  };
+  auto r = RestoreIntoGpu(**store, "s", dd, o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(seen, (std::vector<uint32_t>{0, 1, 2}));
+  EXPECT_EQ(r->tokens, tokens);
+  std::vector<uint8_t> got(bytes);
+  for (uint32_t i = 0; i < 2 * g.layers; ++i) {
+    ASSERT_CUDA(cudaMemcpy(got.data(), dev[i]->p, bytes, cudaMemcpyDeviceToHost));
+    ASSERT_EQ(got, host[i]) << "layer " << i / 2 << " kv " << i % 2;
+  }
+  // A destination one token short is refused before anything is written.
+  dd.tokens = tokens - 1;
+  auto bad = RestoreIntoGpu(**store, "s", dd, o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+}
 
 }  // namespace
 }  // namespace tqkv

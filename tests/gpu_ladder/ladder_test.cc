@@ -7,8 +7,10 @@
 #include <algorithm>
 #include <cctype>
 #include <cstring>
+#include <functional>
 #include <vector>
 
+#include "checkpoint/gpu/device_destination.h"
 #include "cuda/layout.h"
 #include "cuda/params.h"
 #include "store/store_test_util.h"
@@ -17,6 +19,7 @@
 #include "tqkv/settings.h"
 #include "tqkv/container.h"
 #include "tqkv/gpu.h"
+#include "tqkv/kv_layout.h"
 #include "tqkv/synthetic_source.h"
 
 namespace tqkv {
@@ -127,28 +130,43 @@ TEST(GpuLadder, RestoreToGpuWithoutDeviceIsDeviceErrorNotCrash) {
   EXPECT_EQ(r.status().code(), StatusCode::kDeviceError);
 }
 
-// The host half of the pinned rung, as gpu_restore.cc does it: every chunk's 4 KiB-padded extent
-// read with ReadBatch into aligned slots (standing in for cudaHostAlloc memory), verified, then
-// "copied" and decoded by the host emulation of the kernels into a canonical or paged layout.
-struct HostGpuRestore {
-  std::vector<std::vector<uint8_t>> tensors;  // [layer * 2 + kv]
+// Host tensors standing in for a caller's device tensors: one buffer per (layer, kv) of
+// `elems` elements filled with 0xAB, viewed through `layout`.
+struct HostDestination {
+  std::vector<std::vector<uint8_t>> bufs;  // [layer * 2 + kv]
+  LayoutTensors t;
+  HostDestination(const ModelGeometry& g, uint64_t tokens, DType dtype, KvLayout layout,
+                  uint64_t elems) {
+    bufs.assign(2 * g.layers, std::vector<uint8_t>(elems * DTypeSize(dtype), 0xAB));
+    t.geometry = g;
+    t.dtype = dtype;
+    t.tokens = tokens;
+    t.layout = std::move(layout);
+    t.tensor_elems = elems;
+    for (uint32_t l = 0; l < g.layers; ++l) {
+      t.k.push_back(bufs[2 * l].data());
+      t.v.push_back(bufs[2 * l + 1].data());
+    }
+  }
+  const std::vector<uint8_t>& tensor(uint32_t layer, int kv) const { return bufs[2 * layer + kv]; }
 };
 
-Status EmulatedGpuRestore(Store& store, const std::string& key, DType dtype, uint32_t block_size,
-                          const std::vector<int32_t>& block_ids, HostGpuRestore* out) {
+// The host half of the pinned rung, as gpu_restore.cc does it: the destination checked by
+// CheckDeviceDestination and addressed through DeviceDst (what the kernels get), every chunk's
+// 4 KiB-padded extent read with ReadBatch into aligned slots (standing in for cudaHostAlloc
+// memory), verified, then "copied" and decoded by the host emulation of the kernels.
+Status EmulatedGpuRestore(Store& store, const std::string& key, const LayoutTensors& out) {
   TQKV_ASSIGN_OR_RETURN(auto object, store.Open(key));
   TQKV_ASSIGN_OR_RETURN(auto reader, ContainerReader::Open(object.get(), key));
   const ContainerHeader& h = reader->header();
   const ModelGeometry& g = h.geometry;
+  TQKV_RETURN_IF_ERROR(gpu::CheckDeviceDestination(out, h, key));
   std::vector<cuda::PackedCodec> packed;
   for (const auto& cp : h.codecs) {
     TQKV_ASSIGN_OR_RETURN(auto pc, cuda::PackCodecParams(cp));
     packed.push_back(std::move(pc));
   }
-  uint64_t rows = h.tokens;
-  if (block_size) rows = (*std::max_element(block_ids.begin(), block_ids.end()) + 1ull) * block_size;
-  const size_t es = DTypeSize(dtype);
-  out->tensors.assign(2 * g.layers, std::vector<uint8_t>(rows * g.token_elems() * es, 0));
+  const size_t es = DTypeSize(out.dtype);
   const auto& chunks = reader->chunks();
   const size_t slots = 3;
   uint64_t max_chunk = kContainerAlignment;
@@ -193,14 +211,7 @@ Status EmulatedGpuRestore(Store& store, const std::string& key, DType dtype, uin
                  means_chunk.data() + blocks * g.token_elems() * DTypeSize(h.key_mean_dtype),
                  cuda::ToGpuDType(h.key_mean_dtype), h.key_mean_block, blocks, h.tokens};
       }
-      cuda::GpuDst dst{};
-      dst.base = out->tensors[2 * e.layer + e.kv].data();
-      dst.block_ids = block_ids.data();
-      dst.paged = block_size ? 1 : 0;
-      dst.block_size = block_size;
-      dst.kv_heads = g.kv_heads;
-      dst.head_dim = g.head_dim;
-      dst.dtype = cuda::ToGpuDType(dtype);
+      const cuda::GpuDst dst = gpu::DeviceDst(out, e.layer, e.kv, out.layout.block_ids.data());
       std::vector<uint8_t> vec(g.head_dim * es);
       for (uint32_t head = 0; head < g.kv_heads; ++head) {
         const uint8_t* mask =
@@ -251,32 +262,125 @@ TEST_P(PinnedRungTest, HostPartThroughEveryIoModeMatchesCpuRestore) {
   auto cpu = Restore(**store, "sess", ro);
   ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
 
-  HostGpuRestore canon;
-  Status s = EmulatedGpuRestore(**store, "sess", DType::kF16, 0, {}, &canon);
+  // Canonical: the CPU restore's tensors byte for byte.
+  HostDestination canon(g, tokens, DType::kF16, KvLayout::Canonical(g), tokens * g.token_elems());
+  Status s = EmulatedGpuRestore(**store, "sess", canon.t);
   ASSERT_TRUE(s.ok()) << s.ToString();
   const size_t tbytes = tokens * g.token_elems() * 2;
   for (uint32_t l = 0; l < g.layers; ++l) {
     for (int kv = 0; kv < 2; ++kv) {
-      ASSERT_EQ(0, std::memcmp(canon.tensors[2 * l + kv].data(), (*cpu)->cache().tensor(l, kv), tbytes))
+      ASSERT_EQ(0, std::memcmp(canon.tensor(l, kv).data(), (*cpu)->cache().tensor(l, kv), tbytes))
           << "layer " << l << " kv " << kv;
     }
   }
-  // Paged: 9 blocks of 16 tokens in a scrambled table; each token's row lands in its block.
-  const uint32_t bs = 16;
-  std::vector<int32_t> table = {11, 3, 0, 8, 5, 9, 1, 12, 4};
-  HostGpuRestore paged;
-  s = EmulatedGpuRestore(**store, "sess", DType::kF16, bs, table, &paged);
-  ASSERT_TRUE(s.ok()) << s.ToString();
-  const size_t row = g.token_elems() * 2;
-  for (uint32_t l = 0; l < g.layers; ++l) {
-    for (int kv = 0; kv < 2; ++kv) {
-      const auto* want = static_cast<const uint8_t*>((*cpu)->cache().tensor(l, kv));
-      for (uint64_t t = 0; t < tokens; ++t) {
-        const uint64_t prow = static_cast<uint64_t>(table[t / bs]) * bs + t % bs;
-        ASSERT_EQ(0, std::memcmp(paged.tensors[2 * l + kv].data() + prow * row, want + t * row, row))
-            << "layer " << l << " token " << t;
+  // vLLM's paged layout, 9 blocks of 16 tokens in a scrambled table of a 13-block pool, and a
+  // strided paged layout with head-major blocks and padding between heads: the same bytes as
+  // the host restore into the same layout, untouched elements (unused blocks, padding) included.
+  const uint64_t bs = 16;
+  const std::vector<int64_t> table = {11, 3, 0, 8, 5, 9, 1, 12, 4};
+  KvLayout vllm;
+  vllm.token_stride = static_cast<int64_t>(g.token_elems());
+  vllm.head_stride = g.head_dim;
+  vllm.block_tokens = bs;
+  vllm.block_stride = static_cast<int64_t>(bs * g.token_elems());
+  vllm.block_ids = table;
+  KvLayout head_major = vllm;  // [block][head][token][head_dim + 8]
+  head_major.token_stride = g.head_dim + 8;
+  head_major.head_stride = static_cast<int64_t>(bs * (g.head_dim + 8));
+  head_major.block_stride = head_major.head_stride * g.kv_heads;
+  for (const KvLayout& layout : {vllm, head_major}) {
+    const uint64_t elems = 13 * static_cast<uint64_t>(layout.block_stride);
+    HostDestination want(g, tokens, DType::kF16, layout, elems);
+    RestoreOptions hro;
+    ASSERT_TRUE(RestoreInto(**store, "sess", want.t, hro).ok());
+    HostDestination got(g, tokens, DType::kF16, layout, elems);
+    s = EmulatedGpuRestore(**store, "sess", got.t);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    for (uint32_t l = 0; l < g.layers; ++l) {
+      for (int kv = 0; kv < 2; ++kv) {
+        ASSERT_EQ(got.tensor(l, kv), want.tensor(l, kv))
+            << "layer " << l << " kv " << kv << " token_stride " << layout.token_stride;
       }
     }
+  }
+}
+
+// What the kernels address (DeviceDst -> DstElementOffset) is where KvLayout says the element is,
+// for canonical, transposed, padded and paged layouts.
+TEST(DeviceDestination, KernelAddressingEqualsKvLayout) {
+  const ModelGeometry g{1, 3, 8};
+  const uint64_t tokens = 37;
+  std::vector<KvLayout> layouts;
+  layouts.push_back(KvLayout::Canonical(g));
+  KvLayout t;  // [heads][tokens][head_dim], as transformers keeps it
+  t.token_stride = g.head_dim;
+  t.head_stride = static_cast<int64_t>(tokens * g.head_dim);
+  layouts.push_back(t);
+  KvLayout p;  // paged, head-major blocks with 3 elements of padding per row
+  p.token_stride = g.head_dim + 3;
+  p.head_stride = 16 * p.token_stride;
+  p.block_stride = p.head_stride * g.kv_heads;
+  p.block_tokens = 16;
+  p.block_ids = {4, 0, 2};
+  layouts.push_back(p);
+  for (const KvLayout& l : layouts) {
+    LayoutTensors lt;
+    lt.geometry = g;
+    lt.tokens = tokens;
+    lt.layout = l;
+    lt.k = {nullptr};
+    lt.v = {nullptr};
+    const cuda::GpuDst d = gpu::DeviceDst(lt, 0, 1, l.block_ids.data());
+    for (uint64_t tok = 0; tok < tokens; ++tok) {
+      for (uint32_t h = 0; h < g.kv_heads; ++h) {
+        for (uint32_t c = 0; c < g.head_dim; ++c) {
+          ASSERT_EQ(cuda::DstElementOffset(d, tok, h, c), static_cast<uint64_t>(l.Offset(tok, h) + c))
+              << "token " << tok << " head " << h << " block_tokens " << l.block_tokens;
+        }
+      }
+    }
+  }
+}
+
+// A destination that does not match the session, or that the kernels cannot address, is refused
+// by the host before a byte is read or written.
+TEST(DeviceDestination, MismatchesAreRefusedBeforeAnythingIsWritten) {
+  testing_util::ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  auto store = OpenStore(dir.path());
+  ASSERT_TRUE(store.ok());
+  const ModelGeometry g{2, 2, 64};
+  Checkpoint(**store, "s", "tq3", 100, g);
+  struct Case {
+    const char* name;
+    std::function<void(LayoutTensors&)> spoil;
+    const char* says;
+  };
+  const std::vector<Case> cases = {
+      {"tokens", [](LayoutTensors& t) { t.tokens = 99; }, "holds 100 tokens"},
+      {"geometry", [](LayoutTensors& t) { t.geometry.kv_heads = 1; }, "expected 2 layers x 1 KV"},
+      {"dtype", [](LayoutTensors& t) { t.dtype = static_cast<DType>(9); }, "f16, bf16 or f32"},
+      {"channels", [](LayoutTensors& t) { t.layout.dim_stride = 2; }, "contiguous"},
+      {"bounds", [](LayoutTensors& t) { t.tensor_elems -= 1; }, "restore s"},
+      {"tensors", [](LayoutTensors& t) { t.v.pop_back(); }, "2 layers but 2 K and 1 V"},
+  };
+  for (const Case& c : cases) {
+    HostDestination d(g, 100, DType::kF16, KvLayout::Canonical(g), 100 * g.token_elems());
+    c.spoil(d.t);
+    const Status s = EmulatedGpuRestore(**store, "s", d.t);
+    ASSERT_FALSE(s.ok()) << c.name;
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << c.name;
+    EXPECT_NE(s.message().find(c.says), std::string::npos) << c.name << ": " << s.message();
+    for (const auto& b : d.bufs) {
+      ASSERT_TRUE(std::all_of(b.begin(), b.end(), [](uint8_t x) { return x == 0xAB; })) << c.name;
+    }
+  }
+  // Without a device the restore itself says so, whatever the destination.
+  if (!HaveDevice()) {
+    HostDestination d(g, 100, DType::kF16, KvLayout::Canonical(g), 100 * g.token_elems());
+    auto r = RestoreIntoGpu(**store, "s", d.t, GpuRestoreOptions{});
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kDeviceError);
   }
 }
 

@@ -188,7 +188,7 @@ TEST(PackCodecParams, TableHoldsWhatTheCodecUses) {
       EXPECT_NE(g.haar, cuda::kGpuNoTable);
       EXPECT_NE(g.haar_t, cuda::kGpuNoTable);
     }
-    if (g.rotation != cuda::kGpuHaar) EXPECT_NE(g.signs1, cuda::kGpuNoTable);
+    if (g.rotation != cuda::kGpuHaar) { EXPECT_NE(g.signs1, cuda::kGpuNoTable); }
     if (g.rotation == cuda::kGpuKronecker) {
       EXPECT_EQ(g.block, g.dim & (~g.dim + 1u));  // 96 = 3 x 32
       const uint32_t q = g.dim / g.block;
@@ -275,13 +275,11 @@ TEST(Layout, RegistersPerLane) {
 // cache[block][slot][head][dim] with block = block_table[t / block_size], slot = t % block_size.
 TEST(Layout, PagedAddressingMatchesVllmLayout) {
   const uint32_t heads = 3, d = 8, bs = 16;
-  const std::vector<int32_t> table = {5, 0, 7, 2};  // 4 blocks cover 64 tokens, out of order
-  cuda::GpuDst dst{};
+  const std::vector<int64_t> table = {5, 0, 7, 2};  // 4 blocks cover 64 tokens, out of order
+  cuda::GpuDst dst = cuda::CanonicalDst(nullptr, heads, d, cuda::kGpuF16);
   dst.block_ids = table.data();
-  dst.paged = 1;
-  dst.block_size = bs;
-  dst.kv_heads = heads;
-  dst.head_dim = d;
+  dst.block_tokens = bs;
+  dst.block_stride = int64_t{bs} * heads * d;
   std::vector<int> hits(8 * bs * heads * d, 0);
   for (uint64_t t = 0; t < 64; ++t) {
     for (uint32_t h = 0; h < heads; ++h) {
@@ -298,7 +296,7 @@ TEST(Layout, PagedAddressingMatchesVllmLayout) {
     const bool used = b == 5 || b == 0 || b == 7 || b == 2;
     for (uint32_t i = 0; i < bs * heads * d; ++i) ASSERT_EQ(hits[b * bs * heads * d + i], used ? 1 : 0);
   }
-  dst.paged = 0;
+  dst.block_tokens = 0;
   EXPECT_EQ(cuda::DstElementOffset(dst, 10, 2, 5), (10u * heads + 2) * d + 5);
 }
 

@@ -21,16 +21,6 @@ float Elapsed(cudaEvent_t a, cudaEvent_t b) {
 
 }  // namespace
 
-GpuSessionImpl::~GpuSessionImpl() {
-  for (void* p : tensors_) cudaFree(p);
-  for (cudaEvent_t e : events_) cudaEventDestroy(e);
-}
-
-Status GpuSessionImpl::WaitLayer(uint32_t layer) const {
-  TQKV_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(events_[layer]));
-  return Status::Ok();
-}
-
 GdsFile::~GdsFile() {
   for (const void* p : registered) api.BufDeregister(p);
   if (handle) api.HandleDeregister(handle);
@@ -91,7 +81,7 @@ Status CudaRestoreDevice::Init(const Config& config, const std::string& name) {
   dmeta_ = static_cast<uint8_t*>(dmeta);
   TQKV_ASSIGN_OR_RETURN(void* dmeans, Malloc(c_.plan->means_total));
   dmeans_ = static_cast<uint8_t*>(dmeans);
-  TQKV_RETURN_IF_ERROR(AllocateOutputs());
+  TQKV_RETURN_IF_ERROR(UploadBlockTable());
   // Device slots hold whole 4 KiB blocks: cuFile reads round up to them (see GdsRead).
   dev_slot_bytes_ = AlignUp(c_.slot_bytes, kContainerAlignment);
   slots_.resize(c_.slots);
@@ -105,41 +95,13 @@ Status CudaRestoreDevice::Init(const Config& config, const std::string& name) {
   return Status::Ok();
 }
 
-// The session's tensors (canonical or paged) and layer events, and the device block table.
-Status CudaRestoreDevice::AllocateOutputs() {
-  const ContainerHeader& h = *c_.header;
-  const GpuRestoreOptions& o = *c_.options;
-  uint64_t rows = h.tokens;
-  if (o.block_size > 0) {
-    const uint64_t need = (h.tokens + o.block_size - 1) / o.block_size;
-    if (o.block_ids.size() < need) {
-      return Status::InvalidArgument("RestoreToGpu: " + std::to_string(o.block_ids.size()) +
-                                     " block ids for " + std::to_string(need) + " blocks");
-    }
-    int32_t max_id = -1;
-    for (uint64_t i = 0; i < need; ++i) {
-      if (o.block_ids[i] < 0) return Status::InvalidArgument("RestoreToGpu: negative block id");
-      max_id = std::max(max_id, o.block_ids[i]);
-    }
-    rows = static_cast<uint64_t>(max_id + 1) * o.block_size;
-    TQKV_ASSIGN_OR_RETURN(void* b, Malloc(need * sizeof(int32_t)));
-    dblocks_ = static_cast<int32_t*>(b);
-    TQKV_CUDA_RETURN_IF_ERROR(cudaMemcpy(dblocks_, o.block_ids.data(), need * sizeof(int32_t),
-                                         cudaMemcpyHostToDevice));
-  }
-  const size_t tensor_bytes = rows * h.geometry.token_elems() * DTypeSize(o.dtype);
-  GpuSessionImpl& session = *c_.session;
-  session.dtype_ = o.dtype;
-  for (uint32_t i = 0; i < 2 * h.geometry.layers; ++i) {
-    void* p = nullptr;
-    TQKV_CUDA_RETURN_IF_ERROR(cudaMalloc(&p, std::max<size_t>(tensor_bytes, 1)));
-    session.tensors_.push_back(p);
-  }
-  for (uint32_t l = 0; l < h.geometry.layers; ++l) {
-    cudaEvent_t e;
-    TQKV_CUDA_RETURN_IF_ERROR(cudaEventCreate(&e));
-    session.events_.push_back(e);
-  }
+Status CudaRestoreDevice::UploadBlockTable() {
+  const std::vector<int64_t>& ids = c_.dst->layout.block_ids;
+  if (c_.dst->layout.block_tokens == 0 || ids.empty()) return Status::Ok();
+  TQKV_ASSIGN_OR_RETURN(void* b, Malloc(ids.size() * sizeof(int64_t)));
+  dblocks_ = static_cast<int64_t*>(b);
+  TQKV_CUDA_RETURN_IF_ERROR(
+      cudaMemcpy(dblocks_, ids.data(), ids.size() * sizeof(int64_t), cudaMemcpyHostToDevice));
   return Status::Ok();
 }
 
@@ -223,16 +185,7 @@ Status CudaRestoreDevice::Upload(size_t slot, size_t bytes) {
 }
 
 cuda::GpuDst CudaRestoreDevice::DstOf(uint32_t layer, int kv) const {
-  const GpuRestoreOptions& o = *c_.options;
-  cuda::GpuDst dst{};
-  dst.base = c_.session->tensors_[2 * layer + kv];
-  dst.block_ids = dblocks_;
-  dst.paged = o.block_size > 0 ? 1u : 0u;
-  dst.block_size = o.block_size;
-  dst.kv_heads = c_.header->geometry.kv_heads;
-  dst.head_dim = c_.header->geometry.head_dim;
-  dst.dtype = cuda::ToGpuDType(o.dtype);
-  return dst;
+  return DeviceDst(*c_.dst, layer, kv, dblocks_);
 }
 
 Status CudaRestoreDevice::RunOp(const Slot& s, const DeviceOp& op) {
@@ -286,10 +239,9 @@ Status CudaRestoreDevice::Run(size_t slot, std::span<const DeviceOp> ops) {
 }
 
 Status CudaRestoreDevice::LayerReady(uint32_t layer) {
-  cudaEvent_t ev = c_.session->events_[layer];
+  cudaEvent_t ev = (*c_.layer_events)[layer];
   TQKV_CUDA_RETURN_IF_ERROR(cudaEventRecord(ev, decode_));
-  if (c_.options->on_layer) c_.options->on_layer(layer, ev);
-  return Status::Ok();
+  return c_.options->on_layer ? c_.options->on_layer(layer, ev) : Status::Ok();
 }
 
 Status CudaRestoreDevice::Retire(size_t slot) {
@@ -326,8 +278,8 @@ double CudaRestoreDevice::decode_seconds() const {
 }
 
 double CudaRestoreDevice::first_layer_seconds() const {
-  if (c_.session->events_.empty() || start_ == nullptr) return 0;
-  return Elapsed(start_, c_.session->events_[0]) / 1e3;
+  if (c_.layer_events->empty() || start_ == nullptr) return 0;
+  return Elapsed(start_, c_.layer_events->front()) / 1e3;
 }
 
 }  // namespace tqkv::gpu

@@ -1,7 +1,7 @@
 // The CUDA device of the GPU restore (device_sink.h): pinned host slots and device slots with
-// events, a copy and a decode stream overlapping across chunks, the device tensors and per-layer
-// events of the session, and the cuFile transport that reads straight into the device slots.
-// Built only with CUDA.
+// events, a copy and a decode stream overlapping across chunks, decode into the destination's
+// device tensors (device_destination.h) with an event per layer, and the cuFile transport that
+// reads straight into the device slots. Built only with CUDA.
 #ifndef TQKV_SRC_CHECKPOINT_GPU_CUDA_DEVICE_H_
 #define TQKV_SRC_CHECKPOINT_GPU_CUDA_DEVICE_H_
 
@@ -14,29 +14,13 @@
 #include <vector>
 
 #include "checkpoint/device_sink.h"
+#include "checkpoint/gpu/device_destination.h"
 #include "cuda/cufile.h"
 #include "cuda/params.h"
 #include "tqkv/container.h"
 #include "tqkv/gpu.h"
 
 namespace tqkv::gpu {
-
-class GpuSessionImpl final : public GpuSession {
- public:
-  ~GpuSessionImpl() override;
-  const ModelGeometry& geometry() const override { return stats_.geometry; }
-  uint64_t tokens() const override { return stats_.tokens; }
-  DType dtype() const override { return dtype_; }
-  void* tensor(uint32_t layer, int kv) const override { return tensors_[2 * layer + kv]; }
-  void* layer_event(uint32_t layer) const override { return events_[layer]; }
-  Status WaitLayer(uint32_t layer) const override;
-  const GpuRestoreStats& stats() const override { return stats_; }
-
-  DType dtype_ = DType::kF16;
-  std::vector<void*> tensors_;
-  std::vector<cudaEvent_t> events_;
-  GpuRestoreStats stats_;
-};
 
 // cuFile state of one restore: the file handle and registered device slots.
 struct GdsFile {
@@ -53,7 +37,8 @@ class CudaRestoreDevice final : public RestoreDevice {
   struct Config {
     const ContainerHeader* header = nullptr;
     const DevicePlan* plan = nullptr;
-    GpuSessionImpl* session = nullptr;   // gets the output tensors and layer events
+    const LayoutTensors* dst = nullptr;  // device tensors, checked (CheckDeviceDestination)
+    const std::vector<cudaEvent_t>* layer_events = nullptr;  // one per layer, recorded here
     const GpuRestoreOptions* options = nullptr;
     size_t slots = 0, slot_bytes = 0;    // ChunkLoopSlots
   };
@@ -62,7 +47,7 @@ class CudaRestoreDevice final : public RestoreDevice {
   CudaRestoreDevice(const CudaRestoreDevice&) = delete;
   CudaRestoreDevice& operator=(const CudaRestoreDevice&) = delete;
 
-  // Packs and uploads the codecs, allocates streams, metadata, outputs and slots.
+  // Packs and uploads the codecs and the block table, allocates streams, metadata and slots.
   Status Init(const Config& config, const std::string& name);
   // Opens `path` for cuFile reads into the device slots; Upload is then a no-op.
   Status OpenGds(const std::string& path, const std::vector<std::string>& libs);
@@ -96,7 +81,7 @@ class CudaRestoreDevice final : public RestoreDevice {
   using EventPair = std::pair<cudaEvent_t, cudaEvent_t>;
   Result<void*> Malloc(size_t bytes);
   Result<EventPair> TimingPair();
-  Status AllocateOutputs();
+  Status UploadBlockTable();
   Status RunOp(const Slot& s, const DeviceOp& op);
   cuda::GpuDst DstOf(uint32_t layer, int kv) const;
 
@@ -111,7 +96,7 @@ class CudaRestoreDevice final : public RestoreDevice {
   cudaEvent_t start_ = nullptr;
   uint8_t* dmeta_ = nullptr;
   uint8_t* dmeans_ = nullptr;  // DevicePlan::means_total bytes: every layer's key means
-  int32_t* dblocks_ = nullptr;
+  int64_t* dblocks_ = nullptr;  // the destination's block ids (paged layouts)
   bool gds_ = false;
   GdsFile gds_file_;
   std::atomic<uint64_t> cufile_bytes_{0};  // cuFile reads bypass the object's byte count

@@ -1,18 +1,22 @@
-// RestoreToGpu: the chunk loop (verified chunks, chunk_loop.h) into the device sink
-// (device_sink.h) over the CUDA device (cuda_device.h): reads into pinned host slots + H2D copies,
-// or cuFile into device slots, decode kernels into device tensors, with a reader thread running
-// ahead, the copy and decode streams overlapping across chunks and an event per layer.
+// RestoreToGpu and RestoreIntoGpu: the chunk loop (verified chunks, chunk_loop.h) into the device
+// sink (device_sink.h) over the CUDA device (cuda_device.h): reads into pinned host slots + H2D
+// copies, or cuFile into device slots, decode kernels into the destination's device tensors (the
+// library's own or the caller's, device_destination.h), with a reader thread running ahead, the
+// copy and decode streams overlapping across chunks and an event per layer.
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "checkpoint/chunk_loop.h"
 #include "checkpoint/device_sink.h"
 #include "checkpoint/gpu/cuda_device.h"
+#include "checkpoint/gpu/device_destination.h"
 #include "cuda/common.h"
 #include "tqkv/container.h"
 #include "tqkv/gpu.h"
+#include "tqkv/kv_layout.h"
 
 #include <nlohmann/json.hpp>
 
@@ -49,16 +53,76 @@ Result<GpuIoPath> ChooseIoPath(const GpuProbe& probe, const GpuRestoreOptions& o
   return path;
 }
 
-}  // namespace
+// Per-layer events of one restore, created once the header says how many layers there are.
+struct LayerEvents {
+  std::vector<cudaEvent_t> events;
+  ~LayerEvents() {
+    for (cudaEvent_t e : events) cudaEventDestroy(e);
+  }
+  Status Create(uint32_t layers) {
+    for (uint32_t l = 0; l < layers; ++l) {
+      cudaEvent_t e;
+      TQKV_CUDA_RETURN_IF_ERROR(cudaEventCreate(&e));
+      events.push_back(e);
+    }
+    return Status::Ok();
+  }
+};
 
-Result<std::unique_ptr<GpuSession>> RestoreToGpu(Store& store, std::string_view key,
-                                                 const GpuRestoreOptions& options) {
+// Device tensors the library owns (RestoreToGpu), canonical, and their layer events.
+class GpuSessionImpl final : public GpuSession {
+ public:
+  ~GpuSessionImpl() override {
+    for (void* p : tensors_) cudaFree(p);
+  }
+  const ModelGeometry& geometry() const override { return stats_.geometry; }
+  uint64_t tokens() const override { return stats_.tokens; }
+  DType dtype() const override { return dtype_; }
+  void* tensor(uint32_t layer, int kv) const override { return tensors_[2 * layer + kv]; }
+  void* layer_event(uint32_t layer) const override { return events_.events[layer]; }
+  Status WaitLayer(uint32_t layer) const override {
+    TQKV_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(events_.events[layer]));
+    return Status::Ok();
+  }
+  const GpuRestoreStats& stats() const override { return stats_; }
+
+  // Canonical tensors for `h` of `dtype`, as the destination of the restore.
+  Result<LayoutTensors> Allocate(const ContainerHeader& h, DType dtype) {
+    if (dtype != DType::kF16 && dtype != DType::kBF16 && dtype != DType::kF32) {
+      return Status::InvalidArgument("RestoreToGpu: output dtype must be f16, bf16 or f32");
+    }
+    dtype_ = dtype;
+    LayoutTensors t;
+    t.geometry = h.geometry;
+    t.dtype = dtype;
+    t.tokens = h.tokens;
+    t.layout = KvLayout::Canonical(h.geometry);
+    t.tensor_elems = h.tokens * h.geometry.token_elems();
+    for (uint32_t i = 0; i < 2 * h.geometry.layers; ++i) {
+      void* p = nullptr;
+      TQKV_CUDA_RETURN_IF_ERROR(cudaMalloc(&p, std::max<size_t>(t.tensor_elems * DTypeSize(dtype), 1)));
+      tensors_.push_back(p);
+      (i % 2 == 0 ? t.k : t.v).push_back(p);
+    }
+    return t;
+  }
+
+  DType dtype_ = DType::kF16;
+  std::vector<void*> tensors_;  // [layer * 2 + kv]
+  LayerEvents events_;
+  GpuRestoreStats stats_;
+};
+
+using MakeDeviceDestination = std::function<Result<LayoutTensors>(const ContainerHeader&)>;
+
+// The one GPU restore: probe, open, the destination `make` lays out once the header is known
+// (checked by CheckDeviceDestination), then the chunk loop into the device sink; `events` gets
+// one event per layer.
+Status RunGpuRestore(Store& store, std::string_view key, const GpuRestoreOptions& options,
+                     const MakeDeviceDestination& make, LayerEvents& events,
+                     GpuRestoreStats& stats) {
   const auto t0 = RestoreClock::now();
   const std::string name(key);
-  if (options.dtype != DType::kF16 && options.dtype != DType::kBF16 &&
-      options.dtype != DType::kF32) {
-    return Status::InvalidArgument("RestoreToGpu: output dtype must be f16, bf16 or f32");
-  }
   const LocalFile local = LocalFileOf(store, key);
   GpuProbeOptions popts;
   popts.dir = local.dir;
@@ -66,11 +130,9 @@ Result<std::unique_ptr<GpuSession>> RestoreToGpu(Store& store, std::string_view 
   const GpuProbe probe = ProbeGpuLadder(popts);
   if (probe.device_count == 0) return Status::DeviceError(probe.device_error);
   if (options.device < 0 || options.device >= probe.device_count) {
-    return Status::InvalidArgument("RestoreToGpu: device " + std::to_string(options.device) +
+    return Status::InvalidArgument("GPU restore: device " + std::to_string(options.device) +
                                    " of " + std::to_string(probe.device_count));
   }
-  auto session = std::make_unique<gpu::GpuSessionImpl>();
-  GpuRestoreStats& stats = session->stats_;
   TQKV_ASSIGN_OR_RETURN(GpuIoPath path, ChooseIoPath(probe, options, stats));
   TQKV_CUDA_RETURN_IF_ERROR(cudaSetDevice(options.device));
 
@@ -79,6 +141,9 @@ Result<std::unique_ptr<GpuSession>> RestoreToGpu(Store& store, std::string_view 
   TQKV_ASSIGN_OR_RETURN(std::unique_ptr<ContainerReader> reader,
                         ContainerReader::Open(object.get(), name));
   const ContainerHeader& h = reader->header();
+  TQKV_ASSIGN_OR_RETURN(LayoutTensors dst, make(h));
+  TQKV_RETURN_IF_ERROR(gpu::CheckDeviceDestination(dst, h, name));
+  TQKV_RETURN_IF_ERROR(events.Create(h.geometry.layers));
   TQKV_ASSIGN_OR_RETURN(DevicePlan plan, MakeDevicePlan(h));
   ChunkLoopOptions loop;
   loop.inflight_bytes = options.inflight_bytes;
@@ -88,7 +153,8 @@ Result<std::unique_ptr<GpuSession>> RestoreToGpu(Store& store, std::string_view 
   gpu::CudaRestoreDevice::Config config;
   config.header = &h;
   config.plan = &plan;
-  config.session = session.get();
+  config.dst = &dst;
+  config.layer_events = &events.events;
   config.options = &options;
   std::tie(config.slots, config.slot_bytes) = ChunkLoopSlots(*reader, loop);
   TQKV_RETURN_IF_ERROR(device.Init(config, name));
@@ -125,7 +191,30 @@ Result<std::unique_ptr<GpuSession>> RestoreToGpu(Store& store, std::string_view 
   stats.model = h.model;
   stats.geometry = h.geometry;
   stats.fp16_bytes = h.geometry.SessionBytes(h.tokens, DType::kF16);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<GpuSession>> RestoreToGpu(Store& store, std::string_view key,
+                                                 const GpuRestoreOptions& options) {
+  auto session = std::make_unique<GpuSessionImpl>();
+  GpuSessionImpl* s = session.get();
+  TQKV_RETURN_IF_ERROR(RunGpuRestore(
+      store, key, options,
+      [s, &options](const ContainerHeader& h) { return s->Allocate(h, options.dtype); },
+      s->events_, s->stats_));
   return std::unique_ptr<GpuSession>(std::move(session));
+}
+
+Result<GpuRestoreStats> RestoreIntoGpu(Store& store, std::string_view key, const LayoutTensors& dst,
+                                       const GpuRestoreOptions& options) {
+  LayerEvents events;  // the caller has waited on them (or not) by the time they go
+  GpuRestoreStats stats;
+  TQKV_RETURN_IF_ERROR(RunGpuRestore(
+      store, key, options, [&dst](const ContainerHeader&) { return Result<LayoutTensors>(dst); },
+      events, stats));
+  return stats;
 }
 
 std::string GpuRestoreStats::ToJson() const {
