@@ -94,6 +94,11 @@ class LayoutKvSource final : public KvSource {
   DType dtype() const override { return dtype_; }
   uint64_t tokens() const override { return tokens_; }
   Status ReadLayer(uint32_t layer, void* k, void* v) override;
+  // Canonical tensors for every layer are encoded where they are, without a gather.
+  bool InMemory() const override;
+  std::pair<const void*, const void*> LayerInMemory(uint32_t layer) const override {
+    return {k_[layer], v_[layer]};
+  }
 
  private:
   std::string model_;

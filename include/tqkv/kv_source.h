@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "tqkv/kv_cache.h"
 #include "tqkv/status.h"
@@ -22,6 +23,15 @@ class KvSource {
   virtual uint64_t tokens() const = 0;
   // Fills k and v (tokens * kv_heads * head_dim elements of dtype() each) with layer `layer`.
   virtual Status ReadLayer(uint32_t layer, void* k, void* v) = 0;
+  // Whether every layer is already in memory in that form: then Checkpoint encodes from
+  // LayerInMemory's tensors instead of copying them with ReadLayer.
+  virtual bool InMemory() const { return false; }
+  // Layer `layer`'s K and V (as ReadLayer would fill them), valid while the source lives; only
+  // called when InMemory().
+  virtual std::pair<const void*, const void*> LayerInMemory(uint32_t layer) const {
+    (void)layer;
+    return {nullptr, nullptr};
+  }
 };
 
 }  // namespace tqkv

@@ -50,7 +50,11 @@ nb::list Sessions(PyStore& ps, const std::string& prefix) {
       sessions = ValueOrThrow((*admin)->ListSessions());
     } else {  // a store without admin state (memory://): plain listing
       for (const ObjectInfo& o : ValueOrThrow(ps.store->List(prefix))) {
-        sessions.push_back(SessionMeta{o.key, o.size, o.mtime_ns});
+        SessionMeta m;
+        m.key = o.key;
+        m.size = o.size;
+        m.mtime_ns = o.mtime_ns;
+        sessions.push_back(std::move(m));
       }
     }
   }

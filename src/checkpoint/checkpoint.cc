@@ -18,7 +18,7 @@
 #include "checkpoint/bit_allocator.h"
 #include "checkpoint/codec_guard.h"
 #include "checkpoint/key_means.h"
-#include "checkpoint/layout.h"
+#include "checkpoint/session_codecs.h"
 #include "format/container_layout.h"
 #include "tqkv/aligned_buffer.h"
 #include "tqkv/checked.h"
@@ -45,7 +45,10 @@ class CacheSource final : public KvSource {
     std::memcpy(v, cache_.v(layer), cache_.tensor_bytes());
     return Status::Ok();
   }
-  const KvCache& cache() const { return cache_; }
+  bool InMemory() const override { return true; }
+  std::pair<const void*, const void*> LayerInMemory(uint32_t layer) const override {
+    return {cache_.k(layer), cache_.v(layer)};
+  }
 
  private:
   const KvCache& cache_;
@@ -428,7 +431,7 @@ Result<CheckpointStats> Checkpoint(KvSource& source, const CheckpointOptions& op
   ContainerHeader header = PlanHeader(source, options, codecs);
   const DType dtype = source.dtype();
   const uint64_t tokens = header.tokens;
-  const auto* cache_source = dynamic_cast<const CacheSource*>(&source);
+  const bool in_memory = source.InMemory();
   // Whatever can be refused is refused before the store sees the key, so nothing is left in it:
   // the header, the sizes (checked, they come from the user) and the layer buffers.
   const auto refuse = [&](const Status& s) {
@@ -439,7 +442,7 @@ Result<CheckpointStats> Checkpoint(KvSource& source, const CheckpointOptions& op
                                  {tokens, g.kv_heads, g.head_dim, DTypeSize(dtype)});
   if (!layer_bytes.ok()) return refuse(layer_bytes.status());
   if (Status s = format::ValidateHeader(header); !s.ok()) return refuse(s);
-  if (cache_source == nullptr) {
+  if (!in_memory) {
     Status s = layer_k.TryReserve(*layer_bytes);
     if (s.ok()) s = layer_v.TryReserve(*layer_bytes);
     if (!s.ok()) return refuse(s);
@@ -452,12 +455,11 @@ Result<CheckpointStats> Checkpoint(KvSource& source, const CheckpointOptions& op
     if (!s.ok()) return refuse(s);
   }
 
-  // A layer's tensors: the cache's own, or read into the layer buffers.
+  // A layer's tensors: the source's own where it holds them, or read into the layer buffers.
   double source_seconds = 0;
   const auto layer_tensors = [&](uint32_t layer, const void* tensors[2]) -> Status {
-    if (cache_source != nullptr) {
-      tensors[0] = cache_source->cache().k(layer);
-      tensors[1] = cache_source->cache().v(layer);
+    if (in_memory) {
+      std::tie(tensors[0], tensors[1]) = source.LayerInMemory(layer);
       return Status::Ok();
     }
     const auto ts = Clock::now();

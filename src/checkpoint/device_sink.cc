@@ -3,7 +3,7 @@
 #include <memory>
 #include <utility>
 
-#include "checkpoint/layout.h"
+#include "checkpoint/session_codecs.h"
 
 namespace tqkv {
 

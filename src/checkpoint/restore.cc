@@ -12,7 +12,7 @@
 #include "checkpoint/chunk_loop.h"
 #include "checkpoint/destination.h"
 #include "checkpoint/key_means.h"
-#include "checkpoint/layout.h"
+#include "checkpoint/session_codecs.h"
 #include "checkpoint/restore_memory.h"
 #include "tqkv/aligned_buffer.h"
 #include "tqkv/checkpoint.h"

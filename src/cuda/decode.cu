@@ -11,7 +11,7 @@
 namespace tqkv::cuda {
 namespace {
 
-// f32 -> f16/bf16 bits exactly as layout.h's ports (= tqkv/types.h): the hardware conversion is
+// f32 -> f16/bf16 bits exactly as packed.h's ports (= tqkv/types.h): the hardware conversion is
 // IEEE round-to-nearest-even with overflow to inf and exact subnormals, which is what the ports
 // compute for every non-NaN value; NaN takes the port (the hardware returns a canonical NaN,
 // the CPU keeps the payload).

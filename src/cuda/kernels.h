@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "cuda/layout.h"
+#include "cuda/packed.h"
 
 namespace tqkv::cuda {
 
@@ -16,7 +16,7 @@ namespace tqkv::cuda {
 // `token_count` tokens starting at absolute token `token_begin`, into `dst` (canonical or paged).
 // masks: [head][meta_bytes] outlier masks of this (layer, kv) for split codecs, else null.
 // means: the layer's key means when these are mean-removed keys (means null otherwise): channel
-// c of the decoded f32 vector gets α·μ_c added (layout.h) before the conversion.
+// c of the decoded f32 vector gets α·μ_c added (packed.h) before the conversion.
 // p.kind must be kGpuTurboQuant; p.table a device pointer.
 cudaError_t LaunchDecode(const GpuCodecParams& p, const uint8_t* codes, const uint8_t* masks,
                          uint32_t heads, uint64_t token_begin, uint32_t token_count,

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "cuda/layout.h"
+#include "cuda/packed.h"
 #include "tqkv/codec.h"
 #include "tqkv/status.h"
 #include "tqkv/types.h"
@@ -27,7 +27,7 @@ GpuDType ToGpuDType(DType t);
 Result<PackedCodec> PackCodecParams(const CodecParams& params);
 
 // Host emulation of the decode kernel for one vector: the kernels' arithmetic in scalar form, read
-// only through `p` (offsets, scales, table) and the layout.h helpers. mask: the (kv, head) outlier
+// only through `p` (offsets, scales, table) and the packed.h helpers. mask: the (kv, head) outlier
 // mask or null. out: head_dim elements of `out_dtype` in channel order. mean_row: for
 // mean-removed keys the vector's KeyMeanRow (head_dim values of mean_dtype) and alpha its
 // KeyMeanAlpha, else null.

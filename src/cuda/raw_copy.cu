@@ -1,5 +1,5 @@
 // Raw codec copy: a raw chunk ([head][token][head_dim] of the stored dtype) converted element by
-// element (layout.h's bit-exact conversions) into the canonical or paged destination.
+// element (packed.h's bit-exact conversions) into the canonical or paged destination.
 #include "cuda/kernels.h"
 
 namespace tqkv::cuda {

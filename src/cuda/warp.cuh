@@ -1,13 +1,13 @@
 // Warp-level building blocks of the decode/encode kernels, in the exact operation order of
 // src/codec/kernels/kernels.h. Element j of an m-channel subset lives in lane j % 32, register
-// j / 32 (layout.h). Every float operation is an explicit _rn intrinsic, and the library builds with
+// j / 32 (packed.h). Every float operation is an explicit _rn intrinsic, and the library builds with
 // --fmad=false, so nothing is contracted or reassociated.
 #ifndef TQKV_SRC_CUDA_WARP_CUH_
 #define TQKV_SRC_CUDA_WARP_CUH_
 
 #include <cuda_runtime.h>
 
-#include "cuda/layout.h"
+#include "cuda/packed.h"
 
 namespace tqkv::cuda {
 

@@ -124,4 +124,15 @@ Status LayoutKvSource::ReadLayer(uint32_t layer, void* k, void* v) {
   return Status::Ok();
 }
 
+bool LayoutKvSource::InMemory() const {
+  if (!layout_.IsCanonical(geometry_) || k_.size() != geometry_.layers ||
+      v_.size() != geometry_.layers) {
+    return false;
+  }
+  for (uint32_t l = 0; l < geometry_.layers; ++l) {
+    if (k_[l] == nullptr || v_[l] == nullptr) return false;
+  }
+  return true;
+}
+
 }  // namespace tqkv

@@ -164,7 +164,9 @@ TEST(ExactRows, ParseExactTokens) {
   for (const char* bad : {"", "4", "4,", ",4", "a,4", "4,1x", "-1,4", "4,99999999999", "4;4"}) {
     auto r = ParseExactTokens(bad);
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << bad;
-    if (!r.ok()) EXPECT_NE(r.status().message().find("FIRST,LAST"), std::string::npos) << bad;
+    if (!r.ok()) {
+      EXPECT_NE(r.status().message().find("FIRST,LAST"), std::string::npos) << bad;
+    }
   }
 }
 

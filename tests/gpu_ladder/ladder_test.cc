@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "checkpoint/gpu/device_destination.h"
-#include "cuda/layout.h"
+#include "cuda/packed.h"
 #include "cuda/params.h"
 #include "store/store_test_util.h"
 #include "tqkv/aligned_buffer.h"

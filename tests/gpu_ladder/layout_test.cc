@@ -9,7 +9,7 @@
 #include <random>
 #include <vector>
 
-#include "cuda/layout.h"
+#include "cuda/packed.h"
 #include "cuda/params.h"
 #include "gpu_ladder/gpu_test_util.h"
 #include "tqkv/codec.h"

@@ -34,7 +34,7 @@ struct StoreParam {
   // Skip unless the store really runs in this mode (io_uring may be unavailable at run time).
   std::optional<IoMode> required_mode;
   // Non-empty: why this store cannot run here (its server is not installed); the test skips.
-  std::function<std::string()> unavailable;
+  std::function<std::string()> unavailable = {};
 };
 
 std::ostream& operator<<(std::ostream& os, const StoreParam& p) { return os << p.name; }

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "cuda/layout.h"
+#include "cuda/packed.h"
 #include "tqkv/container.h"
 #include "tqkv/kv_layout.h"
 #include "tqkv/status.h"

@@ -1,4 +1,4 @@
-#include "checkpoint/layout.h"
+#include "checkpoint/session_codecs.h"
 
 #include <algorithm>
 #include <string>

@@ -1,6 +1,6 @@
 // Shared by checkpoint and restore: codecs of a session and chunk sizing.
-#ifndef TQKV_SRC_CHECKPOINT_LAYOUT_H_
-#define TQKV_SRC_CHECKPOINT_LAYOUT_H_
+#ifndef TQKV_SRC_CHECKPOINT_SESSION_CODECS_H_
+#define TQKV_SRC_CHECKPOINT_SESSION_CODECS_H_
 
 #include <memory>
 #include <vector>
@@ -33,4 +33,4 @@ uint32_t DefaultTokenBlock(const SessionCodecs& codecs, const ModelGeometry& geo
 
 }  // namespace tqkv
 
-#endif  // TQKV_SRC_CHECKPOINT_LAYOUT_H_
+#endif  // TQKV_SRC_CHECKPOINT_SESSION_CODECS_H_

@@ -11,8 +11,8 @@
 // Warp mapping used by the kernels: one warp per vector; element j of a subset of m channels lives
 // in lane j % 32, register j / 32 ("strided"). Then plane p's 32-bit word w (bytes 4w..4w+3) is the
 // ballot over register w, and Sum8's accumulator k (i % 8 == k) is fed by lanes k, k+8, k+16, k+24.
-#ifndef TQKV_SRC_CUDA_LAYOUT_H_
-#define TQKV_SRC_CUDA_LAYOUT_H_
+#ifndef TQKV_SRC_CUDA_PACKED_H_
+#define TQKV_SRC_CUDA_PACKED_H_
 
 #include <stdint.h>
 #include <string.h>
@@ -281,4 +281,4 @@ inline constexpr uint16_t kNanNormF16 = 0x7E00u;
 
 }  // namespace tqkv::cuda
 
-#endif  // TQKV_SRC_CUDA_LAYOUT_H_
+#endif  // TQKV_SRC_CUDA_PACKED_H_
