@@ -247,21 +247,34 @@ struct LayerReady {
   }
 };
 
+// What both array restores set up alike: the thread pool, the read options and the caller's
+// layer_ready. Stays where it is built: opts.layer_ready refers to `ready`.
+struct ArrayRestore {
+  ArrayRestore(nb::object layer_ready, bool drop_cache, uint64_t inflight_bytes)
+      : pool(Pool()), ready{std::move(layer_ready), std::nullopt} {
+    opts.pool = pool.get();
+    opts.drop_cache = drop_cache;
+    if (inflight_bytes) opts.inflight_bytes = inflight_bytes;
+    opts.layer_ready = [this](uint32_t layer) { return ready(layer); };
+  }
+  ArrayRestore(const ArrayRestore&) = delete;
+  ArrayRestore& operator=(const ArrayRestore&) = delete;
+
+  std::shared_ptr<ThreadPool> pool;
+  LayerReady ready;
+  RestoreOptions opts;
+  RestoreStats stats;
+};
+
 nb::dict RestoreArrays(PyStore& ps, const std::string& key, const std::vector<RwArray>& k,
                        const std::vector<RwArray>& v, Axes axes,
                        const std::optional<Int64Array>& block_ids, uint64_t tokens,
                        nb::object layer_ready, bool drop_cache,
                        uint64_t inflight_bytes) {
   LayerArrays la = ViewLayers(k, v, axes, block_ids, tokens);
-  auto pool = Pool();
-  RestoreOptions opts;
-  opts.dtype = la.dtype;
-  opts.pool = pool.get();
-  opts.drop_cache = drop_cache;
-  if (inflight_bytes) opts.inflight_bytes = inflight_bytes;
-  opts.expect_geometry = &la.geometry;
-  LayerReady ready{std::move(layer_ready), std::nullopt};
-  opts.layer_ready = [&](uint32_t layer) { return ready(layer); };
+  ArrayRestore r(std::move(layer_ready), drop_cache, inflight_bytes);
+  r.opts.dtype = la.dtype;
+  r.opts.expect_geometry = &la.geometry;
   const int device_type = k[0].device_type(), device_id = k[0].device_id();
   for (const auto* arrays : {&k, &v}) {
     for (const RwArray& a : *arrays) {
@@ -275,17 +288,16 @@ nb::dict RestoreArrays(PyStore& ps, const std::string& key, const std::vector<Rw
     ThrowInvalid("out=: arrays in host or CUDA device memory only (DLPack device type " +
                  std::to_string(device_type) + ")");
   }
-  RestoreStats stats;
   Status s;
   {
     nb::gil_scoped_release release;
-    s = cuda ? RestoreToCudaArrays(*ps.store, key, la, device_id, opts.layer_ready, &stats)
-             : RestoreInto(*ps.store, key, la, opts, &stats);
+    s = cuda ? RestoreToCudaArrays(*ps.store, key, la, device_id, r.opts.layer_ready, &r.stats)
+             : RestoreInto(*ps.store, key, la, r.opts, &r.stats);
   }
-  if (ready.error) throw std::move(*ready.error);
+  if (r.ready.error) throw std::move(*r.ready.error);
   ThrowIfError(s);
-  // The CUDA path decodes into the GPU restore's tensors and copies them over.
-  return RestoreStatsDict(stats, cuda || !DecodesInPlace(la.layout, la.geometry, la.tokens));
+  // The CUDA path decodes in place whatever the strides (channels contiguous, else refused).
+  return RestoreStatsDict(r.stats, !cuda && !DecodesInPlace(la.layout, la.geometry, la.tokens));
 }
 
 // Restores into arrays that `allocate(header)` returns as (k_layers, v_layers) once the header
@@ -311,23 +323,16 @@ nb::dict RestoreNew(PyStore& ps, const std::string& key, Axes axes, nb::object a
       return e.status();
     }
   };
-  auto pool = Pool();
-  RestoreOptions opts;
-  opts.pool = pool.get();
-  opts.drop_cache = drop_cache;
-  if (inflight_bytes) opts.inflight_bytes = inflight_bytes;
-  LayerReady ready{std::move(layer_ready), std::nullopt};
-  opts.layer_ready = [&](uint32_t layer) { return ready(layer); };
-  RestoreStats stats;
+  ArrayRestore r(std::move(layer_ready), drop_cache, inflight_bytes);
   Status s;
   {
     nb::gil_scoped_release release;
-    s = RestoreInto(*ps.store, key, make, opts, &stats);
+    s = RestoreInto(*ps.store, key, make, r.opts, &r.stats);
   }
   if (error) throw std::move(*error);
-  if (ready.error) throw std::move(*ready.error);
+  if (r.ready.error) throw std::move(*r.ready.error);
   ThrowIfError(s);
-  return RestoreStatsDict(stats, staged);
+  return RestoreStatsDict(r.stats, staged);
 }
 
 }  // namespace

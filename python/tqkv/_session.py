@@ -173,9 +173,9 @@ def restore(store: StoreLike, key: str, *, out: Optional[Tuple[Any, Any]] = None
     in order, from the restoring thread, so an engine can start on layer 0 early (raising in it
     stops the restore). ``stats``: a dict to fill with the library's figures.
     CUDA: ``device="cuda"`` (with ``array="torch"``) or ``out=`` CUDA arrays (torch, CuPy, any
-    DLPack producer) restore through the library's GPU restore and one device copy per layer
-    (``staged`` True) when the package is built with CUDA (``tqkv.CUDA``); otherwise they raise
-    InvalidArgumentError saying so.
+    DLPack producer) restore through the library's GPU restore, decoded straight into the arrays
+    (``staged`` False; last axis contiguous) when the package is built with CUDA (``tqkv.CUDA``);
+    otherwise they raise InvalidArgumentError saying so.
     The GIL is released while the session is read and decoded.
     """
     if array not in ("numpy", "torch"):
