@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -221,6 +222,25 @@ TEST(KernelsDispatch, TablesMatchLevels) {
   EXPECT_EQ(&ActiveKernels(), &ScalarKernels());
   ResetSimdLevel();
   EXPECT_EQ(&ActiveKernels(), &KernelsFor(ActiveSimdLevel()));
+}
+
+// The levels every table comparison in this file runs, printed for the CI log; on AArch64 the
+// NEON table must be among them, or the comparisons would test only the reference.
+TEST(KernelsDispatch, NeonTableOnAarch64Only) {
+  std::string names;
+  for (SimdLevel level : SupportedSimdLevels()) names += " " + std::string(SimdLevelName(level));
+  std::printf("simd levels:%s\n", names.c_str());
+#if defined(__aarch64__)
+  EXPECT_TRUE(SimdLevelSupported(SimdLevel::kNeon));
+  ASSERT_NE(NeonKernels(), nullptr);
+  EXPECT_EQ(&KernelsFor(SimdLevel::kNeon), NeonKernels());
+  EXPECT_STREQ(NeonKernels()->name, "neon");
+  EXPECT_EQ(BestSimdLevel(), SimdLevel::kNeon);
+#else
+  EXPECT_FALSE(SimdLevelSupported(SimdLevel::kNeon));
+  EXPECT_EQ(NeonKernels(), nullptr);
+  EXPECT_EQ(&KernelsFor(SimdLevel::kNeon), &ScalarKernels());
+#endif
 }
 
 TEST(KernelsRef, Sum8SquaresOrder) {
