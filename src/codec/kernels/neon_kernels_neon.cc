@@ -106,7 +106,9 @@ inline float Sum8Squares(const float* v, size_t m) {
 }
 
 inline void MulInto(const float* a, const float* b, size_t m, float* out) {
-  for (size_t j = 0; j < m; j += 4) vst1q_f32(out + j, vmulq_f32(vld1q_f32(a + j), vld1q_f32(b + j)));
+  for (size_t j = 0; j < m; j += 4) {
+    vst1q_f32(out + j, vmulq_f32(vld1q_f32(a + j), vld1q_f32(b + j)));
+  }
 }
 
 // FWHT stages h = 1, 2 inside a register. Lane i of a pair takes a + b or a - b; here
