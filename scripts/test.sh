@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Every test: the build's ctest suite, the same suite under AddressSanitizer + UBSan, and a short
-# libFuzzer run of the container reader. Exit status non-zero on any failure.
+# Every test: the build's ctest suite, the codec tests cross-compiled for aarch64 under qemu, the
+# same suite under AddressSanitizer + UBSan, and a short libFuzzer run of the container reader.
+# Exit status non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
@@ -47,6 +48,17 @@ fi
 echo "== build + ctest"
 bash scripts/build.sh -DTQKV_BUILD_PYTHON=ON -DPython_EXECUTABLE="$PWD/build/pyvenv/bin/python"
 ctest --test-dir build --output-on-failure -j "$jobs"
+
+echo "== aarch64: the codec tests cross-compiled and run under qemu (scalar and NEON kernels)"
+t_arm=$SECONDS
+arm_rc=0
+bash scripts/test-aarch64.sh || arm_rc=$?
+if [ "$arm_rc" -eq 3 ]; then
+  echo "warning: the aarch64 cross toolchain or qemu could not be installed; the aarch64 tests skip"
+elif [ "$arm_rc" -ne 0 ]; then
+  exit "$arm_rc"
+fi
+echo "aarch64 tests: $((SECONDS - t_arm)) s"
 
 echo "== Python package: pytest on the build tree's package, and one fresh-venv pip install ."
 t_py=$SECONDS

@@ -214,8 +214,18 @@ const ModelKernels& ScalarModelKernels() {
   return k;
 }
 
+#if !defined(__x86_64__)
+// kernels_avx2.cc is built for x86-64 only (cmake/TqkvSimdSources.cmake). Elsewhere no CPU supports
+// the AVX2 level, so this is never called; it exists so that callers guarded at run time link.
+const ModelKernels& Avx2ModelKernels() { return ScalarModelKernels(); }
+#endif
+
 const ModelKernels& ModelKernelsFor(SimdLevel level) {
-  if (level == SimdLevel::kAvx2 && BestSimdLevel() >= SimdLevel::kAvx2) return Avx2ModelKernels();
+  // The model kernels have no AVX-512 version: a CPU with AVX-512 runs the AVX2 ones.
+  if ((level == SimdLevel::kAvx2 || level == SimdLevel::kAvx512) &&
+      SimdLevelSupported(SimdLevel::kAvx2)) {
+    return Avx2ModelKernels();
+  }
   return ScalarModelKernels();
 }
 

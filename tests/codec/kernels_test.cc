@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -205,17 +206,41 @@ std::string Describe(const SubsetPlan& p, const KernelTable& t) {
 TEST(KernelsDispatch, TablesMatchLevels) {
   EXPECT_STREQ(KernelsFor(SimdLevel::kScalar).name, "scalar");
   EXPECT_STREQ(ScalarKernels().name, "scalar");
-  if (BestSimdLevel() >= SimdLevel::kAvx2) {
+  if (SimdLevelSupported(SimdLevel::kAvx2)) {
     ASSERT_NE(Avx2Kernels(), nullptr);
     EXPECT_EQ(&KernelsFor(SimdLevel::kAvx2), Avx2Kernels());
   } else {
     EXPECT_EQ(Avx2Kernels(), nullptr);
     EXPECT_EQ(&KernelsFor(SimdLevel::kAvx2), &ScalarKernels());
   }
-  ForceSimdLevel(SimdLevel::kScalar);
+  // Every supported level has a table that is not the reference (scalar aside).
+  for (SimdLevel level : SupportedSimdLevels()) {
+    if (level == SimdLevel::kScalar) continue;
+    EXPECT_NE(&KernelsFor(level), &ScalarKernels()) << SimdLevelName(level);
+  }
+  ASSERT_TRUE(ForceSimdLevel(SimdLevel::kScalar).ok());
   EXPECT_EQ(&ActiveKernels(), &ScalarKernels());
   ResetSimdLevel();
   EXPECT_EQ(&ActiveKernels(), &KernelsFor(ActiveSimdLevel()));
+}
+
+// The levels every table comparison in this file runs, printed for the CI log; on AArch64 the
+// NEON table must be among them, or the comparisons would test only the reference.
+TEST(KernelsDispatch, NeonTableOnAarch64Only) {
+  std::string names;
+  for (SimdLevel level : SupportedSimdLevels()) names += " " + std::string(SimdLevelName(level));
+  std::printf("simd levels:%s\n", names.c_str());
+#if defined(__aarch64__)
+  EXPECT_TRUE(SimdLevelSupported(SimdLevel::kNeon));
+  ASSERT_NE(NeonKernels(), nullptr);
+  EXPECT_EQ(&KernelsFor(SimdLevel::kNeon), NeonKernels());
+  EXPECT_STREQ(NeonKernels()->name, "neon");
+  EXPECT_EQ(BestSimdLevel(), SimdLevel::kNeon);
+#else
+  EXPECT_FALSE(SimdLevelSupported(SimdLevel::kNeon));
+  EXPECT_EQ(NeonKernels(), nullptr);
+  EXPECT_EQ(&KernelsFor(SimdLevel::kNeon), &ScalarKernels());
+#endif
 }
 
 TEST(KernelsRef, Sum8SquaresOrder) {

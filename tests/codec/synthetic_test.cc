@@ -52,7 +52,7 @@ TEST(Synthetic, LayerLayoutMatchesGroupsAndDtypes) {
     std::vector<uint16_t> half(layer.size());
     ASSERT_TRUE(g.FillLayer(1, 1, t0, t1, t, half.data()).ok());
     for (size_t i = 0; i < layer.size(); ++i) {
-      std::vector<uint16_t> one(1);
+      std::vector<uint16_t> one(2);  // room for any dtype: no -Warray-bounds on the f32 branch
       StoreFromFloat(one.data(), t, 0, layer[i]);
       ASSERT_EQ(one[0], half[i]);
     }

@@ -6,15 +6,33 @@
 
 namespace tqkv::kernels {
 
+// Each SIMD file is compiled only for its architecture (cmake/TqkvSimdSources.cmake), so each
+// table exists only there.
 const KernelTable* Avx2Kernels() {
-  // BestSimdLevel checks AVX2, FMA and F16C, everything the _avx2.cc files are compiled for.
-  if (BestSimdLevel() < SimdLevel::kAvx2) return nullptr;
+#if defined(__x86_64__)
+  // The AVX2 level needs AVX2, FMA and F16C, everything the _avx2.cc files are compiled for.
+  if (!SimdLevelSupported(SimdLevel::kAvx2)) return nullptr;
   return &internal::Avx2Table();
+#else
+  return nullptr;
+#endif
+}
+
+const KernelTable* NeonKernels() {
+#if defined(__aarch64__)
+  return &internal::NeonTable();  // Advanced SIMD is mandatory on AArch64
+#else
+  return nullptr;
+#endif
 }
 
 const KernelTable& KernelsFor(SimdLevel level) {
-  if (level == SimdLevel::kAvx2) {
+  // A CPU with AVX-512 has AVX2 too: the AVX2 table serves that level.
+  if (level == SimdLevel::kAvx2 || level == SimdLevel::kAvx512) {
     if (const KernelTable* t = Avx2Kernels()) return *t;
+  }
+  if (level == SimdLevel::kNeon) {
+    if (const KernelTable* t = NeonKernels()) return *t;
   }
   return ScalarKernels();
 }
