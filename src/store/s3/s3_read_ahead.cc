@@ -14,11 +14,12 @@ namespace {
 constexpr uint64_t kHugePage = 2u << 20;
 }
 
-ReadAhead::ReadAhead(uint64_t size, uint64_t block, uint32_t lanes, FetchFn fetch)
+ReadAhead::ReadAhead(uint64_t size, uint64_t block, uint32_t lanes, FetchFn fetch,
+                     uint64_t min_held)
     : size_(size),
       block_(std::max<uint64_t>(block, 1)),
       lanes_(std::max<uint32_t>(lanes, 1)),
-      resident_max_(2 * static_cast<size_t>(lanes_)),
+      resident_max_(std::max<size_t>(2 * static_cast<size_t>(lanes_), min_held / block_)),
       fetch_(std::move(fetch)) {
   for (uint32_t i = 0; i < lanes_; ++i) workers_.emplace_back([this] { FetchLoop(); });
 }
@@ -43,11 +44,13 @@ uint8_t* ReadAhead::TakeBuffer() {
     free_.pop_back();
     return p;
   }
-  // Huge pages where the kernel has them: a few faults per block instead of one per 4 KiB.
-  const uint64_t bytes = (block_ + kHugePage - 1) / kHugePage * kHugePage;
-  void* p = std::aligned_alloc(kHugePage, bytes);
+  // Blocks of 2 MiB or more on huge pages where the kernel has them: a few faults per block
+  // instead of one per 4 KiB.
+  const uint64_t align = block_ >= kHugePage ? kHugePage : 64;
+  const uint64_t bytes = (block_ + align - 1) / align * align;
+  void* p = std::aligned_alloc(align, bytes);
   if (p == nullptr) return nullptr;
-  (void)madvise(p, bytes, MADV_HUGEPAGE);
+  if (align == kHugePage) (void)madvise(p, bytes, MADV_HUGEPAGE);
   owned_.emplace_back(static_cast<uint8_t*>(p), &std::free);
   return static_cast<uint8_t*>(p);
 }

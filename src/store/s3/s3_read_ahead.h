@@ -30,8 +30,10 @@ class ReadAhead {
   using FetchFn = std::function<Status(uint64_t offset, std::span<uint8_t> dst,
                                        const std::function<bool(uint64_t)>& progress)>;
 
-  // At most `lanes` GETs in flight and 2 x lanes blocks of memory.
-  ReadAhead(uint64_t size, uint64_t block, uint32_t lanes, FetchFn fetch);
+  // At most `lanes` GETs in flight; blocks held for reading ahead: 2 x lanes, or `min_held`
+  // bytes of small ones (room for the spread of a restore's read lanes).
+  ReadAhead(uint64_t size, uint64_t block, uint32_t lanes, FetchFn fetch,
+            uint64_t min_held = 32u << 20);
   ~ReadAhead();
   ReadAhead(const ReadAhead&) = delete;
   ReadAhead& operator=(const ReadAhead&) = delete;
