@@ -60,6 +60,7 @@ ReadAhead::BlockPtr ReadAhead::Queue(uint64_t index, bool urgent) {
   b->index = index;
   b->offset = index * block_;
   b->length = std::min(block_, size_ - b->offset);
+  b->urgent = urgent;
   blocks_[index] = b;
   if (urgent) {
     queue_.push_front(b);
@@ -90,6 +91,15 @@ void ReadAhead::Unuse(const BlockPtr& b) {
 ReadAhead::BlockPtr ReadAhead::Acquire(uint64_t index, bool ahead) {
   auto it = blocks_.find(index);
   BlockPtr b = it != blocks_.end() ? it->second : Queue(index, /*urgent=*/true);
+  if (!b->urgent && b->data == nullptr && !b->done) {  // read ahead, not started: next now
+    b->urgent = true;
+    auto q = std::find(queue_.begin(), queue_.end(), b);
+    if (q != queue_.end()) {
+      queue_.erase(q);
+      queue_.push_front(b);
+      cv_.notify_all();
+    }
+  }
   ++b->users;  // before making room below: never the victim
   const uint64_t blocks = (size_ + block_ - 1) / block_;
   uint64_t j = std::max(next_ahead_, index + 1);
@@ -165,17 +175,26 @@ void ReadAhead::FetchLoop() {
     BlockPtr b;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      // Read-ahead starts with 2 GETs and adds one per GET ended: GETs started together share
+      // the link, and the block a reader waits for then comes slower (a restore's first layer
+      // waited 0.25 s with 8 at once, 0.14 s so; same restore time).
+      cv_.wait(lock, [&] {
+        return stop_ || (!queue_.empty() && (queue_.front()->urgent ||
+                                             inflight_ < std::min<uint64_t>(lanes_, 2 + completed_)));
+      });
       if (stop_) return;
       b = queue_.front();
       queue_.pop_front();
       if (b->dropped) continue;
       b->data = TakeBuffer();
       ++b->users;
+      ++inflight_;
       if (b->data == nullptr) {
         b->done = true;
         b->status = Status::ResourceExhausted("s3 read-ahead: no memory for a block of " +
                                               std::to_string(b->length) + " bytes");
+        --inflight_;
+        ++completed_;
         cv_.notify_all();
         Unuse(b);
         continue;
@@ -197,6 +216,8 @@ void ReadAhead::FetchLoop() {
     }
     b->done = true;
     b->status = std::move(st);
+    --inflight_;
+    ++completed_;
     cv_.notify_all();
     Unuse(b);
   }

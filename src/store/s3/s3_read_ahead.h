@@ -54,6 +54,7 @@ class ReadAhead {
     uint64_t consumed = 0;  // bytes copied out; the block is dropped once all were
     int users = 0;          // readers copying and the fetcher
     bool dropped = false;   // out of blocks_; its buffer returns when users reach 0
+    bool urgent = false;    // queued because a reader waits for it
   };
   using BlockPtr = std::shared_ptr<Block>;
 
@@ -78,6 +79,8 @@ class ReadAhead {
   std::vector<std::unique_ptr<uint8_t, void (*)(void*)>> owned_;
   uint64_t next_ahead_ = 0;  // blocks below were queued ahead once; never again
   uint64_t fetched_ = 0;
+  uint32_t inflight_ = 0;   // fetches running
+  uint64_t completed_ = 0;  // fetches ended
   bool stop_ = false;
   std::vector<std::thread> workers_;
 };
