@@ -50,7 +50,9 @@ struct Transfer {
   const HttpRequest* req;
   HttpResponse* resp;
   CURL* curl;
+  uint64_t base = 0;  // bytes of the whole request landed by earlier tries
   bool overflow = false;
+  bool aborted = false;
 };
 
 size_t OnWrite(char* data, size_t size, size_t n, void* user) {
@@ -73,6 +75,10 @@ size_t OnWrite(char* data, size_t size, size_t n, void* user) {
   }
   std::memcpy(t->req->dst.data() + t->resp->received, data, len);
   t->resp->received += len;
+  if (t->req->on_data && !t->req->on_data(t->base + t->resp->received)) {
+    t->aborted = true;
+    return 0;
+  }
   return len;
 }
 
@@ -161,12 +167,13 @@ std::string Client::Url(const HttpRequest& req) const {
   return url;
 }
 
-Result<HttpResponse> Client::RunOnce(void* handle, const HttpRequest& req,
-                                     std::string* transport_error, bool* retryable) {
+Result<HttpResponse> Client::RunOnce(void* handle, const HttpRequest& req, uint64_t base,
+                                     std::string* transport_error, bool* retryable,
+                                     uint64_t* landed) {
   CURL* curl = static_cast<CURL*>(handle);
   curl_easy_reset(curl);
   HttpResponse resp;
-  Transfer t{&req, &resp, curl};
+  Transfer t{&req, &resp, curl, base};
   const std::string url = Url(req);
   const std::string sigv4 = "aws:amz:" + cfg_.region + ":s3";
   curl_easy_setopt(curl, CURLOPT_SHARE, share_->sh);
@@ -184,6 +191,8 @@ Result<HttpResponse> Client::RunOnce(void* handle, const HttpRequest& req,
   curl_easy_setopt(curl, CURLOPT_WRITEDATA, &t);
   curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, &OnHeader);
   curl_easy_setopt(curl, CURLOPT_HEADERDATA, &t);
+  // Bulk reads: fewer, larger receives and write callbacks than libcurl's 16 KiB default.
+  if (!req.dst.empty()) curl_easy_setopt(curl, CURLOPT_BUFFERSIZE, 256L << 10);
   if (!cfg_.ca.empty()) curl_easy_setopt(curl, CURLOPT_CAINFO, cfg_.ca.c_str());
   if (req.deadline_ms > 0) {
     curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, static_cast<long>(req.deadline_ms));
@@ -218,6 +227,11 @@ Result<HttpResponse> Client::RunOnce(void* handle, const HttpRequest& req,
   curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
   const CURLcode rc = curl_easy_perform(curl);
   curl_slist_free_all(headers);
+  *landed = resp.received;
+  if (t.aborted) {
+    *retryable = false;
+    return Status::IoError("s3: " + req.method + " " + req.key + " aborted by its reader");
+  }
   if (rc != CURLE_OK && !(t.overflow && rc == CURLE_WRITE_ERROR)) {
     *retryable = Retryable(rc);
     *transport_error = curl_easy_strerror(rc);
@@ -244,14 +258,28 @@ Result<HttpResponse> Client::Run(const HttpRequest& req) {
   std::string err;
   Result<HttpResponse> last = Status::IoError("s3: no attempt");
   thread_local std::mt19937 rng(std::random_device{}());
+  // A ranged GET into dst that broke after some bytes resumes after them: on_data never goes
+  // back, and the bytes already there are the same object's (If-Match).
+  HttpRequest rest;
+  const bool resumable = req.range.has_value() && !req.dst.empty();
+  uint64_t done = 0;
   for (uint32_t attempt = 0; attempt <= cfg_.retries; ++attempt) {
     if (attempt > 0) {
       const int ms = std::min(2000, 50 << (attempt - 1));
       std::this_thread::sleep_for(std::chrono::milliseconds(ms / 2 + rng() % (ms / 2 + 1)));
     }
+    if (done > 0) {
+      rest = req;
+      rest.range = std::make_pair(req.range->first + done, req.range->second - done);
+      rest.dst = req.dst.subspan(done);
+    }
     bool retry = false;
-    last = RunOnce(curl, req, &err, &retry);
+    uint64_t landed = 0;
+    last = RunOnce(curl, done > 0 ? rest : req, done, &err, &retry, &landed);
+    if (last.ok()) last->received += done;
     if (!retry || req.deadline_ms > 0) break;
+    // Every byte landed yet the transfer failed: the next try is the whole request again.
+    if (resumable) done = done + landed < req.dst.size() ? done + landed : 0;
   }
   Give(curl);
   if (!last.ok() && !err.empty()) {

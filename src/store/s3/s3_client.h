@@ -5,6 +5,7 @@
 #define TQKV_SRC_STORE_S3_S3_CLIENT_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -42,6 +43,9 @@ struct HttpRequest {
   std::span<const uint8_t> body;
   std::optional<std::pair<uint64_t, uint64_t>> range;  // offset, length (length > 0)
   std::span<uint8_t> dst;      // GET with range: the bytes land here (exactly dst.size())
+  // With dst: called with the bytes landed so far (a prefix of dst, never shrinking across
+  // retries, which resume where the broken transfer stopped); false aborts the request.
+  std::function<bool(uint64_t)> on_data;
   std::string if_match;        // ETag the object must still have
   uint32_t deadline_ms = 0;    // whole-request limit, no retries (best-effort requests); 0: none
 };
@@ -74,8 +78,10 @@ class Client {
   struct Share;
   void* Take();            // CURL*
   void Give(void* curl);
-  Result<HttpResponse> RunOnce(void* curl, const HttpRequest& req, std::string* transport_error,
-                               bool* retryable);
+  // `base`: bytes of req.dst's request landed by earlier tries (for on_data); `*landed`: bytes
+  // this try wrote into req.dst, also when it failed.
+  Result<HttpResponse> RunOnce(void* curl, const HttpRequest& req, uint64_t base,
+                               std::string* transport_error, bool* retryable, uint64_t* landed);
   std::string Url(const HttpRequest& req) const;
 
   S3Config cfg_;

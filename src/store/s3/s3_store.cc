@@ -7,6 +7,7 @@
 #include <deque>
 #include <future>
 #include <map>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "store/file_layout.h"
 #include "store/publishing_writer.h"
 #include "store/s3/s3_client.h"
+#include "store/s3/s3_read_ahead.h"
 #include "store/store_internal.h"
 #include "tqkv/store_admin.h"
 
@@ -210,21 +212,22 @@ class S3Readable final : public ReadableObject {
         touch_(std::move(touch)) {}
 
   uint64_t Size() const override { return size_; }
-  uint64_t BytesRead() const override { return bytes_read_; }
+  uint64_t BytesRead() const override {
+    std::lock_guard<std::mutex> lock(ahead_mu_);
+    return bytes_read_ + (ahead_ != nullptr ? ahead_->BytesFetched() : 0);
+  }
 
   Status ReadAt(uint64_t offset, std::span<uint8_t> dst) override {
     ReadRequest r{offset, dst};
     return ReadBatch(std::span<const ReadRequest>(&r, 1));
   }
 
-  // Every request split into GETs of at most get_bytes, run on up to `lanes` threads.
+  // Bulk reads (a batch of kBulkBytes or more, and every read after one) go through the block
+  // read-ahead (s3_read_ahead.h): few large GETs at multiples of `get`. Small reads before that
+  // (a container's header and index) are GETs of just their bytes, each request split into GETs
+  // of at most `get` bytes run on up to `lanes` threads.
   Status ReadBatch(std::span<const ReadRequest> reqs) override {
-    struct Piece {
-      uint64_t off;
-      std::span<uint8_t> dst;
-    };
-    std::vector<Piece> pieces;
-    const uint64_t step = client_->cfg().get_bytes;
+    uint64_t total = 0;
     for (const ReadRequest& r : reqs) {
       if (r.offset > size_ || r.dst.size() > size_ - r.offset) {
         return Status::Corruption("s3 object " + key_ + ": read of " +
@@ -232,6 +235,19 @@ class S3Readable final : public ReadableObject {
                                   std::to_string(r.offset) + " is past its end (" +
                                   std::to_string(size_) + " bytes)");
       }
+      total += r.dst.size();
+    }
+    if (s3::ReadAhead* ahead = Ahead(total)) {
+      for (const ReadRequest& r : reqs) TQKV_RETURN_IF_ERROR(ahead->Read(r.offset, r.dst));
+      return Status::Ok();
+    }
+    struct Piece {
+      uint64_t off;
+      std::span<uint8_t> dst;
+    };
+    std::vector<Piece> pieces;
+    const uint64_t step = client_->cfg().get_bytes;
+    for (const ReadRequest& r : reqs) {
       for (uint64_t done = 0; done < r.dst.size(); done += step) {
         const uint64_t n = std::min<uint64_t>(step, r.dst.size() - done);
         pieces.push_back({r.offset + done, r.dst.subspan(done, n)});
@@ -243,7 +259,8 @@ class S3Readable final : public ReadableObject {
     Status first;
     auto lane = [&] {
       for (size_t i = next++; i < pieces.size(); i = next++) {
-        Status s = Get(pieces[i].off, pieces[i].dst);
+        Status s = Get(pieces[i].off, pieces[i].dst, {});
+        if (s.ok()) bytes_read_ += pieces[i].dst.size();
         if (!s.ok()) {
           std::lock_guard<std::mutex> lock(mu);
           if (first.ok()) first = s;
@@ -260,12 +277,29 @@ class S3Readable final : public ReadableObject {
   }
 
  private:
-  Status Get(uint64_t off, std::span<uint8_t> dst) {
+  static constexpr uint64_t kBulkBytes = 1u << 20;
+
+  // The read-ahead, started by the first bulk batch; nullptr before.
+  s3::ReadAhead* Ahead(uint64_t batch_bytes) {
+    std::lock_guard<std::mutex> lock(ahead_mu_);
+    if (ahead_ == nullptr && batch_bytes >= kBulkBytes) {
+      const s3::S3Config& cfg = client_->cfg();
+      ahead_ = std::make_unique<s3::ReadAhead>(
+          size_, cfg.get_bytes, cfg.lanes,
+          [this](uint64_t off, std::span<uint8_t> dst, const std::function<bool(uint64_t)>& on) {
+            return Get(off, dst, on);
+          });
+    }
+    return ahead_.get();
+  }
+
+  Status Get(uint64_t off, std::span<uint8_t> dst, const std::function<bool(uint64_t)>& on_data) {
     HttpRequest req;
     req.key = object_;
     req.range = std::make_pair(off, static_cast<uint64_t>(dst.size()));
     req.dst = dst;
     req.if_match = etag_;
+    req.on_data = on_data;
     TQKV_ASSIGN_OR_RETURN(HttpResponse r, client_->Run(req));
     if (r.code == 412 || r.code == 404) {
       return Status::NotFound("s3 object " + key_ + " was replaced or removed since it was opened "
@@ -281,7 +315,6 @@ class S3Readable final : public ReadableObject {
                              std::to_string(r.received) + " of " + std::to_string(dst.size()) +
                              " bytes");
     }
-    bytes_read_ += dst.size();
     return Status::Ok();
   }
 
@@ -291,6 +324,8 @@ class S3Readable final : public ReadableObject {
   std::string etag_;
   std::future<void> touch_;  // the access-time write; its destructor waits (at most 3 s)
   std::atomic<uint64_t> bytes_read_{0};
+  mutable std::mutex ahead_mu_;
+  std::unique_ptr<s3::ReadAhead> ahead_;  // last: stopped before the members its fetches use
 };
 
 struct Listed {
