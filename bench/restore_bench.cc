@@ -31,6 +31,7 @@
 #include "tools/cli_files.h"
 #include "tqkv/checkpoint.h"
 #include "tqkv/settings.h"
+#include "tqkv/simd.h"
 #include "tqkv/container.h"
 #include "store/testing/store_testing.h"
 #include "tqkv/synthetic_source.h"
@@ -564,6 +565,7 @@ Status Run(Options o) {
   out["read_lanes"] = o.read_lanes;
   out["read_ahead_bytes"] = o.inflight_bytes;
   out["machine"] = bench::MachineDescription();
+  out["simd"] = std::string(SimdLevelName(ActiveSimdLevel()));
   if (any_gpu) {
     out["gpu"] = {{"probe", gpu.probe}, {"device", gpu.device},
                   {"skipped_rows", gpu_note.empty() ? json(nullptr) : json(gpu_note)}};

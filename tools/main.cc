@@ -6,12 +6,18 @@
 #include <new>
 
 #include "tools/commands.h"
+#include "tqkv/simd.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"tqkv: TurboQuant-compressed KV-cache checkpoint and restore"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "tqkv 0.1.0");
   tqkv::tools::RegisterCommands(app);
+  // A TQKV_SIMD the CPU cannot honour would otherwise measure or run another level than asked.
+  if (const tqkv::Status simd = tqkv::SimdEnvironmentStatus(); !simd.ok()) {
+    std::fprintf(stderr, "tqkv: error: %s\n", simd.message().c_str());
+    return 2;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -15,6 +15,7 @@
 #include "tqkv/container.h"
 #include "tqkv/describe.h"
 #include "tqkv/safetensors.h"
+#include "tqkv/simd.h"
 #include "tqkv/synthetic_source.h"
 #include "tqkv/thread_pool.h"
 #include "tqkv/units.h"
@@ -190,7 +191,8 @@ void RegisterRestore(CLI::App& app) {
                   {"read_busy_s", st.read_busy_seconds}, {"decode_busy_s", st.decode_busy_seconds},
                   {"alloc_s", alloc_s}, {"warm_memory_s", warm_s}, {"memory_warmed", warmed}, {"bytes_direct", st.read_path.direct},
                   {"bytes_uring", st.read_path.uring},
-                  {"bytes_page_cache", st.read_path.page_cache}},
+                  {"bytes_page_cache", st.read_path.page_cache},
+                  {"simd", std::string(SimdLevelName(ActiveSimdLevel()))}},
                  "-"));
       } else {
         std::printf("restore %s: %llu tokens of %s, %.1f MB read in %.3f s = %.3f GB/s "

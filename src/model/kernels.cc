@@ -215,7 +215,11 @@ const ModelKernels& ScalarModelKernels() {
 }
 
 const ModelKernels& ModelKernelsFor(SimdLevel level) {
-  if (level == SimdLevel::kAvx2 && BestSimdLevel() >= SimdLevel::kAvx2) return Avx2ModelKernels();
+  // The model kernels have no AVX-512 version: a CPU with AVX-512 runs the AVX2 ones.
+  if ((level == SimdLevel::kAvx2 || level == SimdLevel::kAvx512) &&
+      SimdLevelSupported(SimdLevel::kAvx2)) {
+    return Avx2ModelKernels();
+  }
   return ScalarModelKernels();
 }
 

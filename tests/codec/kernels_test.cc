@@ -205,14 +205,19 @@ std::string Describe(const SubsetPlan& p, const KernelTable& t) {
 TEST(KernelsDispatch, TablesMatchLevels) {
   EXPECT_STREQ(KernelsFor(SimdLevel::kScalar).name, "scalar");
   EXPECT_STREQ(ScalarKernels().name, "scalar");
-  if (BestSimdLevel() >= SimdLevel::kAvx2) {
+  if (SimdLevelSupported(SimdLevel::kAvx2)) {
     ASSERT_NE(Avx2Kernels(), nullptr);
     EXPECT_EQ(&KernelsFor(SimdLevel::kAvx2), Avx2Kernels());
   } else {
     EXPECT_EQ(Avx2Kernels(), nullptr);
     EXPECT_EQ(&KernelsFor(SimdLevel::kAvx2), &ScalarKernels());
   }
-  ForceSimdLevel(SimdLevel::kScalar);
+  // Every supported level has a table that is not the reference (scalar aside).
+  for (SimdLevel level : SupportedSimdLevels()) {
+    if (level == SimdLevel::kScalar) continue;
+    EXPECT_NE(&KernelsFor(level), &ScalarKernels()) << SimdLevelName(level);
+  }
+  ASSERT_TRUE(ForceSimdLevel(SimdLevel::kScalar).ok());
   EXPECT_EQ(&ActiveKernels(), &ScalarKernels());
   ResetSimdLevel();
   EXPECT_EQ(&ActiveKernels(), &KernelsFor(ActiveSimdLevel()));

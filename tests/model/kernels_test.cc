@@ -17,7 +17,7 @@
 namespace tqkv::model {
 namespace {
 
-bool HaveAvx2() { return BestSimdLevel() >= SimdLevel::kAvx2; }
+bool HaveAvx2() { return SimdLevelSupported(SimdLevel::kAvx2); }
 
 std::vector<float> RandomFloats(size_t n, uint32_t seed, float scale = 1.0f) {
   std::mt19937 rng(seed);

@@ -160,7 +160,7 @@ TEST_F(SmolLm2Test, ExportImportAndThreadsSimdLevelAreBitExact) {
       EngineOptions o1 = o;
       o1.threads = 1;
       o1.prefill_chunk = 5;
-      ForceSimdLevel(SimdLevel::kScalar);
+      ASSERT_TRUE(ForceSimdLevel(SimdLevel::kScalar).ok());
       auto c = LlamaEngine::Create(*model_, o1);
       ResetSimdLevel();
       ASSERT_TRUE(c.ok());

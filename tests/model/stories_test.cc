@@ -191,7 +191,7 @@ TEST(StoriesTest, LogitsIndependentOfThreadsAndSimdLevel) {
   const auto prompt = Prompt();
   std::vector<std::vector<float>> results;
   for (SimdLevel level : SupportedSimdLevels()) {
-    ForceSimdLevel(level);
+    ASSERT_TRUE(ForceSimdLevel(level).ok());
     for (size_t threads : {1u, 2u, 5u}) {
       EngineOptions o;
       o.threads = threads;

@@ -7,13 +7,14 @@
 namespace tqkv::kernels {
 
 const KernelTable* Avx2Kernels() {
-  // BestSimdLevel checks AVX2, FMA and F16C, everything the _avx2.cc files are compiled for.
-  if (BestSimdLevel() < SimdLevel::kAvx2) return nullptr;
+  // The AVX2 level needs AVX2, FMA and F16C, everything the _avx2.cc files are compiled for.
+  if (!SimdLevelSupported(SimdLevel::kAvx2)) return nullptr;
   return &internal::Avx2Table();
 }
 
 const KernelTable& KernelsFor(SimdLevel level) {
-  if (level == SimdLevel::kAvx2) {
+  // A CPU with AVX-512 has AVX2 too: the AVX2 table serves that level.
+  if (level == SimdLevel::kAvx2 || level == SimdLevel::kAvx512) {
     if (const KernelTable* t = Avx2Kernels()) return *t;
   }
   return ScalarKernels();
