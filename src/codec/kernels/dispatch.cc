@@ -12,9 +12,16 @@ const KernelTable* Avx2Kernels() {
   return &internal::Avx2Table();
 }
 
+const KernelTable* Avx512Kernels() {
+  if (!SimdLevelSupported(SimdLevel::kAvx512)) return nullptr;
+  return &internal::Avx512Table();
+}
+
 const KernelTable& KernelsFor(SimdLevel level) {
-  // A CPU with AVX-512 has AVX2 too: the AVX2 table serves that level.
-  if (level == SimdLevel::kAvx2 || level == SimdLevel::kAvx512) {
+  if (level == SimdLevel::kAvx512) {
+    if (const KernelTable* t = Avx512Kernels()) return *t;
+  }
+  if (level == SimdLevel::kAvx2) {
     if (const KernelTable* t = Avx2Kernels()) return *t;
   }
   return ScalarKernels();
