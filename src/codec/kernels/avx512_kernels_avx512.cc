@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 #include "codec/kernels/internal.h"
 #include "codec/kernels/kernels.h"
@@ -496,27 +497,6 @@ InverseFn PickInverseFn(const SubsetPlan& p) {
   return PickByRegs<HadamardInverseOp, InverseFn>(p.dim);
 }
 
-// One vector: norm, rotation, scale, quantize, pack. z is aligned scratch of kMaxDim floats.
-template <int kBits>
-void EncodeVec(const SubsetPlan& plan, const Tables& t, ForwardFn forward, const float* xv,
-               float* z, uint8_t* norm_out, uint8_t* planes) {
-  const size_t m = plan.dim;
-  const float norm = _mm_cvtss_f32(_mm_sqrt_ss(_mm_set_ss(Sum8Squares(xv, m))));
-  if (norm == 0.0f || !std::isfinite(norm)) {
-    StoreNorm(norm == 0.0f ? 0.0f : std::numeric_limits<float>::quiet_NaN(), plan.norm_dtype,
-              norm_out);
-    std::memset(planes, 0, plan.planes_bytes());
-    return;
-  }
-  forward(plan, xv, plan.enc_scale / norm, z);
-  const float csum = QuantizePack<kBits>(plan, t, z, planes);
-  float stored = norm;
-  if (plan.norm_correction) {
-    stored = norm * _mm_cvtss_f32(_mm_sqrt_ss(_mm_set_ss(static_cast<float>(m) / csum)));
-  }
-  StoreNorm(stored, plan.norm_dtype, norm_out);
-}
-
 // One vector's scaled centroids v = c[idx] * a into vbuf (aligned). The planes become index bytes
 // 64 at a time (one masked byte add per plane), then 16 indices pick 16 centroids in one permute.
 template <int kBits>
@@ -546,30 +526,213 @@ void DequantizeVec(const SubsetPlan& plan, const Tables& t, const uint8_t* norm_
   }
 }
 
-template <int kBits>
-void EncodeBits(const SubsetPlan& plan, const float* x, size_t x_stride, size_t n,
-                uint8_t* norm_out, uint8_t* planes_out, size_t code_stride) {
-  const ForwardFn forward = PickForwardFn(plan);
+// ---- per-vector coders ----
+
+// Calls f(std::integral_constant<int, i>) for i = 0..N-1: register indices as constants (lane
+// extracts take immediates), every step inlined.
+template <typename F, int... I>
+[[gnu::always_inline]] inline void UnrollImpl(F& f, std::integer_sequence<int, I...>) {
+  (f(std::integral_constant<int, I>{}), ...);
+}
+template <int N, typename F>
+[[gnu::always_inline]] inline void Unroll(F&& f) {
+  UnrollImpl(f, std::make_integer_sequence<int, N>{});
+}
+
+// Norms several vectors at a time: each of Sum8's eight lanes is one chain of m / 8 dependent
+// adds, so interleaving the chains of kNormBatch vectors keeps the adders busy.
+constexpr size_t kNormBatch = 4;
+
+template <int N>
+void NormsN(const float* const* x, size_t m, float* norms) {
+  __m256 acc[N];
+#pragma GCC unroll 4
+  for (int v = 0; v < N; ++v) acc[v] = _mm256_setzero_ps();
+  for (size_t i = 0; i < m; i += 16) {
+#pragma GCC unroll 4
+    for (int v = 0; v < N; ++v) {
+      const __m512 xv = _mm512_loadu_ps(x[v] + i);
+      acc[v] = AddSum8(acc[v], _mm512_mul_ps(xv, xv));
+    }
+  }
+#pragma GCC unroll 4
+  for (int v = 0; v < N; ++v) norms[v] = _mm_cvtss_f32(_mm_sqrt_ss(_mm_set_ss(ReduceSum8(acc[v]))));
+}
+
+// norms[v] = sqrtf(Sum8(x_v^2)) for count (1..kNormBatch) vectors of m floats.
+inline void Norms(const float* const* x, size_t count, size_t m, float* norms) {
+  switch (count) {
+    case 1: return NormsN<1>(x, m, norms);
+    case 2: return NormsN<2>(x, m, norms);
+    case 3: return NormsN<3>(x, m, norms);
+    default: return NormsN<4>(x, m, norms);
+  }
+}
+
+struct VecCoder;
+// One vector x of the plan with its norm: rotation, scale, quantize, pack (z: aligned scratch).
+using EncodeVecFn = void (*)(const SubsetPlan&, const VecCoder&, const float* x, float norm,
+                             float* z, uint8_t* norm_out, uint8_t* planes);
+// One vector back to out (vbuf: aligned scratch).
+using DecodeVecFn = void (*)(const SubsetPlan&, const VecCoder&, const uint8_t* norm_in,
+                             const uint8_t* planes, float* vbuf, float* out);
+
+// One subset's per-call state.
+struct VecCoder {
   Tables t;
-  InitTables(plan, &t);
-  alignas(64) float z[kMaxDim];
-  for (size_t v = 0; v < n; ++v) {
-    EncodeVec<kBits>(plan, t, forward, x + v * x_stride, z, norm_out + v * code_stride,
-                     planes_out + v * code_stride);
+  ForwardFn forward;  // the route through memory (Kronecker, Hadamard beyond 256)
+  InverseFn inverse;
+  EncodeVecFn encode;
+  DecodeVecFn decode;
+};
+
+// A zero or non-finite norm: every index 0, stored norm +0 or NaN. True when it was one.
+inline bool EncodeDegenerate(const SubsetPlan& plan, float norm, uint8_t* norm_out,
+                             uint8_t* planes) {
+  if (norm != 0.0f && std::isfinite(norm)) return false;
+  StoreNorm(norm == 0.0f ? 0.0f : std::numeric_limits<float>::quiet_NaN(), plan.norm_dtype,
+            norm_out);
+  std::memset(planes, 0, plan.planes_bytes());
+  return true;
+}
+
+inline void StoreEncodedNorm(const SubsetPlan& plan, float norm, float csum, uint8_t* norm_out) {
+  float stored = norm;
+  if (plan.norm_correction) {
+    stored = norm * _mm_cvtss_f32(_mm_sqrt_ss(_mm_set_ss(static_cast<float>(plan.dim) / csum)));
+  }
+  StoreNorm(stored, plan.norm_dtype, norm_out);
+}
+
+template <int kBits>
+void EncodeVecGeneric(const SubsetPlan& plan, const VecCoder& c, const float* xv, float norm,
+                      float* z, uint8_t* norm_out, uint8_t* planes) {
+  if (EncodeDegenerate(plan, norm, norm_out, planes)) return;
+  c.forward(plan, xv, plan.enc_scale / norm, z);
+  StoreEncodedNorm(plan, norm, QuantizePack<kBits>(plan, c.t, z, planes), norm_out);
+}
+
+// Hadamard kinds with m = 16 R: rotation, scale and quantization without leaving the registers.
+template <int kBits, int R>
+void EncodeVecHadamard(const SubsetPlan& plan, const VecCoder& c, const float* xv, float norm,
+                       float*, uint8_t* norm_out, uint8_t* planes) {
+  if (EncodeDegenerate(plan, norm, norm_out, planes)) return;
+  constexpr size_t kPb = 2 * R;
+  __m512 v[R];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+    v[r] = _mm512_mul_ps(_mm512_loadu_ps(xv + 16 * r), _mm512_loadu_ps(plan.signs1 + 16 * r));
+  }
+  FwhtRegs<R>(v);
+  if (plan.rotation == RotationKind::kHadamard2) {
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) v[r] = _mm512_mul_ps(v[r], _mm512_loadu_ps(plan.signs2 + 16 * r));
+    FwhtRegs<R>(v);
+  }
+  const __m512 s = _mm512_set1_ps(plan.enc_scale / norm);
+  __m256 csum = _mm256_setzero_ps();
+  uint64_t words[kBits] = {};
+  Unroll<R>([&](auto rc) {
+    constexpr int r = decltype(rc)::value;
+    uint32_t plane[kBits];
+    const __m512i idx = Quantize16<kBits>(c.t, _mm512_mul_ps(v[r], s), plane);
+#pragma GCC unroll 8
+    for (int p = 0; p < kBits; ++p) words[p] |= static_cast<uint64_t>(plane[p]) << (16 * (r % 4));
+    if (plan.norm_correction) {
+      const __m512 cv = Lookup16<kBits>(c.t.cent, idx);
+      csum = AddSum8(csum, _mm512_mul_ps(cv, cv));
+    }
+    if constexpr (r % 4 == 3 || r == R - 1) {  // four registers make 8 bytes of each plane
+#pragma GCC unroll 8
+      for (int p = 0; p < kBits; ++p) {
+        StoreBytes(planes + p * kPb + 8 * (r / 4), 2 * (r % 4 + 1), words[p]);
+        words[p] = 0;
+      }
+    }
+  });
+  StoreEncodedNorm(plan, norm, plan.norm_correction ? ReduceSum8(csum) : 0.0f, norm_out);
+}
+
+template <int kBits>
+void DecodeVecGeneric(const SubsetPlan& plan, const VecCoder& c, const uint8_t* norm_in,
+                      const uint8_t* planes, float* vbuf, float* out) {
+  DequantizeVec<kBits>(plan, c.t, norm_in, planes, vbuf);
+  c.inverse(plan, vbuf, out);
+}
+
+// Hadamard kinds with m = 16 R: planes to index bytes (64 at a time), centroids, inverse rotation
+// and signs in registers.
+template <int kBits, int R>
+void DecodeVecHadamard(const SubsetPlan& plan, const VecCoder& c, const uint8_t* norm_in,
+                       const uint8_t* planes, float*, float* out) {
+  constexpr size_t kPb = 2 * R;
+  const __m512 av = _mm512_set1_ps(LoadNorm(norm_in, plan.norm_dtype) * plan.dec_scale);
+  const __m512 cent[2] = {_mm512_mul_ps(c.t.cent[0], av), _mm512_mul_ps(c.t.cent[1], av)};
+  __m512 v[R];
+  Unroll<(R + 3) / 4>([&](auto gc) {
+    constexpr int g = decltype(gc)::value;
+    constexpr size_t kBytes = std::min<size_t>(8, kPb - 8 * g);
+    __m512i acc = _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (int p = 0; p < kBits; ++p) {
+      const __mmask64 k = _cvtu64_mask64(LoadBytes(planes + p * kPb + 8 * g, kBytes));
+      acc = _mm512_mask_add_epi8(acc, k, acc, _mm512_set1_epi8(static_cast<char>(1 << p)));
+    }
+    Unroll<std::min(4, R - 4 * g)>([&](auto rc) {
+      constexpr int r = decltype(rc)::value;
+      const __m512i q = _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(acc, r));
+      v[4 * g + r] = Lookup16<kBits>(cent, q);
+    });
+  });
+  FwhtRegs<R>(v);
+  if (plan.rotation == RotationKind::kHadamard2) {
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) v[r] = _mm512_mul_ps(v[r], _mm512_loadu_ps(plan.signs2 + 16 * r));
+    FwhtRegs<R>(v);
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+    _mm512_storeu_ps(out + 16 * r, _mm512_mul_ps(v[r], _mm512_loadu_ps(plan.signs1 + 16 * r)));
   }
 }
 
 template <int kBits>
-void DecodeBits(const SubsetPlan& plan, const uint8_t* norm_in, const uint8_t* planes_in,
-                size_t code_stride, size_t n, float* out, size_t out_stride) {
-  const InverseFn inverse = PickInverseFn(plan);
-  Tables t;
-  InitTables(plan, &t);
-  alignas(64) float vbuf[kMaxDim];
-  for (size_t k = 0; k < n; ++k) {
-    DequantizeVec<kBits>(plan, t, norm_in + k * code_stride, planes_in + k * code_stride, vbuf);
-    inverse(plan, vbuf, out + k * out_stride);
+struct HadamardCoders {
+  template <int R>
+  struct Enc {
+    static constexpr EncodeVecFn kFn = EncodeVecHadamard<kBits, R>;
+  };
+  template <int R>
+  struct Dec {
+    static constexpr DecodeVecFn kFn = DecodeVecHadamard<kBits, R>;
+  };
+};
+
+// Hadamard vectors of up to 256 floats stay in registers; the rest goes through memory.
+template <int kBits>
+void PickCoders(const SubsetPlan& p, VecCoder* c) {
+  c->encode = EncodeVecGeneric<kBits>;
+  c->decode = DecodeVecGeneric<kBits>;
+  if (p.rotation == RotationKind::kKronecker || p.dim > 256) return;
+  switch (p.dim / 16) {
+    case 1: c->encode = EncodeVecHadamard<kBits, 1>, c->decode = DecodeVecHadamard<kBits, 1>; break;
+    case 2: c->encode = EncodeVecHadamard<kBits, 2>, c->decode = DecodeVecHadamard<kBits, 2>; break;
+    case 4: c->encode = EncodeVecHadamard<kBits, 4>, c->decode = DecodeVecHadamard<kBits, 4>; break;
+    case 8: c->encode = EncodeVecHadamard<kBits, 8>, c->decode = DecodeVecHadamard<kBits, 8>; break;
+    case 16:
+      c->encode = EncodeVecHadamard<kBits, 16>, c->decode = DecodeVecHadamard<kBits, 16>;
+      break;
   }
+}
+
+void InitVecCoder(const SubsetPlan& p, VecCoder* c) {
+  using PickFn = void (*)(const SubsetPlan&, VecCoder*);
+  static constexpr PickFn kPick[kMaxBits] = {PickCoders<1>, PickCoders<2>, PickCoders<3>,
+                                             PickCoders<4>, PickCoders<5>};
+  InitTables(p, &c->t);
+  c->forward = PickForwardFn(p);
+  c->inverse = PickInverseFn(p);
+  kPick[p.bits - 1](p, c);
 }
 
 void Encode(const SubsetPlan& plan, const float* x, size_t x_stride, size_t n, uint8_t* norm_out,
@@ -577,10 +740,21 @@ void Encode(const SubsetPlan& plan, const float* x, size_t x_stride, size_t n, u
   if (!Vectorised(plan)) {
     return Avx2().encode(plan, x, x_stride, n, norm_out, planes_out, code_stride);
   }
-  using Fn = void (*)(const SubsetPlan&, const float*, size_t, size_t, uint8_t*, uint8_t*, size_t);
-  static constexpr Fn kByBits[kMaxBits] = {EncodeBits<1>, EncodeBits<2>, EncodeBits<3>,
-                                           EncodeBits<4>, EncodeBits<5>};
-  kByBits[plan.bits - 1](plan, x, x_stride, n, norm_out, planes_out, code_stride);
+  VecCoder c;
+  InitVecCoder(plan, &c);
+  alignas(64) float z[kMaxDim];
+  for (size_t v0 = 0; v0 < n; v0 += kNormBatch) {
+    const size_t cnt = std::min(kNormBatch, n - v0);
+    const float* xs[kNormBatch];
+    float norms[kNormBatch];
+    for (size_t b = 0; b < cnt; ++b) xs[b] = x + (v0 + b) * x_stride;
+    Norms(xs, cnt, plan.dim, norms);
+    for (size_t b = 0; b < cnt; ++b) {
+      const size_t v = v0 + b;
+      c.encode(plan, c, xs[b], norms[b], z, norm_out + v * code_stride,
+               planes_out + v * code_stride);
+    }
+  }
 }
 
 void Decode(const SubsetPlan& plan, const uint8_t* norm_in, const uint8_t* planes_in,
@@ -588,11 +762,13 @@ void Decode(const SubsetPlan& plan, const uint8_t* norm_in, const uint8_t* plane
   if (!Vectorised(plan)) {
     return Avx2().decode(plan, norm_in, planes_in, code_stride, n, out, out_stride);
   }
-  using Fn =
-      void (*)(const SubsetPlan&, const uint8_t*, const uint8_t*, size_t, size_t, float*, size_t);
-  static constexpr Fn kByBits[kMaxBits] = {DecodeBits<1>, DecodeBits<2>, DecodeBits<3>,
-                                           DecodeBits<4>, DecodeBits<5>};
-  kByBits[plan.bits - 1](plan, norm_in, planes_in, code_stride, n, out, out_stride);
+  VecCoder c;
+  InitVecCoder(plan, &c);
+  alignas(64) float vbuf[kMaxDim];
+  for (size_t k = 0; k < n; ++k) {
+    c.decode(plan, c, norm_in + k * code_stride, planes_in + k * code_stride, vbuf,
+             out + k * out_stride);
+  }
 }
 
 // ---- split gather / scatter: vcompressps / vexpandps by 16 mask bits ----
@@ -715,32 +891,6 @@ inline void ScatterVec(const SplitMap& map, const float* in0, const float* in1, 
   }
 }
 
-using EncodeVecFn = void (*)(const SubsetPlan&, const Tables&, ForwardFn, const float*, float*,
-                             uint8_t*, uint8_t*);
-using DequantizeVecFn = void (*)(const SubsetPlan&, const Tables&, const uint8_t*,
-                                 const uint8_t*, float*);
-
-struct VecCoder {
-  Tables t;
-  ForwardFn forward;
-  InverseFn inverse;
-  EncodeVecFn encode;
-  DequantizeVecFn dequantize;
-};
-
-void InitVecCoder(const SubsetPlan& p, VecCoder* c) {
-  static constexpr EncodeVecFn kEnc[kMaxBits] = {EncodeVec<1>, EncodeVec<2>, EncodeVec<3>,
-                                                 EncodeVec<4>, EncodeVec<5>};
-  static constexpr DequantizeVecFn kDeq[kMaxBits] = {DequantizeVec<1>, DequantizeVec<2>,
-                                                     DequantizeVec<3>, DequantizeVec<4>,
-                                                     DequantizeVec<5>};
-  InitTables(p, &c->t);
-  c->forward = PickForwardFn(p);
-  c->inverse = PickInverseFn(p);
-  c->encode = kEnc[p.bits - 1];
-  c->dequantize = kDeq[p.bits - 1];
-}
-
 bool FusedRoute(const SplitPlan& sp) {
   const size_t d = sp.sub[0].dim + sp.sub[1].dim;
   return Vectorised(sp.sub[0]) && Vectorised(sp.sub[1]) && d % 16 == 0 && d / 16 <= kMaxChunks;
@@ -757,28 +907,46 @@ void InitFusedSplit(const SplitPlan& sp, const uint8_t* mask, FusedSplit* f) {
   InitSplitMap(mask, sp.sub[0].dim + sp.sub[1].dim, &f->map);
 }
 
+// kNormBatch vectors per step: block b + 1 is gathered before block b is encoded, so the gather's
+// overlapping stores have reached L1 when the norms and the encoder load them (a load spanning
+// stores still in flight waits for them), and the norms of a block's subset vectors interleave.
 template <DType kT>
 void SplitEncodeFused(const SplitPlan& sp, const void* x, size_t pitch, size_t n,
                       const uint8_t* mask, uint8_t* code, size_t code_stride) {
   FusedSplit f;
   InitFusedSplit(sp, mask, &f);
-  const VecCoder& c0 = f.c[0];
-  const VecCoder& c1 = f.c[1];
+  const size_t m0 = sp.sub[0].dim, m1 = sp.sub[1].dim;
+  const size_t vec = m0 + m1 + 2 * kSlack;  // one vector's two subsets, each with its slack
   const auto* src = static_cast<const uint8_t*>(x);
-  // Vector i + 1 is gathered before vector i is encoded, so the gather's overlapping stores have
-  // reached L1 when the encoder loads them (a load spanning stores in flight waits for them).
-  alignas(64) float g0[2][kMaxDim + kSlack];
-  alignas(64) float g1[2][kMaxDim + kSlack];
+  alignas(64) float g[2][kNormBatch * (kMaxChunks * 16 + 2 * kSlack)];
   alignas(64) float z[kMaxDim];
-  GatherVec<kT>(f.map, src, g0[0], g1[0]);
-  for (size_t i = 0; i < n; ++i) {
-    const size_t cur = i & 1;
-    if (i + 1 < n) GatherVec<kT>(f.map, src + (i + 1) * pitch, g0[cur ^ 1], g1[cur ^ 1]);
-    uint8_t* c = code + i * code_stride;
-    c0.encode(sp.sub[0], c0.t, c0.forward, g0[cur], z, c + sp.norm_offset[0],
-              c + sp.planes_offset[0]);
-    c1.encode(sp.sub[1], c1.t, c1.forward, g1[cur], z, c + sp.norm_offset[1],
-              c + sp.planes_offset[1]);
+  const auto gather = [&](size_t first, float* buf) {
+    const size_t cnt = std::min(kNormBatch, n - first);
+    for (size_t b = 0; b < cnt; ++b) {
+      GatherVec<kT>(f.map, src + (first + b) * pitch, buf + b * vec, buf + b * vec + m0 + kSlack);
+    }
+  };
+  gather(0, g[0]);
+  for (size_t i0 = 0, blk = 0; i0 < n; i0 += kNormBatch, ++blk) {
+    float* cur = g[blk & 1];
+    if (i0 + kNormBatch < n) gather(i0 + kNormBatch, g[(blk & 1) ^ 1]);
+    const size_t cnt = std::min(kNormBatch, n - i0);
+    const float* x0[kNormBatch];
+    const float* x1[kNormBatch];
+    for (size_t b = 0; b < cnt; ++b) {
+      x0[b] = cur + b * vec;
+      x1[b] = cur + b * vec + m0 + kSlack;
+    }
+    float n0[kNormBatch], n1[kNormBatch];
+    Norms(x0, cnt, m0, n0);
+    Norms(x1, cnt, m1, n1);
+    for (size_t b = 0; b < cnt; ++b) {
+      uint8_t* c = code + (i0 + b) * code_stride;
+      f.c[0].encode(sp.sub[0], f.c[0], x0[b], n0[b], z, c + sp.norm_offset[0],
+                    c + sp.planes_offset[0]);
+      f.c[1].encode(sp.sub[1], f.c[1], x1[b], n1[b], z, c + sp.norm_offset[1],
+                    c + sp.planes_offset[1]);
+    }
   }
 }
 
@@ -790,17 +958,16 @@ void SplitDecodeFused(const SplitPlan& sp, const uint8_t* code, size_t code_stri
   const VecCoder& c0 = f.c[0];
   const VecCoder& c1 = f.c[1];
   auto* dst = static_cast<uint8_t*>(x);
-  // Vector i is scattered after vector i + 1 is decoded, for the same reason as above.
+  // Vector i is scattered after vector i + 1 is decoded: the scatter's unaligned loads span the
+  // inverse rotation's stores.
   alignas(64) float v[kMaxDim];
   alignas(64) float g0[2][kMaxDim + kSlack];
   alignas(64) float g1[2][kMaxDim + kSlack];
   for (size_t i = 0; i < n; ++i) {
     const size_t cur = i & 1;
     const uint8_t* c = code + i * code_stride;
-    c0.dequantize(sp.sub[0], c0.t, c + sp.norm_offset[0], c + sp.planes_offset[0], v);
-    c0.inverse(sp.sub[0], v, g0[cur]);
-    c1.dequantize(sp.sub[1], c1.t, c + sp.norm_offset[1], c + sp.planes_offset[1], v);
-    c1.inverse(sp.sub[1], v, g1[cur]);
+    c0.decode(sp.sub[0], c0, c + sp.norm_offset[0], c + sp.planes_offset[0], v, g0[cur]);
+    c1.decode(sp.sub[1], c1, c + sp.norm_offset[1], c + sp.planes_offset[1], v, g1[cur]);
     if (i > 0) ScatterVec<kT>(f.map, g0[cur ^ 1], g1[cur ^ 1], dst + (i - 1) * pitch);
   }
   ScatterVec<kT>(f.map, g0[(n - 1) & 1], g1[(n - 1) & 1], dst + (n - 1) * pitch);
