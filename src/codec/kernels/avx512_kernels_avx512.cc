@@ -836,6 +836,9 @@ struct SplitMap {
   size_t chunks = 0;
   __mmask16 k0[kMaxChunks], k1[kMaxChunks];
   uint32_t off0[kMaxChunks], off1[kMaxChunks];
+  // Scatter: lane l of chunk k takes lane sidx[k][l] of (16 floats at off0, 16 floats at off1),
+  // one vpermt2ps (two vexpandps cost more).
+  alignas(64) int32_t sidx[kMaxChunks][16];
 };
 
 void InitSplitMap(const uint8_t* mask, size_t d, SplitMap* map) {
@@ -847,6 +850,8 @@ void InitSplitMap(const uint8_t* mask, size_t d, SplitMap* map) {
     map->k1[k] = static_cast<__mmask16>(~bits);
     map->off0[k] = o0;
     map->off1[k] = o1;
+    int32_t r0 = 0, r1 = 16;
+    for (int l = 0; l < 16; ++l) map->sidx[k][l] = (bits >> l) & 1u ? r0++ : r1++;
     o0 += __builtin_popcount(bits);
     o1 += 16 - __builtin_popcount(bits);
   }
@@ -886,8 +891,8 @@ inline void ScatterVec(const SplitMap& map, const float* in0, const float* in1, 
   for (size_t k = 0; k < map.chunks; ++k) {
     const __m512 a = _mm512_loadu_ps(in0 + map.off0[k]);
     const __m512 b = _mm512_loadu_ps(in1 + map.off1[k]);
-    Store16FromFloat<kT>(
-        xv, 16 * k, _mm512_mask_expand_ps(_mm512_maskz_expand_ps(map.k1[k], b), map.k0[k], a));
+    const __m512i idx = _mm512_load_si512(map.sidx[k]);
+    Store16FromFloat<kT>(xv, 16 * k, _mm512_permutex2var_ps(a, idx, b));
   }
 }
 
