@@ -144,11 +144,13 @@ inline float Sum8Squares(const float* v, size_t m) {
   const __m512 s1 = _mm512_setr_ps(1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1);
   const __m512 s2 = _mm512_setr_ps(1, 1, -1, -1, 1, 1, -1, -1, 1, 1, -1, -1, 1, 1, -1, -1);
   const __m512 s4 = _mm512_setr_ps(1, 1, 1, 1, -1, -1, -1, -1, 1, 1, 1, 1, -1, -1, -1, -1);
-  const __m512 s8 = _mm512_setr_ps(1, 1, 1, 1, 1, 1, 1, 1, -1, -1, -1, -1, -1, -1, -1, -1);
   x = _mm512_fmadd_ps(x, s1, _mm512_permute_ps(x, 0xB1));
   x = _mm512_fmadd_ps(x, s2, _mm512_permute_ps(x, 0x4E));
   x = _mm512_fmadd_ps(x, s4, _mm512_shuffle_f32x4(x, x, _MM_SHUFFLE(2, 3, 0, 1)));
-  x = _mm512_fmadd_ps(x, s8, _mm512_shuffle_f32x4(x, x, _MM_SHUFFLE(1, 0, 3, 2)));
+  // Stage 8 on the adders (a + b low, a - b high, both exact IEEE ops): the fma pipes carry the
+  // other three stages and the sign multiplies.
+  const __m512 t = _mm512_shuffle_f32x4(x, x, _MM_SHUFFLE(1, 0, 3, 2));
+  x = _mm512_mask_sub_ps(_mm512_add_ps(x, t), static_cast<__mmask16>(0xFF00), t, x);
   return x;
 }
 
