@@ -67,9 +67,10 @@ BenchPlan MakePlan(uint32_t dim, uint32_t bits, RotationKind rot) {
   return b;
 }
 
+// 0 scalar, 1 avx2, 2 avx512; null where this CPU lacks the level.
 const KernelTable* TableFor(int level) {
   if (level == 0) return &ScalarKernels();
-  return Avx2Kernels();
+  return level == 2 ? Avx512Kernels() : Avx2Kernels();
 }
 
 std::vector<uint16_t> RandomHalves(size_t n) {
@@ -80,10 +81,10 @@ std::vector<uint16_t> RandomHalves(size_t n) {
   return h;
 }
 
-// Args: level (0 scalar, 1 avx2), dim, bits, rotation kind.
+// Args: level (0 scalar, 1 avx2, 2 avx512), dim, bits, rotation kind.
 void BM_KernelsEncode(benchmark::State& state) {
   const KernelTable* table = TableFor(static_cast<int>(state.range(0)));
-  if (!table) return state.SkipWithError("AVX2 not available");
+  if (!table) return state.SkipWithError("SIMD level not available");
   const uint32_t dim = static_cast<uint32_t>(state.range(1));
   BenchPlan b = MakePlan(dim, static_cast<uint32_t>(state.range(2)),
                          static_cast<RotationKind>(state.range(3)));
@@ -106,7 +107,7 @@ void BM_KernelsEncode(benchmark::State& state) {
 
 void BM_KernelsDecode(benchmark::State& state) {
   const KernelTable* table = TableFor(static_cast<int>(state.range(0)));
-  if (!table) return state.SkipWithError("AVX2 not available");
+  if (!table) return state.SkipWithError("SIMD level not available");
   const uint32_t dim = static_cast<uint32_t>(state.range(1));
   BenchPlan b = MakePlan(dim, static_cast<uint32_t>(state.range(2)),
                          static_cast<RotationKind>(state.range(3)));
@@ -136,7 +137,7 @@ void BM_KernelsDecode(benchmark::State& state) {
 // Conversions alone, cache-resident (64 KiB of fp16).
 void BM_KernelsHalfToFloat(benchmark::State& state) {
   const KernelTable* table = TableFor(static_cast<int>(state.range(0)));
-  if (!table) return state.SkipWithError("AVX2 not available");
+  if (!table) return state.SkipWithError("SIMD level not available");
   const std::vector<uint16_t> in = RandomHalves(32768);
   std::vector<float> out(in.size());
   for (auto _ : state) {
@@ -149,7 +150,7 @@ void BM_KernelsHalfToFloat(benchmark::State& state) {
 
 void BM_KernelsFloatToHalf(benchmark::State& state) {
   const KernelTable* table = TableFor(static_cast<int>(state.range(0)));
-  if (!table) return state.SkipWithError("AVX2 not available");
+  if (!table) return state.SkipWithError("SIMD level not available");
   std::vector<float> in(32768);
   const std::vector<uint16_t> h = RandomHalves(in.size());
   for (size_t i = 0; i < in.size(); ++i) in[i] = HalfToFloat(h[i]) * 1.001f;
@@ -167,19 +168,22 @@ void CodecArgs(benchmark::internal::Benchmark* b) {
   const int64_t hd2 = static_cast<int64_t>(RotationKind::kHadamard2);
   const int64_t haar = static_cast<int64_t>(RotationKind::kHaar);
   b->ArgNames({"simd", "dim", "bits", "rot"});
-  for (int64_t level : {0, 1}) b->Args({level, 128, 3, hd});  // the headline case
-  for (int64_t bits : {1, 2, 4, 5, 8}) b->Args({1, 128, bits, hd});
-  b->Args({1, 128, 3, hd2});
-  b->Args({1, 64, 3, hd});
-  b->Args({1, 256, 3, hd});
-  b->Args({1, 96, 3, haar});
-  b->Args({1, 128, 3, haar});
+  for (int64_t level : {0, 1, 2}) b->Args({level, 128, 3, hd});  // the headline case
+  for (int64_t level : {1, 2}) {  // AVX2 against AVX-512, shape by shape
+    for (int64_t bits : {1, 2, 4, 5, 8}) b->Args({level, 128, bits, hd});
+    b->Args({level, 128, 3, hd2});
+    b->Args({level, 64, 3, hd});
+    b->Args({level, 64, 4, hd});
+    b->Args({level, 256, 3, hd});
+    b->Args({level, 96, 3, haar});
+    b->Args({level, 128, 3, haar});
+  }
 }
 
 BENCHMARK(BM_KernelsEncode)->Apply(CodecArgs);
 BENCHMARK(BM_KernelsDecode)->Apply(CodecArgs);
-BENCHMARK(BM_KernelsHalfToFloat)->Arg(0)->Arg(1);
-BENCHMARK(BM_KernelsFloatToHalf)->Arg(0)->Arg(1);
+BENCHMARK(BM_KernelsHalfToFloat)->Arg(0)->Arg(1)->Arg(2);
+BENCHMARK(BM_KernelsFloatToHalf)->Arg(0)->Arg(1)->Arg(2);
 
 }  // namespace
 }  // namespace tqkv::kernels

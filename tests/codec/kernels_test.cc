@@ -213,6 +213,13 @@ TEST(KernelsDispatch, TablesMatchLevels) {
     EXPECT_EQ(Avx2Kernels(), nullptr);
     EXPECT_EQ(&KernelsFor(SimdLevel::kAvx2), &ScalarKernels());
   }
+  if (SimdLevelSupported(SimdLevel::kAvx512)) {
+    ASSERT_NE(Avx512Kernels(), nullptr);
+    EXPECT_EQ(&KernelsFor(SimdLevel::kAvx512), Avx512Kernels());
+    EXPECT_STREQ(Avx512Kernels()->name, "avx512");
+  } else {
+    EXPECT_EQ(Avx512Kernels(), nullptr);
+  }
   // Every supported level has a table that is not the reference (scalar aside).
   for (SimdLevel level : SupportedSimdLevels()) {
     if (level == SimdLevel::kScalar) continue;
@@ -625,6 +632,10 @@ TEST(KernelsSimd, SplitEncodeDecodeMatchReference) {
       {32, 96, RotationKind::kHadamard, RotationKind::kHaar, 4, 2},
       {24, 8, RotationKind::kHaar, RotationKind::kHadamard, 3, 3},
       {8, 512, RotationKind::kHadamard, RotationKind::kHadamard, 4, 2},   // d / 8 = 65 chunks
+      // The AVX-512 fused route: blocks of 16 and 64, all of 1..5 bits, d = 512 (32 registers).
+      {16, 48, RotationKind::kHadamard2, RotationKind::kKronecker, 5, 1},
+      {64, 192, RotationKind::kKronecker, RotationKind::kKronecker, 3, 4},
+      {256, 256, RotationKind::kHadamard, RotationKind::kHadamard2, 2, 3},
       {5, 12, RotationKind::kKronecker, RotationKind::kHaar, 3, 2},       // reference shapes
   };
   for (const Shape& sh : shapes) {

@@ -196,7 +196,8 @@ TEST(StoriesTest, LogitsIndependentOfThreadsAndSimdLevel) {
       EngineOptions o;
       o.threads = threads;
       auto e = MakeEngine(*m, o);
-      EXPECT_EQ(e->simd_level(), level);
+      // The model kernels have no AVX-512 table: that level runs the AVX2 one.
+      EXPECT_EQ(e->simd_level(), level == SimdLevel::kAvx512 ? SimdLevel::kAvx2 : level);
       auto l = e->Prefill(prompt);
       ASSERT_TRUE(l.ok());
       results.push_back(*l);

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "store/store_test_util.h"
+#include "tqkv/simd.h"
 
 namespace {
 
@@ -42,6 +43,7 @@ TEST(Cli, CheckpointInspectVerifyRestore) {
     auto rj = Json(r.out);
     for (const char* k : {"restore_s", "bytes_read", "gbps", "io"}) EXPECT_TRUE(rj.contains(k)) << k;
     EXPECT_EQ(rj["io"], io);
+    EXPECT_EQ(rj["simd"], std::string(tqkv::SimdLevelName(tqkv::ActiveSimdLevel())));
     EXPECT_GE(rj["bytes_read"].get<uint64_t>(), j["file_bytes"].get<uint64_t>() - 4096);
     const uint64_t direct = rj["bytes_direct"], page_cache = rj["bytes_page_cache"];
     EXPECT_EQ(direct + page_cache, rj["bytes_read"].get<uint64_t>());
@@ -167,6 +169,32 @@ TEST(Cli, ErrorsAreClearAndNonZero) {
   EXPECT_NE(d.status, 0);
   EXPECT_EQ(Tqkv("--help").status, 0);
   EXPECT_EQ(Tqkv("bench restore --help").status, 0);
+}
+
+// TQKV_SIMD picks the level a run uses, and one this CPU cannot honour stops the run.
+TEST(Cli, SimdLevelFromTheEnvironment) {
+  tqkv::testing_util::ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  const std::string json = dir.path() + "/codec.json";
+  CmdResult ok = Tqkv("bench codec --codec tq3 --vectors 64 --groups 1 --reps 1 --json " + json,
+                      "TQKV_SIMD=scalar");
+  ASSERT_EQ(ok.status, 0) << ok.out;
+  std::ifstream f(json);
+  const auto j = nlohmann::json::parse(f, nullptr, false);
+  ASSERT_FALSE(j.is_discarded());
+  EXPECT_EQ(j["results"][0]["simd"], "scalar");
+
+  CmdResult bad = Tqkv("--version", "TQKV_SIMD=sse9");
+  EXPECT_EQ(bad.status, 2);
+  EXPECT_NE(bad.out.find("TQKV_SIMD=sse9"), std::string::npos) << bad.out;
+  EXPECT_NE(bad.out.find(tqkv::SupportedSimdLevelNames()), std::string::npos) << bad.out;
+  for (tqkv::SimdLevel l : {tqkv::SimdLevel::kAvx2, tqkv::SimdLevel::kAvx512,
+                            tqkv::SimdLevel::kNeon}) {
+    if (tqkv::SimdLevelSupported(l)) continue;
+    CmdResult r = Tqkv("--version", "TQKV_SIMD=" + std::string(tqkv::SimdLevelName(l)));
+    EXPECT_EQ(r.status, 2) << r.out;
+    EXPECT_NE(r.out.find("does not support"), std::string::npos) << r.out;
+  }
 }
 
 }  // namespace

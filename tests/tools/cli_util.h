@@ -16,8 +16,9 @@ struct CmdResult {
   std::string out;   // stdout and stderr together
 };
 
-inline CmdResult Tqkv(const std::string& args) {
-  const std::string cmd = std::string(TQKV_BINARY_DIR) + "/tqkv " + args + " 2>&1";
+// env: "NAME=value ..." set for this run only.
+inline CmdResult Tqkv(const std::string& args, const std::string& env = "") {
+  const std::string cmd = env + " " + std::string(TQKV_BINARY_DIR) + "/tqkv " + args + " 2>&1";
   CmdResult r;
   FILE* p = popen(cmd.c_str(), "r");
   if (p == nullptr) return r;

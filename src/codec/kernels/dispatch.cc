@@ -18,6 +18,15 @@ const KernelTable* Avx2Kernels() {
 #endif
 }
 
+const KernelTable* Avx512Kernels() {
+#if defined(__x86_64__)
+  if (!SimdLevelSupported(SimdLevel::kAvx512)) return nullptr;
+  return &internal::Avx512Table();
+#else
+  return nullptr;
+#endif
+}
+
 const KernelTable* NeonKernels() {
 #if defined(__aarch64__)
   return &internal::NeonTable();  // Advanced SIMD is mandatory on AArch64
@@ -27,8 +36,10 @@ const KernelTable* NeonKernels() {
 }
 
 const KernelTable& KernelsFor(SimdLevel level) {
-  // A CPU with AVX-512 has AVX2 too: the AVX2 table serves that level.
-  if (level == SimdLevel::kAvx2 || level == SimdLevel::kAvx512) {
+  if (level == SimdLevel::kAvx512) {
+    if (const KernelTable* t = Avx512Kernels()) return *t;
+  }
+  if (level == SimdLevel::kAvx2) {
     if (const KernelTable* t = Avx2Kernels()) return *t;
   }
   if (level == SimdLevel::kNeon) {

@@ -130,8 +130,11 @@ const KernelTable& ScalarKernels();
 // AVX2+FMA+F16C kernels, or null when not built or not supported by this CPU. They handle any plan
 // (falling back to the reference internally for shapes they do not vectorise).
 const KernelTable* Avx2Kernels();
-// Arm NEON kernels: the table on AArch64 (NEON is part of the base ISA), null elsewhere. They
-// handle any plan, as the AVX2 kernels do.
+// AVX-512 (F, BW, VL, DQ) kernels, or null when this CPU lacks them; shapes they do not vectorise
+// go to the AVX2 kernels.
+const KernelTable* Avx512Kernels();
+// Arm NEON kernels: the table on AArch64 (NEON is part of the base ISA), null elsewhere. They handle
+// any plan as the AVX2 table does.
 const KernelTable* NeonKernels();
 const KernelTable& KernelsFor(SimdLevel level);
 // The table for ActiveSimdLevel().

@@ -1,0 +1,1090 @@
+// AVX-512 (F, BW, VL, DQ) kernels. Every result is bit-identical to ref.cc: the operations and
+// their order are the reference's (kernels.h), 16 lanes at a time. What pays here is fewer
+// instructions, not wider arithmetic (Zen 4 runs 512-bit float ops as two 256-bit halves):
+// quantization is a binary search whose compare masks are the bit planes themselves, centroid
+// look-ups are one vpermps/vpermi2ps, bit planes unpack with one masked byte add per plane, and
+// the split codecs gather and scatter channels with vcompressps/vexpandps.
+// Shapes not handled here (Haar rotations, more than 5 bits, dims not a multiple of 16) go to the
+// AVX2 table, which the CPU also runs.
+#include <immintrin.h>
+// gcc 12's AVX-512 intrinsics pass _mm512_undefined_*() as the unused merge operand, which its own
+// -Wuninitialized flags once inlined; the operand is never read.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <utility>
+
+#include "codec/kernels/internal.h"
+#include "codec/kernels/kernels.h"
+
+namespace tqkv::kernels {
+namespace {
+
+const KernelTable& Avx2() { return internal::Avx2Table(); }
+
+inline __mmask16 LowMask16(size_t n) {
+  return n >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1u);
+}
+
+// ---- element conversions: 16 lanes, the tail under a mask ----
+
+inline __m512 HalfToFloat16(__m256i h) { return _mm512_cvtph_ps(h); }
+inline __m512 BF16ToFloat16(__m256i h) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+// Same rounding as FloatToBF16: nearest even, NaN keeps its top bits with the quiet bit set.
+inline __m256i FloatToBF16x16(__m512 f) {
+  const __m512i x = _mm512_castps_si512(f);
+  const __m512i abs = _mm512_and_si512(x, _mm512_set1_epi32(0x7FFFFFFF));
+  const __mmask16 is_nan = _mm512_cmpgt_epi32_mask(abs, _mm512_set1_epi32(0x7F800000));
+  const __m512i hi = _mm512_srli_epi32(x, 16);
+  const __m512i odd = _mm512_and_si512(hi, _mm512_set1_epi32(1));
+  const __m512i rounded =
+      _mm512_srli_epi32(_mm512_add_epi32(x, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7FFF))), 16);
+  const __m512i r = _mm512_mask_or_epi32(rounded, is_nan, hi, _mm512_set1_epi32(0x40));
+  return _mm512_cvtepi32_epi16(r);  // values fit 16 bits
+}
+
+void ToF32(const void* src, DType dtype, size_t n, float* dst) {
+  if (dtype == DType::kF32) {
+    std::memmove(dst, src, n * sizeof(float));
+    return;
+  }
+  if (dtype != DType::kF16 && dtype != DType::kBF16) return Avx2().to_f32(src, dtype, n, dst);
+  const auto* s = static_cast<const uint16_t*>(src);
+  const bool f16 = dtype == DType::kF16;
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i));
+    _mm512_storeu_ps(dst + i, f16 ? HalfToFloat16(h) : BF16ToFloat16(h));
+  }
+  if (i < n) {
+    const __mmask16 k = LowMask16(n - i);
+    const __m256i h = _mm256_maskz_loadu_epi16(k, s + i);
+    _mm512_mask_storeu_ps(dst + i, k, f16 ? HalfToFloat16(h) : BF16ToFloat16(h));
+  }
+}
+
+inline __m256i FloatTo16(__m512 v, bool f16) {
+  return f16 ? _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT) : FloatToBF16x16(v);
+}
+
+void FromF32(const float* src, size_t n, DType dtype, void* dst) {
+  if (dtype == DType::kF32) {
+    std::memmove(dst, src, n * sizeof(float));
+    return;
+  }
+  if (dtype != DType::kF16 && dtype != DType::kBF16) return Avx2().from_f32(src, n, dtype, dst);
+  auto* d = static_cast<uint16_t*>(dst);
+  const bool f16 = dtype == DType::kF16;
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i),
+                        FloatTo16(_mm512_loadu_ps(src + i), f16));
+  }
+  if (i < n) {
+    const __mmask16 k = LowMask16(n - i);
+    _mm256_mask_storeu_epi16(d + i, k, FloatTo16(_mm512_maskz_loadu_ps(k, src + i), f16));
+  }
+}
+
+// ---- encode / decode ----
+//
+// Shapes handled here: dim a multiple of 16 up to kMaxDim, 1..5 bits, Hadamard kinds (dim a power
+// of two) and Kronecker with blocks of 16 or more. Each vector goes through 64-byte aligned stack
+// buffers, so everything stays in registers or L1.
+
+constexpr size_t kMaxDim = 1024;
+constexpr int kMaxBits = 5;
+
+bool Vectorised(const SubsetPlan& p) {
+  if (p.dim == 0 || p.dim % 16 != 0 || p.dim > kMaxDim || p.bits < 1 || p.bits > kMaxBits) {
+    return false;
+  }
+  if (p.rotation == RotationKind::kKronecker) {
+    return p.haar != nullptr && p.haar_t != nullptr && p.signs1 != nullptr && p.block >= 16 &&
+           p.block % 16 == 0 && p.dim % p.block == 0;
+  }
+  if (p.rotation != RotationKind::kHadamard && p.rotation != RotationKind::kHadamard2) return false;
+  return (p.dim & (p.dim - 1)) == 0;
+}
+
+// The reference's reduction tree ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)).
+inline float ReduceSum8(__m256 acc) {
+  const __m128 t = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+  const __m128 u = _mm_add_ps(t, _mm_movehl_ps(t, t));
+  return _mm_cvtss_f32(_mm_add_ss(u, _mm_movehdup_ps(u)));
+}
+
+// Adds the 16 squares of sq (elements 16r..16r+15) to Sum8's eight accumulators: the low half
+// (elements 16r..16r+7) first, then the high half, so lane k still takes i % 8 == k in order of i.
+inline __m256 AddSum8(__m256 acc, __m512 sq) {
+  acc = _mm256_add_ps(acc, _mm512_castps512_ps256(sq));
+  return _mm256_add_ps(acc, _mm512_extractf32x8_ps(sq, 1));
+}
+
+inline float Sum8Squares(const float* v, size_t m) {
+  __m256 acc = _mm256_setzero_ps();
+  for (size_t i = 0; i < m; i += 16) {
+    const __m512 x = _mm512_loadu_ps(v + i);
+    acc = AddSum8(acc, _mm512_mul_ps(x, x));
+  }
+  return ReduceSum8(acc);
+}
+
+// In-register FWHT stages h = 1, 2, 4, 8. For lane i the reference computes a + b (low) or a - b
+// (high); here fma(self, +-1, partner): the product is exact, so one rounding of b + a or a + (-b),
+// which equal a + b and a - b bit for bit (NaN payloads aside), as in the AVX2 table.
+[[gnu::always_inline]] inline __m512 FwhtIn16(__m512 x) {
+  const __m512 s1 = _mm512_setr_ps(1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1);
+  const __m512 s2 = _mm512_setr_ps(1, 1, -1, -1, 1, 1, -1, -1, 1, 1, -1, -1, 1, 1, -1, -1);
+  const __m512 s4 = _mm512_setr_ps(1, 1, 1, 1, -1, -1, -1, -1, 1, 1, 1, 1, -1, -1, -1, -1);
+  x = _mm512_fmadd_ps(x, s1, _mm512_permute_ps(x, 0xB1));
+  x = _mm512_fmadd_ps(x, s2, _mm512_permute_ps(x, 0x4E));
+  x = _mm512_fmadd_ps(x, s4, _mm512_shuffle_f32x4(x, x, _MM_SHUFFLE(2, 3, 0, 1)));
+  // Stage 8 on the adders (a + b low, a - b high, both exact IEEE ops): the fma pipes carry the
+  // other three stages and the sign multiplies.
+  const __m512 t = _mm512_shuffle_f32x4(x, x, _MM_SHUFFLE(1, 0, 3, 2));
+  x = _mm512_mask_sub_ps(_mm512_add_ps(x, t), static_cast<__mmask16>(0xFF00), t, x);
+  return x;
+}
+
+// Unnormalised FWHT of 16 * R floats held as R registers; beyond 16 registers both halves first,
+// then the last stage across them (every element sees the reference's operations in order).
+template <int R>
+[[gnu::always_inline]] inline void FwhtRegs(__m512* x) {
+  if constexpr (R > 16) {
+    FwhtRegs<R / 2>(x);
+    FwhtRegs<R / 2>(x + R / 2);
+#pragma GCC unroll 64
+    for (int r = 0; r < R / 2; ++r) {
+      const __m512 a = x[r], b = x[r + R / 2];
+      x[r] = _mm512_add_ps(a, b);
+      x[r + R / 2] = _mm512_sub_ps(a, b);
+    }
+  } else {
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) x[r] = FwhtIn16(x[r]);
+#pragma GCC unroll 8
+    for (int k = 1; k < R; k <<= 1) {
+#pragma GCC unroll 16
+      for (int r = 0; r < R; ++r) {
+        if (r & k) continue;
+        const __m512 a = x[r], b = x[r + k];
+        x[r] = _mm512_add_ps(a, b);
+        x[r + k] = _mm512_sub_ps(a, b);
+      }
+    }
+  }
+}
+
+// Per-call constants: up to 31 thresholds and 32 centroids in two registers each.
+struct Tables {
+  __m512 thr[2];
+  __m512 cent[2];
+  float first;  // the binary search's first probe, threshold 2^(bits-1) - 1
+};
+
+void InitTables(const SubsetPlan& p, Tables* t) {
+  alignas(64) float thr[32] = {}, cent[32] = {};
+  const uint32_t nc = 1u << p.bits;
+  for (uint32_t k = 0; k + 1 < nc; ++k) thr[k] = p.thresholds[k];
+  for (uint32_t k = 0; k < nc; ++k) cent[k] = p.centroids[k];
+  for (int r = 0; r < 2; ++r) {
+    t->thr[r] = _mm512_load_ps(thr + 16 * r);
+    t->cent[r] = _mm512_load_ps(cent + 16 * r);
+  }
+  t->first = p.thresholds[(nc >> 1) - 1];
+}
+
+// The 16 entries of a table register pair picked by idx (0..31; up to 4 bits one register).
+template <int kBits>
+inline __m512 Lookup16(const __m512* table, __m512i idx) {
+  if constexpr (kBits <= 4) {
+    return _mm512_permutexvar_ps(idx, table[0]);
+  } else {
+    return _mm512_permutex2var_ps(table[0], idx, table[1]);
+  }
+}
+
+// The number of thresholds strictly below each lane of z (ordered compares: NaN counts 0), by
+// binary search: thresholds ascend, so with count c the probe at step 2^p is below z exactly when
+// bit p of c is set. The compare masks are therefore the lanes' bit planes: plane[p] gets them.
+template <int kBits>
+[[gnu::always_inline]] inline __m512i Quantize16(const Tables& t, __m512 z, uint32_t* plane) {
+  constexpr int kTop = 1 << (kBits - 1);
+  __mmask16 k = _mm512_cmp_ps_mask(_mm512_set1_ps(t.first), z, _CMP_LT_OQ);
+  plane[kBits - 1] = k;
+  __m512i idx = _mm512_maskz_mov_epi32(k, _mm512_set1_epi32(kTop));
+  int p = kBits - 2;
+#pragma GCC unroll 4
+  for (int step = kTop / 2; step > 0; step /= 2, --p) {
+    const __m512i probe = _mm512_add_epi32(idx, _mm512_set1_epi32(step - 1));
+    k = _mm512_cmp_ps_mask(Lookup16<kBits>(t.thr, probe), z, _CMP_LT_OQ);
+    plane[p] = k;
+    idx = _mm512_mask_add_epi32(idx, k, idx, _mm512_set1_epi32(step));
+  }
+  return idx;
+}
+
+inline void StoreBytes(uint8_t* dst, size_t nbytes, uint64_t w) {
+  if (nbytes == 8) {
+    std::memcpy(dst, &w, 8);
+    return;
+  }
+  for (size_t b = 0; b < nbytes; ++b) dst[b] = static_cast<uint8_t>(w >> (8 * b));
+}
+
+inline uint64_t LoadBytes(const uint8_t* src, size_t nbytes) {
+  uint64_t w = 0;
+  if (nbytes == 8) {
+    std::memcpy(&w, src, 8);
+    return w;
+  }
+  for (size_t b = 0; b < nbytes; ++b) w |= static_cast<uint64_t>(src[b]) << (8 * b);
+  return w;
+}
+
+void StoreNorm(float norm, DType dtype, uint8_t* out) {
+  if (dtype == DType::kF16) {
+    const uint16_t h = static_cast<uint16_t>(
+        _mm_extract_epi16(_mm_cvtps_ph(_mm_set_ss(norm), _MM_FROUND_TO_NEAREST_INT), 0));
+    std::memcpy(out, &h, 2);
+  } else {
+    std::memcpy(out, &norm, 4);
+  }
+}
+
+float LoadNorm(const uint8_t* in, DType dtype) {
+  if (dtype == DType::kF16) {
+    uint16_t h;
+    std::memcpy(&h, in, 2);
+    return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
+  }
+  float f;
+  std::memcpy(&f, in, 4);
+  return f;
+}
+
+// Quantizes z (m floats, aligned) and writes the bit planes: register r's compare masks are bytes
+// 2r, 2r + 1 of each plane, gathered four registers to a 64-bit word. With norm correction also
+// returns Sum8 of the centroids' squares.
+template <int kBits>
+[[gnu::always_inline]] inline float QuantizePack(const SubsetPlan& plan, const Tables& t,
+                                                 const float* z, uint8_t* planes) {
+  const size_t m = plan.dim, pb = m / 8;
+  __m256 csum = _mm256_setzero_ps();
+  for (size_t j0 = 0; j0 < m; j0 += 64) {
+    uint64_t words[kBits] = {};
+    const size_t regs = std::min<size_t>(4, (m - j0) / 16);
+#pragma GCC unroll 4
+    for (size_t r = 0; r < regs; ++r) {
+      uint32_t plane[kBits];
+      const __m512i idx = Quantize16<kBits>(t, _mm512_load_ps(z + j0 + 16 * r), plane);
+#pragma GCC unroll 8
+      for (int p = 0; p < kBits; ++p) words[p] |= static_cast<uint64_t>(plane[p]) << (16 * r);
+      if (plan.norm_correction) {
+        const __m512 c = Lookup16<kBits>(t.cent, idx);
+        csum = AddSum8(csum, _mm512_mul_ps(c, c));
+      }
+    }
+#pragma GCC unroll 8
+    for (int p = 0; p < kBits; ++p) StoreBytes(planes + p * pb + j0 / 8, 2 * regs, words[p]);
+  }
+  return plan.norm_correction ? ReduceSum8(csum) : 0.0f;
+}
+
+// ---- rotations: forward into an aligned z (scaled), inverse from an aligned v ----
+
+using ForwardFn = void (*)(const SubsetPlan&, const float*, float, float*);
+using InverseFn = void (*)(const SubsetPlan&, const float*, float*);
+
+// z = Fwht(s2 * Fwht(s1 * x)) * scale (Hadamard2) or Fwht(s1 * x) * scale.
+template <int R>
+void HadamardForward(const SubsetPlan& p, const float* x, float scale, float* z) {
+  __m512 v[R];
+#pragma GCC unroll 64
+  for (int r = 0; r < R; ++r) {
+    v[r] = _mm512_mul_ps(_mm512_loadu_ps(x + 16 * r), _mm512_loadu_ps(p.signs1 + 16 * r));
+  }
+  FwhtRegs<R>(v);
+  if (p.rotation == RotationKind::kHadamard2) {
+#pragma GCC unroll 64
+    for (int r = 0; r < R; ++r) v[r] = _mm512_mul_ps(v[r], _mm512_loadu_ps(p.signs2 + 16 * r));
+    FwhtRegs<R>(v);
+  }
+  const __m512 s = _mm512_set1_ps(scale);
+#pragma GCC unroll 64
+  for (int r = 0; r < R; ++r) _mm512_store_ps(z + 16 * r, _mm512_mul_ps(v[r], s));
+}
+
+// out = s1 * Fwht(s2 * Fwht(v)) (Hadamard2) or s1 * Fwht(v).
+template <int R>
+void HadamardInverse(const SubsetPlan& p, const float* v_in, float* out) {
+  __m512 v[R];
+#pragma GCC unroll 64
+  for (int r = 0; r < R; ++r) v[r] = _mm512_load_ps(v_in + 16 * r);
+  FwhtRegs<R>(v);
+  if (p.rotation == RotationKind::kHadamard2) {
+#pragma GCC unroll 64
+    for (int r = 0; r < R; ++r) v[r] = _mm512_mul_ps(v[r], _mm512_loadu_ps(p.signs2 + 16 * r));
+    FwhtRegs<R>(v);
+  }
+#pragma GCC unroll 64
+  for (int r = 0; r < R; ++r) {
+    _mm512_storeu_ps(out + 16 * r, _mm512_mul_ps(v[r], _mm512_loadu_ps(p.signs1 + 16 * r)));
+  }
+}
+
+// t = Fwht(signs * x) for one Kronecker block of 16 * R floats (t aligned).
+template <int R>
+void SignedFwhtBlock(const float* x, const float* signs, float* t) {
+  __m512 v[R];
+#pragma GCC unroll 64
+  for (int r = 0; r < R; ++r) {
+    v[r] = _mm512_mul_ps(_mm512_loadu_ps(x + 16 * r), _mm512_loadu_ps(signs + 16 * r));
+  }
+  FwhtRegs<R>(v);
+#pragma GCC unroll 64
+  for (int r = 0; r < R; ++r) _mm512_store_ps(t + 16 * r, v[r]);
+}
+
+// out = signs * Fwht(u) for one block (u aligned).
+template <int R>
+void FwhtSignedBlock(const float* u, const float* signs, float* out) {
+  __m512 v[R];
+#pragma GCC unroll 64
+  for (int r = 0; r < R; ++r) v[r] = _mm512_load_ps(u + 16 * r);
+  FwhtRegs<R>(v);
+#pragma GCC unroll 64
+  for (int r = 0; r < R; ++r) {
+    _mm512_storeu_ps(out + 16 * r, _mm512_mul_ps(v[r], _mm512_loadu_ps(signs + 16 * r)));
+  }
+}
+
+// y = (M (x) I_B) x, B = 16 * R, mt = M^T (q*q): for output block a, the q fmas of each lane in
+// the reference's order (a' ascending, from +0). The result goes to y (scaled by *scale: encode),
+// or with `signs`, through the block's FWHT in registers and the sign multiply (decode). kQ > 0
+// fixes q at compile time (q = 3: 96 = 3 * 32, 48 = 3 * 16), so the weights stay in registers.
+template <int R, int kQ>
+inline void KronMixBlocks(const float* mt, const float* x, size_t q_runtime, const float* scale,
+                          const float* signs, float* y) {
+  const size_t q = kQ > 0 ? static_cast<size_t>(kQ) : q_runtime;
+  constexpr int kB = 16 * R;
+  constexpr int kChunk = R < 8 ? R : 8;
+#pragma GCC unroll 4
+  for (size_t a = 0; a < q; ++a) {
+    if (signs != nullptr && R <= 8) {  // decode: the whole block in registers
+      __m512 acc[R];
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+#pragma GCC unroll 4
+      for (size_t a2 = 0; a2 < q; ++a2) {
+        const __m512 w = _mm512_set1_ps(mt[a2 * q + a]);
+        const float* xb = x + a2 * kB;
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(w, _mm512_load_ps(xb + 16 * r), acc[r]);
+      }
+      FwhtRegs<R>(acc);
+      float* yb = y + a * kB;
+      const float* sb = signs + a * kB;
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        _mm512_storeu_ps(yb + 16 * r, _mm512_mul_ps(acc[r], _mm512_loadu_ps(sb + 16 * r)));
+      }
+      continue;
+    }
+    for (int r0 = 0; r0 < R; r0 += kChunk) {
+      __m512 acc[kChunk];
+#pragma GCC unroll 8
+      for (int r = 0; r < kChunk; ++r) acc[r] = _mm512_setzero_ps();
+#pragma GCC unroll 4
+      for (size_t a2 = 0; a2 < q; ++a2) {
+        const __m512 w = _mm512_set1_ps(mt[a2 * q + a]);
+        const float* xb = x + a2 * kB + 16 * r0;
+#pragma GCC unroll 8
+        for (int r = 0; r < kChunk; ++r) {
+          acc[r] = _mm512_fmadd_ps(w, _mm512_load_ps(xb + 16 * r), acc[r]);
+        }
+      }
+      if (scale != nullptr) {
+        const __m512 s = _mm512_set1_ps(*scale);
+#pragma GCC unroll 8
+        for (int r = 0; r < kChunk; ++r) acc[r] = _mm512_mul_ps(acc[r], s);
+      }
+      float* yb = y + a * kB + 16 * r0;
+#pragma GCC unroll 8
+      for (int r = 0; r < kChunk; ++r) _mm512_store_ps(yb + 16 * r, acc[r]);
+    }
+  }
+}
+
+template <int R, int kQ>
+void KronForward(const SubsetPlan& p, const float* x, float scale, float* z) {
+  constexpr size_t kB = 16 * R;
+  alignas(64) float t[kMaxDim];
+  for (size_t j = 0; j < p.dim; j += kB) SignedFwhtBlock<R>(x + j, p.signs1 + j, t + j);
+  KronMixBlocks<R, kQ>(p.haar_t, t, p.dim / kB, &scale, nullptr, z);
+}
+
+template <int R, int kQ>
+void KronInverse(const SubsetPlan& p, const float* v, float* out) {
+  constexpr size_t kB = 16 * R;
+  if constexpr (R <= 8) {
+    KronMixBlocks<R, kQ>(p.haar, v, p.dim / kB, nullptr, p.signs1, out);
+  } else {
+    alignas(64) float u[kMaxDim];
+    KronMixBlocks<R, kQ>(p.haar, v, p.dim / kB, nullptr, nullptr, u);
+    for (size_t j = 0; j < p.dim; j += kB) FwhtSignedBlock<R>(u + j, p.signs1 + j, out + j);
+  }
+}
+
+// Picks F<R> for R = n / 16 registers, n a power of two from 16 to kMaxDim.
+template <template <int> class F, typename Fn>
+Fn PickByRegs(uint32_t n) {
+  switch (n / 16) {
+    case 1: return F<1>::kFn;
+    case 2: return F<2>::kFn;
+    case 4: return F<4>::kFn;
+    case 8: return F<8>::kFn;
+    case 16: return F<16>::kFn;
+    case 32: return F<32>::kFn;
+    case 64: return F<64>::kFn;
+  }
+  return nullptr;
+}
+template <int R>
+struct HadamardForwardOp {
+  static constexpr ForwardFn kFn = HadamardForward<R>;
+};
+template <int R>
+struct HadamardInverseOp {
+  static constexpr InverseFn kFn = HadamardInverse<R>;
+};
+template <int R>
+struct KronForwardOp {
+  static constexpr ForwardFn kFn = KronForward<R, 0>;
+};
+template <int R>
+struct KronInverseOp {
+  static constexpr InverseFn kFn = KronInverse<R, 0>;
+};
+// q = 3 only where 3 * B fits kMaxDim (larger shapes never reach this path).
+template <int R>
+struct KronForward3Op {
+  static constexpr ForwardFn kFn = 48 * R <= kMaxDim ? KronForward<R, 3> : KronForward<R, 0>;
+};
+template <int R>
+struct KronInverse3Op {
+  static constexpr InverseFn kFn = 48 * R <= kMaxDim ? KronInverse<R, 3> : KronInverse<R, 0>;
+};
+
+ForwardFn PickForwardFn(const SubsetPlan& p) {
+  if (p.rotation == RotationKind::kKronecker) {
+    if (p.dim == 3 * p.block) return PickByRegs<KronForward3Op, ForwardFn>(p.block);
+    return PickByRegs<KronForwardOp, ForwardFn>(p.block);
+  }
+  return PickByRegs<HadamardForwardOp, ForwardFn>(p.dim);
+}
+InverseFn PickInverseFn(const SubsetPlan& p) {
+  if (p.rotation == RotationKind::kKronecker) {
+    if (p.dim == 3 * p.block) return PickByRegs<KronInverse3Op, InverseFn>(p.block);
+    return PickByRegs<KronInverseOp, InverseFn>(p.block);
+  }
+  return PickByRegs<HadamardInverseOp, InverseFn>(p.dim);
+}
+
+// One vector's scaled centroids v = c[idx] * a into vbuf (aligned). The planes become index bytes
+// 64 at a time (one masked byte add per plane), then 16 indices pick 16 centroids in one permute.
+template <int kBits>
+void DequantizeVec(const SubsetPlan& plan, const Tables& t, const uint8_t* norm_in,
+                   const uint8_t* planes, float* vbuf) {
+  const size_t m = plan.dim, pb = m / 8;
+  const __m512 av = _mm512_set1_ps(LoadNorm(norm_in, plan.norm_dtype) * plan.dec_scale);
+  // Scaling the centroids first gives each lane the same product c[idx] * a.
+  const __m512 cent[2] = {_mm512_mul_ps(t.cent[0], av), _mm512_mul_ps(t.cent[1], av)};
+  alignas(64) uint8_t idx[64];
+  for (size_t j0 = 0; j0 < m; j0 += 64) {
+    const size_t nbytes = std::min<size_t>(8, pb - j0 / 8);
+    __m512i acc = _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (int p = 0; p < kBits; ++p) {
+      const __mmask64 k = _cvtu64_mask64(LoadBytes(planes + p * pb + j0 / 8, nbytes));
+      acc = _mm512_mask_add_epi8(acc, k, acc, _mm512_set1_epi8(static_cast<char>(1 << p)));
+    }
+    _mm512_store_si512(idx, acc);
+    const size_t regs = std::min<size_t>(4, (m - j0) / 16);
+#pragma GCC unroll 4
+    for (size_t r = 0; r < regs; ++r) {
+      const __m512i q =
+          _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(idx + 16 * r)));
+      _mm512_store_ps(vbuf + j0 + 16 * r, Lookup16<kBits>(cent, q));
+    }
+  }
+}
+
+// ---- per-vector coders ----
+
+// Calls f(std::integral_constant<int, i>) for i = 0..N-1: register indices as constants (lane
+// extracts take immediates), every step inlined.
+template <typename F, int... I>
+[[gnu::always_inline]] inline void UnrollImpl(F& f, std::integer_sequence<int, I...>) {
+  (f(std::integral_constant<int, I>{}), ...);
+}
+template <int N, typename F>
+[[gnu::always_inline]] inline void Unroll(F&& f) {
+  UnrollImpl(f, std::make_integer_sequence<int, N>{});
+}
+
+// Norms several vectors at a time: each of Sum8's eight lanes is one chain of m / 8 dependent
+// adds, so interleaving the chains of kNormBatch vectors keeps the adders busy.
+constexpr size_t kNormBatch = 4;
+
+template <int N>
+void NormsN(const float* const* x, size_t m, float* norms) {
+  __m256 acc[N];
+#pragma GCC unroll 4
+  for (int v = 0; v < N; ++v) acc[v] = _mm256_setzero_ps();
+  for (size_t i = 0; i < m; i += 16) {
+#pragma GCC unroll 4
+    for (int v = 0; v < N; ++v) {
+      const __m512 xv = _mm512_loadu_ps(x[v] + i);
+      acc[v] = AddSum8(acc[v], _mm512_mul_ps(xv, xv));
+    }
+  }
+#pragma GCC unroll 4
+  for (int v = 0; v < N; ++v) norms[v] = _mm_cvtss_f32(_mm_sqrt_ss(_mm_set_ss(ReduceSum8(acc[v]))));
+}
+
+// norms[v] = sqrtf(Sum8(x_v^2)) for count (1..kNormBatch) vectors of m floats.
+inline void Norms(const float* const* x, size_t count, size_t m, float* norms) {
+  switch (count) {
+    case 1: return NormsN<1>(x, m, norms);
+    case 2: return NormsN<2>(x, m, norms);
+    case 3: return NormsN<3>(x, m, norms);
+    default: return NormsN<4>(x, m, norms);
+  }
+}
+
+struct VecCoder;
+// One vector x of the plan with its norm: rotation, scale, quantize, pack (z: aligned scratch).
+using EncodeVecFn = void (*)(const SubsetPlan&, const VecCoder&, const float* x, float norm,
+                             float* z, uint8_t* norm_out, uint8_t* planes);
+// One vector back to out (vbuf: aligned scratch).
+using DecodeVecFn = void (*)(const SubsetPlan&, const VecCoder&, const uint8_t* norm_in,
+                             const uint8_t* planes, float* vbuf, float* out);
+
+// One subset's per-call state.
+struct VecCoder {
+  Tables t;
+  ForwardFn forward;  // the route through memory (Kronecker, Hadamard beyond 256)
+  InverseFn inverse;
+  EncodeVecFn encode;
+  DecodeVecFn decode;
+};
+
+// A zero or non-finite norm: every index 0, stored norm +0 or NaN. True when it was one.
+inline bool EncodeDegenerate(const SubsetPlan& plan, float norm, uint8_t* norm_out,
+                             uint8_t* planes) {
+  if (norm != 0.0f && std::isfinite(norm)) return false;
+  StoreNorm(norm == 0.0f ? 0.0f : std::numeric_limits<float>::quiet_NaN(), plan.norm_dtype,
+            norm_out);
+  std::memset(planes, 0, plan.planes_bytes());
+  return true;
+}
+
+inline void StoreEncodedNorm(const SubsetPlan& plan, float norm, float csum, uint8_t* norm_out) {
+  float stored = norm;
+  if (plan.norm_correction) {
+    stored = norm * _mm_cvtss_f32(_mm_sqrt_ss(_mm_set_ss(static_cast<float>(plan.dim) / csum)));
+  }
+  StoreNorm(stored, plan.norm_dtype, norm_out);
+}
+
+template <int kBits>
+void EncodeVecGeneric(const SubsetPlan& plan, const VecCoder& c, const float* xv, float norm,
+                      float* z, uint8_t* norm_out, uint8_t* planes) {
+  if (EncodeDegenerate(plan, norm, norm_out, planes)) return;
+  c.forward(plan, xv, plan.enc_scale / norm, z);
+  StoreEncodedNorm(plan, norm, QuantizePack<kBits>(plan, c.t, z, planes), norm_out);
+}
+
+// Hadamard kinds with m = 16 R: rotation, scale and quantization without leaving the registers.
+template <int kBits, int R>
+void EncodeVecHadamard(const SubsetPlan& plan, const VecCoder& c, const float* xv, float norm,
+                       float*, uint8_t* norm_out, uint8_t* planes) {
+  if (EncodeDegenerate(plan, norm, norm_out, planes)) return;
+  constexpr size_t kPb = 2 * R;
+  __m512 v[R];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+    v[r] = _mm512_mul_ps(_mm512_loadu_ps(xv + 16 * r), _mm512_loadu_ps(plan.signs1 + 16 * r));
+  }
+  FwhtRegs<R>(v);
+  if (plan.rotation == RotationKind::kHadamard2) {
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) v[r] = _mm512_mul_ps(v[r], _mm512_loadu_ps(plan.signs2 + 16 * r));
+    FwhtRegs<R>(v);
+  }
+  const __m512 s = _mm512_set1_ps(plan.enc_scale / norm);
+  __m256 csum = _mm256_setzero_ps();
+  uint64_t words[kBits] = {};
+  Unroll<R>([&](auto rc) {
+    constexpr int r = decltype(rc)::value;
+    uint32_t plane[kBits];
+    const __m512i idx = Quantize16<kBits>(c.t, _mm512_mul_ps(v[r], s), plane);
+#pragma GCC unroll 8
+    for (int p = 0; p < kBits; ++p) words[p] |= static_cast<uint64_t>(plane[p]) << (16 * (r % 4));
+    if (plan.norm_correction) {
+      const __m512 cv = Lookup16<kBits>(c.t.cent, idx);
+      csum = AddSum8(csum, _mm512_mul_ps(cv, cv));
+    }
+    if constexpr (r % 4 == 3 || r == R - 1) {  // four registers make 8 bytes of each plane
+#pragma GCC unroll 8
+      for (int p = 0; p < kBits; ++p) {
+        StoreBytes(planes + p * kPb + 8 * (r / 4), 2 * (r % 4 + 1), words[p]);
+        words[p] = 0;
+      }
+    }
+  });
+  StoreEncodedNorm(plan, norm, plan.norm_correction ? ReduceSum8(csum) : 0.0f, norm_out);
+}
+
+template <int kBits>
+void DecodeVecGeneric(const SubsetPlan& plan, const VecCoder& c, const uint8_t* norm_in,
+                      const uint8_t* planes, float* vbuf, float* out) {
+  DequantizeVec<kBits>(plan, c.t, norm_in, planes, vbuf);
+  c.inverse(plan, vbuf, out);
+}
+
+// Hadamard kinds with m = 16 R: planes to index bytes (64 at a time), centroids, inverse rotation
+// and signs in registers.
+template <int kBits, int R>
+void DecodeVecHadamard(const SubsetPlan& plan, const VecCoder& c, const uint8_t* norm_in,
+                       const uint8_t* planes, float*, float* out) {
+  constexpr size_t kPb = 2 * R;
+  const __m512 av = _mm512_set1_ps(LoadNorm(norm_in, plan.norm_dtype) * plan.dec_scale);
+  const __m512 cent[2] = {_mm512_mul_ps(c.t.cent[0], av), _mm512_mul_ps(c.t.cent[1], av)};
+  __m512 v[R];
+  Unroll<(R + 3) / 4>([&](auto gc) {
+    constexpr int g = decltype(gc)::value;
+    constexpr size_t kBytes = std::min<size_t>(8, kPb - 8 * g);
+    __m512i acc = _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (int p = 0; p < kBits; ++p) {
+      const __mmask64 k = _cvtu64_mask64(LoadBytes(planes + p * kPb + 8 * g, kBytes));
+      acc = _mm512_mask_add_epi8(acc, k, acc, _mm512_set1_epi8(static_cast<char>(1 << p)));
+    }
+    Unroll<std::min(4, R - 4 * g)>([&](auto rc) {
+      constexpr int r = decltype(rc)::value;
+      const __m512i q = _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(acc, r));
+      v[4 * g + r] = Lookup16<kBits>(cent, q);
+    });
+  });
+  FwhtRegs<R>(v);
+  if (plan.rotation == RotationKind::kHadamard2) {
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) v[r] = _mm512_mul_ps(v[r], _mm512_loadu_ps(plan.signs2 + 16 * r));
+    FwhtRegs<R>(v);
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+    _mm512_storeu_ps(out + 16 * r, _mm512_mul_ps(v[r], _mm512_loadu_ps(plan.signs1 + 16 * r)));
+  }
+}
+
+template <int kBits>
+struct HadamardCoders {
+  template <int R>
+  struct Enc {
+    static constexpr EncodeVecFn kFn = EncodeVecHadamard<kBits, R>;
+  };
+  template <int R>
+  struct Dec {
+    static constexpr DecodeVecFn kFn = DecodeVecHadamard<kBits, R>;
+  };
+};
+
+// Hadamard vectors of up to 256 floats stay in registers; the rest goes through memory.
+template <int kBits>
+void PickCoders(const SubsetPlan& p, VecCoder* c) {
+  c->encode = EncodeVecGeneric<kBits>;
+  c->decode = DecodeVecGeneric<kBits>;
+  if (p.rotation == RotationKind::kKronecker || p.dim > 256) return;
+  switch (p.dim / 16) {
+    case 1: c->encode = EncodeVecHadamard<kBits, 1>, c->decode = DecodeVecHadamard<kBits, 1>; break;
+    case 2: c->encode = EncodeVecHadamard<kBits, 2>, c->decode = DecodeVecHadamard<kBits, 2>; break;
+    case 4: c->encode = EncodeVecHadamard<kBits, 4>, c->decode = DecodeVecHadamard<kBits, 4>; break;
+    case 8: c->encode = EncodeVecHadamard<kBits, 8>, c->decode = DecodeVecHadamard<kBits, 8>; break;
+    case 16:
+      c->encode = EncodeVecHadamard<kBits, 16>, c->decode = DecodeVecHadamard<kBits, 16>;
+      break;
+  }
+}
+
+void InitVecCoder(const SubsetPlan& p, VecCoder* c) {
+  using PickFn = void (*)(const SubsetPlan&, VecCoder*);
+  static constexpr PickFn kPick[kMaxBits] = {PickCoders<1>, PickCoders<2>, PickCoders<3>,
+                                             PickCoders<4>, PickCoders<5>};
+  InitTables(p, &c->t);
+  c->forward = PickForwardFn(p);
+  c->inverse = PickInverseFn(p);
+  kPick[p.bits - 1](p, c);
+}
+
+void Encode(const SubsetPlan& plan, const float* x, size_t x_stride, size_t n, uint8_t* norm_out,
+            uint8_t* planes_out, size_t code_stride) {
+  if (!Vectorised(plan)) {
+    return Avx2().encode(plan, x, x_stride, n, norm_out, planes_out, code_stride);
+  }
+  VecCoder c;
+  InitVecCoder(plan, &c);
+  alignas(64) float z[kMaxDim];
+  for (size_t v0 = 0; v0 < n; v0 += kNormBatch) {
+    const size_t cnt = std::min(kNormBatch, n - v0);
+    const float* xs[kNormBatch];
+    float norms[kNormBatch];
+    for (size_t b = 0; b < cnt; ++b) xs[b] = x + (v0 + b) * x_stride;
+    Norms(xs, cnt, plan.dim, norms);
+    for (size_t b = 0; b < cnt; ++b) {
+      const size_t v = v0 + b;
+      c.encode(plan, c, xs[b], norms[b], z, norm_out + v * code_stride,
+               planes_out + v * code_stride);
+    }
+  }
+}
+
+void Decode(const SubsetPlan& plan, const uint8_t* norm_in, const uint8_t* planes_in,
+            size_t code_stride, size_t n, float* out, size_t out_stride) {
+  if (!Vectorised(plan)) {
+    return Avx2().decode(plan, norm_in, planes_in, code_stride, n, out, out_stride);
+  }
+  VecCoder c;
+  InitVecCoder(plan, &c);
+  alignas(64) float vbuf[kMaxDim];
+  for (size_t k = 0; k < n; ++k) {
+    c.decode(plan, c, norm_in + k * code_stride, planes_in + k * code_stride, vbuf,
+             out + k * out_stride);
+  }
+}
+
+// ---- split gather / scatter: vcompressps / vexpandps by 16 mask bits ----
+
+// Mask bits of channels 16k.. (at most 16, none at or past d: the mask's bits there are clear).
+inline uint32_t MaskBits16(const uint8_t* mask, size_t d, size_t k) {
+  const size_t nbytes = (d + 7) / 8;
+  uint32_t m = mask[2 * k];
+  if (2 * k + 1 < nbytes) m |= static_cast<uint32_t>(mask[2 * k + 1]) << 8;
+  return m;
+}
+
+// Masked stores and loads: no lane past a vector's channels is touched, so the kSplitSlack
+// contract holds whatever the counts.
+void SplitGather(const float* x, size_t x_stride, size_t n, const uint8_t* mask, size_t d,
+                 float* out0, size_t m0, float* out1, size_t m1) {
+  for (size_t i = 0; i < n; ++i) {
+    const float* xv = x + i * x_stride;
+    float* o0 = out0 + i * m0;
+    float* o1 = out1 + i * m1;
+    for (size_t c = 0; c < d; c += 16) {
+      const __mmask16 valid = LowMask16(d - c);
+      const __mmask16 k0 = static_cast<__mmask16>(MaskBits16(mask, d, c / 16));
+      const __mmask16 k1 = static_cast<__mmask16>(~k0 & valid);
+      const __m512 v = _mm512_maskz_loadu_ps(valid, xv + c);
+      const int n0 = __builtin_popcount(k0), n1 = __builtin_popcount(k1);
+      _mm512_mask_storeu_ps(o0, LowMask16(n0), _mm512_maskz_compress_ps(k0, v));
+      _mm512_mask_storeu_ps(o1, LowMask16(n1), _mm512_maskz_compress_ps(k1, v));
+      o0 += n0;
+      o1 += n1;
+    }
+  }
+}
+
+void SplitScatter(const float* in0, size_t m0, const float* in1, size_t m1, size_t n,
+                  const uint8_t* mask, size_t d, float* x, size_t x_stride) {
+  for (size_t i = 0; i < n; ++i) {
+    float* xv = x + i * x_stride;
+    const float* i0 = in0 + i * m0;
+    const float* i1 = in1 + i * m1;
+    for (size_t c = 0; c < d; c += 16) {
+      const __mmask16 valid = LowMask16(d - c);
+      const __mmask16 k0 = static_cast<__mmask16>(MaskBits16(mask, d, c / 16));
+      const __mmask16 k1 = static_cast<__mmask16>(~k0 & valid);
+      const int n0 = __builtin_popcount(k0), n1 = __builtin_popcount(k1);
+      const __m512 a = _mm512_maskz_loadu_ps(LowMask16(n0), i0);
+      const __m512 b = _mm512_maskz_loadu_ps(LowMask16(n1), i1);
+      const __m512 v = _mm512_mask_expand_ps(_mm512_maskz_expand_ps(k1, b), k0, a);
+      _mm512_mask_storeu_ps(xv + c, valid, v);
+      i0 += n0;
+      i1 += n1;
+    }
+  }
+}
+
+// ---- split codecs fused per vector: gather, both subsets, scatter, all in L1 ----
+//
+// Vectors whose subsets this file does not handle (or d not a multiple of 16) take the AVX2
+// table's split kernels.
+
+constexpr size_t kMaxChunks = 32;  // fused route: d <= 512
+constexpr size_t kSlack = 16;      // one whole register past a subset vector
+
+struct SplitMap {
+  size_t chunks = 0;
+  __mmask16 k0[kMaxChunks], k1[kMaxChunks];
+  uint32_t off0[kMaxChunks], off1[kMaxChunks];
+  // Scatter: lane l of chunk k takes lane sidx[k][l] of (16 floats at off0, 16 floats at off1),
+  // one vpermt2ps (two vexpandps cost more).
+  alignas(64) int32_t sidx[kMaxChunks][16];
+};
+
+void InitSplitMap(const uint8_t* mask, size_t d, SplitMap* map) {
+  map->chunks = d / 16;
+  uint32_t o0 = 0, o1 = 0;
+  for (size_t k = 0; k < map->chunks; ++k) {
+    const uint32_t bits = MaskBits16(mask, d, k);
+    map->k0[k] = static_cast<__mmask16>(bits);
+    map->k1[k] = static_cast<__mmask16>(~bits);
+    map->off0[k] = o0;
+    map->off1[k] = o1;
+    int32_t r0 = 0, r1 = 16;
+    for (int l = 0; l < 16; ++l) map->sidx[k][l] = (bits >> l) & 1u ? r0++ : r1++;
+    o0 += __builtin_popcount(bits);
+    o1 += 16 - __builtin_popcount(bits);
+  }
+}
+
+template <DType kT>
+inline __m512 Load16AsFloat(const void* row, size_t c) {
+  if constexpr (kT == DType::kF32) return _mm512_loadu_ps(static_cast<const float*>(row) + c);
+  const __m256i h =
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(row) + c));
+  if constexpr (kT == DType::kF16) return HalfToFloat16(h);
+  return BF16ToFloat16(h);
+}
+template <DType kT>
+inline void Store16FromFloat(void* row, size_t c, __m512 v) {
+  if constexpr (kT == DType::kF32) {
+    _mm512_storeu_ps(static_cast<float*>(row) + c, v);
+  } else {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(static_cast<uint16_t*>(row) + c),
+                        FloatTo16(v, kT == DType::kF16));
+  }
+}
+
+// Whole registers are stored at the running positions; the lanes past the valid ones are
+// overwritten by the next chunk or land in the slack.
+template <DType kT>
+inline void GatherVec(const SplitMap& map, const void* xv, float* out0, float* out1) {
+  for (size_t k = 0; k < map.chunks; ++k) {
+    const __m512 v = Load16AsFloat<kT>(xv, 16 * k);
+    _mm512_storeu_ps(out0 + map.off0[k], _mm512_maskz_compress_ps(map.k0[k], v));
+    _mm512_storeu_ps(out1 + map.off1[k], _mm512_maskz_compress_ps(map.k1[k], v));
+  }
+}
+
+template <DType kT>
+inline void ScatterVec(const SplitMap& map, const float* in0, const float* in1, void* xv) {
+  for (size_t k = 0; k < map.chunks; ++k) {
+    const __m512 a = _mm512_loadu_ps(in0 + map.off0[k]);
+    const __m512 b = _mm512_loadu_ps(in1 + map.off1[k]);
+    const __m512i idx = _mm512_load_si512(map.sidx[k]);
+    Store16FromFloat<kT>(xv, 16 * k, _mm512_permutex2var_ps(a, idx, b));
+  }
+}
+
+bool FusedRoute(const SplitPlan& sp) {
+  const size_t d = sp.sub[0].dim + sp.sub[1].dim;
+  return Vectorised(sp.sub[0]) && Vectorised(sp.sub[1]) && d % 16 == 0 && d / 16 <= kMaxChunks;
+}
+
+struct FusedSplit {
+  VecCoder c[2];
+  SplitMap map;
+};
+
+void InitFusedSplit(const SplitPlan& sp, const uint8_t* mask, FusedSplit* f) {
+  InitVecCoder(sp.sub[0], &f->c[0]);
+  InitVecCoder(sp.sub[1], &f->c[1]);
+  InitSplitMap(mask, sp.sub[0].dim + sp.sub[1].dim, &f->map);
+}
+
+// kNormBatch vectors per step: block b + 1 is gathered before block b is encoded, so the gather's
+// overlapping stores have reached L1 when the norms and the encoder load them (a load spanning
+// stores still in flight waits for them), and the norms of a block's subset vectors interleave.
+template <DType kT>
+void SplitEncodeFused(const SplitPlan& sp, const void* x, size_t pitch, size_t n,
+                      const uint8_t* mask, uint8_t* code, size_t code_stride) {
+  FusedSplit f;
+  InitFusedSplit(sp, mask, &f);
+  const size_t m0 = sp.sub[0].dim, m1 = sp.sub[1].dim;
+  const size_t vec = m0 + m1 + 2 * kSlack;  // one vector's two subsets, each with its slack
+  const auto* src = static_cast<const uint8_t*>(x);
+  alignas(64) float g[2][kNormBatch * (kMaxChunks * 16 + 2 * kSlack)];
+  alignas(64) float z[kMaxDim];
+  const auto gather = [&](size_t first, float* buf) {
+    const size_t cnt = std::min(kNormBatch, n - first);
+    for (size_t b = 0; b < cnt; ++b) {
+      GatherVec<kT>(f.map, src + (first + b) * pitch, buf + b * vec, buf + b * vec + m0 + kSlack);
+    }
+  };
+  gather(0, g[0]);
+  for (size_t i0 = 0, blk = 0; i0 < n; i0 += kNormBatch, ++blk) {
+    float* cur = g[blk & 1];
+    if (i0 + kNormBatch < n) gather(i0 + kNormBatch, g[(blk & 1) ^ 1]);
+    const size_t cnt = std::min(kNormBatch, n - i0);
+    const float* x0[kNormBatch];
+    const float* x1[kNormBatch];
+    for (size_t b = 0; b < cnt; ++b) {
+      x0[b] = cur + b * vec;
+      x1[b] = cur + b * vec + m0 + kSlack;
+    }
+    float n0[kNormBatch], n1[kNormBatch];
+    Norms(x0, cnt, m0, n0);
+    Norms(x1, cnt, m1, n1);
+    for (size_t b = 0; b < cnt; ++b) {
+      uint8_t* c = code + (i0 + b) * code_stride;
+      f.c[0].encode(sp.sub[0], f.c[0], x0[b], n0[b], z, c + sp.norm_offset[0],
+                    c + sp.planes_offset[0]);
+      f.c[1].encode(sp.sub[1], f.c[1], x1[b], n1[b], z, c + sp.norm_offset[1],
+                    c + sp.planes_offset[1]);
+    }
+  }
+}
+
+template <DType kT>
+void SplitDecodeFused(const SplitPlan& sp, const uint8_t* code, size_t code_stride, size_t n,
+                      const uint8_t* mask, void* x, size_t pitch) {
+  FusedSplit f;
+  InitFusedSplit(sp, mask, &f);
+  const VecCoder& c0 = f.c[0];
+  const VecCoder& c1 = f.c[1];
+  auto* dst = static_cast<uint8_t*>(x);
+  // Vector i is scattered after vector i + 1 is decoded: the scatter's unaligned loads span the
+  // inverse rotation's stores.
+  alignas(64) float v[kMaxDim];
+  alignas(64) float g0[2][kMaxDim + kSlack];
+  alignas(64) float g1[2][kMaxDim + kSlack];
+  for (size_t i = 0; i < n; ++i) {
+    const size_t cur = i & 1;
+    const uint8_t* c = code + i * code_stride;
+    c0.decode(sp.sub[0], c0, c + sp.norm_offset[0], c + sp.planes_offset[0], v, g0[cur]);
+    c1.decode(sp.sub[1], c1, c + sp.norm_offset[1], c + sp.planes_offset[1], v, g1[cur]);
+    if (i > 0) ScatterVec<kT>(f.map, g0[cur ^ 1], g1[cur ^ 1], dst + (i - 1) * pitch);
+  }
+  ScatterVec<kT>(f.map, g0[(n - 1) & 1], g1[(n - 1) & 1], dst + (n - 1) * pitch);
+}
+
+void SplitEncode(const SplitPlan& sp, const void* x, DType dtype, size_t x_stride, size_t n,
+                 const uint8_t* mask, uint8_t* code, size_t code_stride) {
+  const size_t pitch = x_stride * DTypeSize(dtype);
+  if (n == 0) return;
+  if (FusedRoute(sp)) {
+    switch (dtype) {
+      case DType::kF16:
+        return SplitEncodeFused<DType::kF16>(sp, x, pitch, n, mask, code, code_stride);
+      case DType::kBF16:
+        return SplitEncodeFused<DType::kBF16>(sp, x, pitch, n, mask, code, code_stride);
+      case DType::kF32:
+        return SplitEncodeFused<DType::kF32>(sp, x, pitch, n, mask, code, code_stride);
+    }
+  }
+  Avx2().split_encode(sp, x, dtype, x_stride, n, mask, code, code_stride);
+}
+
+void SplitDecode(const SplitPlan& sp, const uint8_t* code, size_t code_stride, size_t n,
+                 const uint8_t* mask, void* x, DType dtype, size_t x_stride) {
+  const size_t pitch = x_stride * DTypeSize(dtype);
+  if (n == 0) return;
+  if (FusedRoute(sp)) {
+    switch (dtype) {
+      case DType::kF16:
+        return SplitDecodeFused<DType::kF16>(sp, code, code_stride, n, mask, x, pitch);
+      case DType::kBF16:
+        return SplitDecodeFused<DType::kBF16>(sp, code, code_stride, n, mask, x, pitch);
+      case DType::kF32:
+        return SplitDecodeFused<DType::kF32>(sp, code, code_stride, n, mask, x, pitch);
+    }
+  }
+  Avx2().split_decode(sp, code, code_stride, n, mask, x, dtype, x_stride);
+}
+
+// ---- channel energy and mean-removed keys ----
+
+template <DType kT>
+inline __m256 Load8AsFloat(const uint8_t* row, size_t c) {
+  if constexpr (kT == DType::kF32) return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + c);
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * c));
+  if constexpr (kT == DType::kF16) return _mm256_cvtph_ps(h);
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+// energy[c] += double(x)^2 per vector in order; kRows vectors per pass over the accumulators,
+// each channel's adds still one vector after the other.
+template <DType kT, int kRows>
+inline void EnergyRows(const uint8_t* rows, size_t pitch, size_t d, double* energy) {
+  for (size_t c = 0; c < d; c += 8) {
+    __m512d acc = _mm512_loadu_pd(energy + c);
+#pragma GCC unroll 4
+    for (int r = 0; r < kRows; ++r) {
+      const __m512d v = _mm512_cvtps_pd(Load8AsFloat<kT>(rows + r * pitch, c));
+      acc = _mm512_add_pd(acc, _mm512_mul_pd(v, v));
+    }
+    _mm512_storeu_pd(energy + c, acc);
+  }
+}
+
+template <DType kT>
+void ChannelEnergyT(const uint8_t* src, size_t n, size_t pitch, size_t d, double* energy) {
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) EnergyRows<kT, 4>(src + i * pitch, pitch, d, energy);
+  for (; i < n; ++i) EnergyRows<kT, 1>(src + i * pitch, pitch, d, energy);
+}
+
+void ChannelEnergy(const void* x, DType dtype, size_t n, size_t stride, size_t d,
+                   double* energy) {
+  const auto* src = static_cast<const uint8_t*>(x);
+  const size_t pitch = stride * DTypeSize(dtype);
+  if (d % 8 != 0) return Avx2().channel_energy(x, dtype, n, stride, d, energy);
+  switch (dtype) {
+    case DType::kF16:
+      return ChannelEnergyT<DType::kF16>(src, n, pitch, d, energy);
+    case DType::kBF16:
+      return ChannelEnergyT<DType::kBF16>(src, n, pitch, d, energy);
+    case DType::kF32:
+      return ChannelEnergyT<DType::kF32>(src, n, pitch, d, energy);
+  }
+  Avx2().channel_energy(x, dtype, n, stride, d, energy);
+}
+
+// mul then add, never an fma: the reference rounds the product first. The tail is masked.
+void AddScaled(const float* mean, const float* scale, size_t n, size_t d, float* x,
+               size_t x_stride) {
+  for (size_t i = 0; i < n; ++i) {
+    float* xv = x + i * x_stride;
+    const __m512 a = _mm512_set1_ps(scale[i]);
+    for (size_t j = 0; j < d; j += 16) {
+      const __mmask16 k = LowMask16(d - j);
+      const __m512 p = _mm512_mul_ps(a, _mm512_maskz_loadu_ps(k, mean + j));
+      _mm512_mask_storeu_ps(xv + j, k, _mm512_add_ps(_mm512_maskz_loadu_ps(k, xv + j), p));
+    }
+  }
+}
+
+}  // namespace
+
+namespace internal {
+const KernelTable& Avx512Table() {
+  static const KernelTable table{"avx512", ToF32, FromF32, Encode, Decode, SplitGather,
+                                 SplitScatter, SplitEncode, SplitDecode, ChannelEnergy,
+                                 AddScaled};
+  return table;
+}
+}  // namespace internal
+
+}  // namespace tqkv::kernels
