@@ -2,43 +2,87 @@
 """Time to first token for a returning user in vLLM (CPU): recompute vs ExampleConnector vs tqkv.
 
     PY=$(scripts/setup-vllm.sh); PYTHONPATH=build/python $PY scripts/bench_vllm.py \
-        --model $($PY scripts/vllm_model.py) --tokens 8192 [--modes recompute,example,fp16,tq3]
+        --model $($PY scripts/vllm_model.py) --tokens 8192 [--modes recompute,example,fp16,tq3] \
+        [--link-gbps 0.05] [--turn2-tokens 512]
 
-For each mode a first vLLM process serves a prompt of --tokens random token ids (and saves it
-through the connector); a fresh second process serves a short warm-up prompt, then the same prompt
-with max_tokens=1: its wall time is the returning user's time to first token. Prints one JSON
-object: per mode the seconds, the tokens vLLM reports cached (restored), and the bytes the store
-holds for the session. Name the CPU with the figures (docs/lab/vllm.md).
+For each mode a first vLLM process serves a prompt P of --tokens random token ids (and saves it
+through the connector); a fresh second process serves a short warm-up prompt, then P with
+max_tokens=1: its wall time is the returning user's time to first token. With --link-gbps, tqkv
+modes run that second process again with the store's reads through an emulated link of that many
+GB/s (the connector's link_gbps); ExampleConnector cannot be throttled, so for it only the
+computed (not measured) bytes / link is given. With --turn2-tokens N, a third fresh process serves
+turn 2 of the conversation, P + N new tokens: its time to first token, the tokens restored and the
+bytes the store grew by (what turn 2 wrote). Progress goes to stderr; one JSON object to stdout:
+per mode the seconds, the tokens vLLM reports cached (restored), the bytes the store holds for the
+session, and for tqkv the bytes and seconds of the connector's restore (from its log). Name the CPU
+and the load with the figures (docs/lab/vllm.md).
 """
 import argparse
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 RUN = Path(__file__).resolve().parent.parent / "tests" / "vllm" / "run_vllm.py"
+RESTORED = re.compile(r"tqkv connector: restored (\d+) chunks \((\d+) tokens, (\d+) bytes\) in "
+                      r"([0-9.]+) s")
 
 
-def serve(model: str, prompts: list, conn: str, work: Path, name: str, max_len: int) -> list:
+def log(msg: str) -> None:
+    print(f"bench_vllm {time.strftime('%H:%M:%S')} load {os.getloadavg()[0]:.1f}: {msg}",
+          file=sys.stderr, flush=True)
+
+
+def serve(model: str, prompts: list, conn: str, work: Path, name: str, max_len: int) -> dict:
+    """Runs one vLLM process; returns the last prompt's result plus the connector's restores."""
     pj, out = work / f"{name}.prompts.json", work / f"{name}.json"
     pj.write_text(json.dumps(prompts))
     cmd = [sys.executable, str(RUN), "--model", model, "--prompts", str(pj), "--out", str(out),
            "--max-tokens", "1", "--max-model-len", str(max_len)]
     if conn:
         cmd += ["--connector", conn]
-    with open(work / f"{name}.log", "w") as log:
-        r = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT)
+    log(f"{name}: starting vLLM")
+    with open(work / f"{name}.log", "w") as f:
+        r = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT)
     if r.returncode:
         sys.exit(f"bench_vllm: {name} failed, see {work / (name + '.log')}")
-    return json.loads(out.read_text())
+    res = json.loads(out.read_text())[-1]
+    restores = RESTORED.findall((work / f"{name}.log").read_text())
+    res["restore_bytes"] = sum(int(m[2]) for m in restores)
+    res["restore_s"] = round(sum(float(m[3]) for m in restores), 3)
+    log(f"{name}: {res['seconds']:.3f} s, {res['num_cached_tokens']} tokens cached")
+    return res
 
 
 def du(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.exists() else 0
+
+
+def connector(mode: str, store: Path, link: float) -> str:
+    if mode == "recompute":
+        return ""
+    if mode == "example":
+        return json.dumps({"kv_connector": "ExampleConnector", "kv_role": "kv_both",
+                           "kv_connector_extra_config": {"shared_storage_path": str(store)}})
+    extra = {"store": str(store), "codec": mode}
+    if link:
+        extra["link_gbps"] = link
+    return json.dumps({"kv_connector": "TqkvConnector", "kv_connector_module_path": "tqkv.vllm",
+                       "kv_role": "kv_both", "kv_load_failure_policy": "recompute",
+                       "kv_connector_extra_config": extra})
+
+
+def ttft(res: dict) -> dict:
+    out = {"ttft_s": round(res["seconds"], 3), "cached_tokens": res["num_cached_tokens"]}
+    if res["restore_bytes"]:
+        out.update(restore_bytes=res["restore_bytes"], restore_s=res["restore_s"])
+    return out
 
 
 def main() -> int:
@@ -46,37 +90,51 @@ def main() -> int:
     ap.add_argument("--model", required=True)
     ap.add_argument("--tokens", type=int, default=8192)
     ap.add_argument("--modes", default="recompute,example,fp16,tq3")
+    ap.add_argument("--link-gbps", type=float, default=0.0,
+                    help="also restore through an emulated link of this many GB/s (tqkv modes)")
+    ap.add_argument("--turn2-tokens", type=int, default=0,
+                    help="also serve turn 2: the prompt plus this many new tokens (0: no)")
     ap.add_argument("--work", default="", help="keep the stores and logs here")
     a = ap.parse_args()
+    if a.link_gbps < 0 or a.turn2_tokens < 0 or a.tokens <= 0:
+        ap.error("--tokens must be > 0, --link-gbps and --turn2-tokens >= 0")
     rng = random.Random(0)
     prompt = {"prompt_token_ids": [rng.randrange(100, 40000) for _ in range(a.tokens)]}
     warm = {"prompt_token_ids": [rng.randrange(100, 40000) for _ in range(256)]}
+    turn2 = {"prompt_token_ids": prompt["prompt_token_ids"] +
+             [rng.randrange(100, 40000) for _ in range(a.turn2_tokens)]}
     work = Path(a.work or tempfile.mkdtemp(prefix="tqkv-bench-vllm-"))
     work.mkdir(parents=True, exist_ok=True)
-    max_len = a.tokens + 64
-    results = {"model": a.model, "tokens": a.tokens, "cpu_count": os.cpu_count(), "modes": {}}
+    max_len = a.tokens + a.turn2_tokens + 64
+    results = {"model": a.model, "tokens": a.tokens, "cpu_count": os.cpu_count(),
+               "link_gbps": a.link_gbps or None, "turn2_tokens": a.turn2_tokens or None,
+               "modes": {}}
     for mode in a.modes.split(","):
         store = work / f"store-{mode}"
         shutil.rmtree(store, ignore_errors=True)
-        if mode == "recompute":
-            conn = ""
-        elif mode == "example":
+        conn = connector(mode, store, 0)
+        if mode == "example":
             store.mkdir()
-            conn = json.dumps({"kv_connector": "ExampleConnector", "kv_role": "kv_both",
-                               "kv_connector_extra_config": {"shared_storage_path": str(store)}})
-        else:
-            conn = json.dumps({"kv_connector": "TqkvConnector",
-                               "kv_connector_module_path": "tqkv.vllm", "kv_role": "kv_both",
-                               "kv_load_failure_policy": "recompute",
-                               "kv_connector_extra_config": {"store": str(store), "codec": mode}})
-        first = serve(a.model, [prompt], conn, work, f"{mode}-first", max_len)[0] if conn else None
+        first = serve(a.model, [prompt], conn, work, f"{mode}-first", max_len) if conn else None
         stored = du(store)
-        second = serve(a.model, [warm, prompt], conn, work, f"{mode}-second", max_len)[1]
-        results["modes"][mode] = {
-            "ttft_s": round(second["seconds"], 3), "cached_tokens": second["num_cached_tokens"],
-            "first_process_s": None if first is None else round(first["seconds"], 3),
-            "stored_bytes": stored}
-        print(json.dumps({mode: results["modes"][mode]}), file=sys.stderr, flush=True)
+        r = ttft(serve(a.model, [warm, prompt], conn, work, f"{mode}-second", max_len))
+        r.update(first_process_s=None if first is None else round(first["seconds"], 3),
+                 stored_bytes=stored, load_avg_1m=round(os.getloadavg()[0], 2))
+        if a.link_gbps and mode == "example":
+            r["link"] = {"computed_not_measured_read_s": round(stored / (a.link_gbps * 1e9), 3)}
+        elif a.link_gbps and conn:
+            linked = connector(mode, store, a.link_gbps)
+            r["link"] = ttft(serve(a.model, [warm, prompt], linked, work, f"{mode}-link",
+                                   max_len))
+        if a.turn2_tokens and conn:
+            before = du(store)
+            t2 = ttft(serve(a.model, [warm, turn2], conn, work, f"{mode}-turn2", max_len))
+            t2["bytes_written"] = du(store) - before
+            r["turn2"] = t2
+        elif a.turn2_tokens:
+            r["turn2"] = ttft(serve(a.model, [warm, turn2], "", work, f"{mode}-turn2", max_len))
+        results["modes"][mode] = r
+        log(json.dumps({mode: r}))
     print(json.dumps(results, indent=1))
     return 0
 

@@ -99,7 +99,11 @@ class TqkvConnector(KVConnectorBase_V1):
         self._chunk = self._cfg["chunk_tokens"]
         self._ns = self._cfg["namespace"]
         self._ident, self._geo = model_identity(vllm_config)
-        self._store = _store.open_store(self._cfg["store"])
+        link = self._cfg["link_gbps"]
+        # Benchmarks: reads pass one emulated link of link_gbps GB/s per connector (per process).
+        self._store = _store.Store(_tqkv.throttled_store(self._cfg["store"], link * 1e9, 0.0,
+                                                         False)) if link \
+            else _store.open_store(self._cfg["store"])
         self._stats = Stats()
         self._reported: Dict[str, float] = {}
         self._is_scheduler = role == KVConnectorRole.SCHEDULER
@@ -119,10 +123,11 @@ class TqkvConnector(KVConnectorBase_V1):
             logger.warning("tqkv connector: set kv_load_failure_policy='recompute' so that a "
                            "chunk that fails to restore is recomputed, not a failed request")
         logger.info("tqkv connector (%s): store %s, chunk %d tokens, namespace %s, model %s, "
-                    "save options %s%s", "scheduler" if self._is_scheduler else "worker",
+                    "save options %s%s%s", "scheduler" if self._is_scheduler else "worker",
                     self._store.uri, self._chunk, self._ns, self._ident,
                     self._cfg["save_kwargs"] or "library defaults",
-                    ", read-only" if self._cfg["read_only"] else "")
+                    ", read-only" if self._cfg["read_only"] else "",
+                    f", reads through an emulated {link} GB/s link" if link else "")
 
     # ---- scheduler side ----
     def _chunk_ok(self, h: str) -> bool:

@@ -53,7 +53,7 @@ def parse_config(extra: Dict[str, Any], block_size: int) -> Dict[str, Any]:
     """Checks kv_connector_extra_config; returns the connector's settings. Only keys present are
     passed on to tqkv.checkpoint, so absent ones take the library's defaults."""
     known = {"store", "codec", "exact_tokens", "key_means", "chunk_tokens", "read_only",
-             "namespace"}
+             "namespace", "link_gbps"}
     unknown = set(extra) - known
     if unknown:
         raise ValueError(f"tqkv connector: unknown kv_connector_extra_config keys {sorted(unknown)}"
@@ -74,8 +74,16 @@ def parse_config(extra: Dict[str, Any], block_size: int) -> Dict[str, Any]:
     if "exact_tokens" in extra:
         first, last = extra["exact_tokens"]
         save_kwargs["exact_tokens"] = (int(first), int(last))
+    try:
+        link = float(extra.get("link_gbps", 0))
+    except (TypeError, ValueError):
+        link = -1.0
+    if not 0 <= link < float("inf"):  # also refuses NaN
+        raise ValueError(f"tqkv connector: link_gbps {extra['link_gbps']!r} is not a number >= 0"
+                         " (GB/s; 0: no emulated link)")
     return {"store": str(extra["store"]), "chunk_tokens": chunk, "namespace": ns,
-            "read_only": bool(extra.get("read_only", False)), "save_kwargs": save_kwargs}
+            "read_only": bool(extra.get("read_only", False)), "save_kwargs": save_kwargs,
+            "link_gbps": link}
 
 
 def model_identity(vllm_config: Any) -> Tuple[str, Dict[str, Any]]:

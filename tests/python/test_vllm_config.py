@@ -18,10 +18,13 @@ def test_import_does_not_need_vllm():
 def test_config_passes_only_present_keys():
     c = tv.parse_config({"store": "/tmp/kv"}, 128)
     assert c["save_kwargs"] == {}  # the library's defaults apply
+    assert c["link_gbps"] == 0  # no emulated link
     assert c["chunk_tokens"] == 128 and c["namespace"] == "default" and not c["read_only"]
     c = tv.parse_config({"store": "memory://", "codec": "tq3", "exact_tokens": [0, 8],
-                         "chunk_tokens": 256, "read_only": True, "namespace": "team-a"}, 128)
+                         "chunk_tokens": 256, "read_only": True, "namespace": "team-a",
+                         "link_gbps": 0.05}, 128)
     assert c["save_kwargs"] == {"codec": "tq3", "exact_tokens": (0, 8)}
+    assert c["link_gbps"] == 0.05
     assert c["chunk_tokens"] == 256 and c["read_only"] and c["namespace"] == "team-a"
 
 
@@ -30,6 +33,9 @@ def test_config_passes_only_present_keys():
     ({"store": "/tmp/kv", "chunk_tokens": 100}, "multiple of the block size"),
     ({"store": "/tmp/kv", "namespace": "a/b"}, "namespace"),
     ({"store": "/tmp/kv", "codek": "tq3"}, "unknown"),
+    ({"store": "/tmp/kv", "link_gbps": -1}, "link_gbps"),
+    ({"store": "/tmp/kv", "link_gbps": "fast"}, "link_gbps"),
+    ({"store": "/tmp/kv", "link_gbps": float("nan")}, "link_gbps"),
 ])
 def test_config_errors(extra, msg):
     with pytest.raises(ValueError, match=msg):
