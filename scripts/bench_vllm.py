@@ -3,7 +3,7 @@
 
     PY=$(scripts/setup-vllm.sh); PYTHONPATH=build/python $PY scripts/bench_vllm.py \
         --model $($PY scripts/vllm_model.py) --tokens 8192 [--modes recompute,example,fp16,tq3] \
-        [--link-gbps 0.05] [--turn2-tokens 512]
+        [--link-gbps 0.05] [--turn2-tokens 512]    # tokens + turn2 + 64 <= the model's context
 
 For each mode a first vLLM process serves a prompt P of --tokens random token ids (and saves it
 through the connector); a fresh second process serves a short warm-up prompt, then P with
@@ -53,7 +53,8 @@ def serve(model: str, prompts: list, conn: str, work: Path, name: str, max_len: 
     if r.returncode:
         sys.exit(f"bench_vllm: {name} failed, see {work / (name + '.log')}")
     res = json.loads(out.read_text())[-1]
-    restores = RESTORED.findall((work / f"{name}.log").read_text())
+    # the measured prompt is served last, so its restore is the last one logged
+    restores = RESTORED.findall((work / f"{name}.log").read_text())[-1:]
     res["restore_bytes"] = sum(int(m[2]) for m in restores)
     res["restore_s"] = round(sum(float(m[3]) for m in restores), 3)
     log(f"{name}: {res['seconds']:.3f} s, {res['num_cached_tokens']} tokens cached")
