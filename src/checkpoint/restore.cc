@@ -349,8 +349,9 @@ Status RestoreIntoLayout(Store& store, std::string_view key, const LayoutTensors
           TQKV_RETURN_IF_ERROR(CheckDestination(made, h, key));
           opts.dtype = made.dtype;  // the sink, made after this returns, decodes to it
           dst = &made;
+        } else {  // shape checked before the open, geometry by expect_geometry
+          TQKV_RETURN_IF_ERROR(CheckTokens(h, dst->tokens, key));
         }
-        TQKV_RETURN_IF_ERROR(CheckTokens(h, dst->tokens, key));
         if (DecodesInPlace(dst->layout, dst->geometry, dst->tokens)) {
           return std::unique_ptr<HostTensors>(new LaidOutTensors(*dst, opts));
         }

@@ -7,12 +7,15 @@
 
 namespace tqkv::gpu {
 
+Status CheckDeviceDType(DType dtype, std::string_view key) {
+  if (dtype == DType::kF16 || dtype == DType::kBF16 || dtype == DType::kF32) return Status::Ok();
+  return Status::InvalidArgument("GPU restore of " + std::string(key) +
+                                 ": output dtype must be f16, bf16 or f32");
+}
+
 Status CheckDeviceDestination(const LayoutTensors& dst, const ContainerHeader& h,
                               std::string_view key) {
-  if (dst.dtype != DType::kF16 && dst.dtype != DType::kBF16 && dst.dtype != DType::kF32) {
-    return Status::InvalidArgument("GPU restore of " + std::string(key) +
-                                   ": output dtype must be f16, bf16 or f32");
-  }
+  TQKV_RETURN_IF_ERROR(CheckDeviceDType(dst.dtype, key));
   if (dst.layout.dim_stride != 1 && dst.geometry.head_dim > 1) {
     return Status::InvalidArgument("GPU restore of " + std::string(key) +
                                    ": each head's channels must be contiguous (dim_stride 1)");

@@ -15,6 +15,9 @@
 
 namespace tqkv::gpu {
 
+// InvalidArgument unless the kernels write `dtype` (f16, bf16 or f32).
+Status CheckDeviceDType(DType dtype, std::string_view key);
+
 // The host restore's rule (checkpoint/destination.h) plus what the kernels need: an f16, bf16 or
 // f32 output and each head's channels contiguous (dim_stride 1). InvalidArgument otherwise.
 Status CheckDeviceDestination(const LayoutTensors& dst, const ContainerHeader& h,

@@ -88,9 +88,6 @@ class GpuSessionImpl final : public GpuSession {
 
   // Canonical tensors for `h` of `dtype`, as the destination of the restore.
   Result<LayoutTensors> Allocate(const ContainerHeader& h, DType dtype) {
-    if (dtype != DType::kF16 && dtype != DType::kBF16 && dtype != DType::kF32) {
-      return Status::InvalidArgument("RestoreToGpu: output dtype must be f16, bf16 or f32");
-    }
     dtype_ = dtype;
     LayoutTensors t;
     t.geometry = h.geometry;
@@ -198,6 +195,8 @@ Status RunGpuRestore(Store& store, std::string_view key, const GpuRestoreOptions
 
 Result<std::unique_ptr<GpuSession>> RestoreToGpu(Store& store, std::string_view key,
                                                  const GpuRestoreOptions& options) {
+  // Refused before the probe, the open and any device memory.
+  TQKV_RETURN_IF_ERROR(gpu::CheckDeviceDType(options.dtype, key));
   auto session = std::make_unique<GpuSessionImpl>();
   GpuSessionImpl* s = session.get();
   TQKV_RETURN_IF_ERROR(RunGpuRestore(
