@@ -18,6 +18,8 @@
 #include <limits>
 #include <utility>
 
+// Built with -mf16c: the norm helpers of internal.h convert in hardware.
+#define TQKV_KERNELS_F16C 1
 #include "codec/kernels/internal.h"
 #include "codec/kernels/kernels.h"
 
@@ -250,26 +252,8 @@ inline uint64_t LoadBytes(const uint8_t* src, size_t nbytes) {
   return w;
 }
 
-void StoreNorm(float norm, DType dtype, uint8_t* out) {
-  if (dtype == DType::kF16) {
-    const uint16_t h = static_cast<uint16_t>(
-        _mm_extract_epi16(_mm_cvtps_ph(_mm_set_ss(norm), _MM_FROUND_TO_NEAREST_INT), 0));
-    std::memcpy(out, &h, 2);
-  } else {
-    std::memcpy(out, &norm, 4);
-  }
-}
-
-float LoadNorm(const uint8_t* in, DType dtype) {
-  if (dtype == DType::kF16) {
-    uint16_t h;
-    std::memcpy(&h, in, 2);
-    return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
-  }
-  float f;
-  std::memcpy(&f, in, 4);
-  return f;
-}
+using internal::LoadNorm;
+using internal::StoreNorm;
 
 // Quantizes z (m floats, aligned) and writes the bit planes: register r's compare masks are bytes
 // 2r, 2r + 1 of each plane, gathered four registers to a 64-bit word. With norm correction also

@@ -2,7 +2,13 @@
 #ifndef TQKV_SRC_CODEC_KERNELS_INTERNAL_H_
 #define TQKV_SRC_CODEC_KERNELS_INTERNAL_H_
 
+#include <cstring>
+
 #include "codec/kernels/kernels.h"
+#include "tqkv/types.h"
+#if defined(TQKV_KERNELS_F16C)
+#include <immintrin.h>
+#endif
 
 namespace tqkv::kernels::internal {
 
@@ -14,6 +20,40 @@ const KernelTable& Avx2Table();
 const KernelTable& Avx512Table();
 // Defined in neon_kernels_neon.cc (AArch64 builds only, where NEON is always present).
 const KernelTable& NeonTable();
+
+// A vector's stored norm (f32, or f16 rounded to nearest even), as every table writes and reads
+// it. `static`: each SIMD file gets its own copy, compiled for its instruction set, which the
+// linker never merges with another file's. The x86 SIMD files (built with -mf16c) define
+// TQKV_KERNELS_F16C and convert in hardware, the same bits as types.h's conversions, which the
+// reference and the other files use.
+static inline void StoreNorm(float norm, DType dtype, uint8_t* out) {
+  if (dtype == DType::kF16) {
+#if defined(TQKV_KERNELS_F16C)
+    const uint16_t h = static_cast<uint16_t>(
+        _mm_extract_epi16(_mm_cvtps_ph(_mm_set_ss(norm), _MM_FROUND_TO_NEAREST_INT), 0));
+#else
+    const uint16_t h = FloatToHalf(norm);
+#endif
+    std::memcpy(out, &h, 2);
+  } else {
+    std::memcpy(out, &norm, 4);
+  }
+}
+
+static inline float LoadNorm(const uint8_t* in, DType dtype) {
+  if (dtype == DType::kF16) {
+    uint16_t h;
+    std::memcpy(&h, in, 2);
+#if defined(TQKV_KERNELS_F16C)
+    return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
+#else
+    return HalfToFloat(h);
+#endif
+  }
+  float f;
+  std::memcpy(&f, in, 4);
+  return f;
+}
 
 }  // namespace tqkv::kernels::internal
 

@@ -324,25 +324,8 @@ void Dequantize(const SubsetPlan& p, const uint8_t* idx, float a, float* v) {
   }
 }
 
-void StoreNorm(float norm, DType dtype, uint8_t* out) {
-  if (dtype == DType::kF16) {
-    const uint16_t h = FloatToHalf(norm);
-    std::memcpy(out, &h, 2);
-  } else {
-    std::memcpy(out, &norm, 4);
-  }
-}
-
-float LoadNorm(const uint8_t* in, DType dtype) {
-  if (dtype == DType::kF16) {
-    uint16_t h;
-    std::memcpy(&h, in, 2);
-    return HalfToFloat(h);
-  }
-  float f;
-  std::memcpy(&f, in, 4);
-  return f;
-}
+using internal::LoadNorm;
+using internal::StoreNorm;
 
 // ---- encode / decode ----
 //

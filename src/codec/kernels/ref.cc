@@ -5,6 +5,7 @@
 #include <limits>
 #include <vector>
 
+#include "codec/kernels/internal.h"
 #include "codec/kernels/kernels.h"
 
 namespace tqkv::kernels {
@@ -96,25 +97,8 @@ void UnpackPlanes(const uint8_t* planes, size_t m, uint32_t bits, uint8_t* idx) 
 
 namespace {
 
-void StoreNorm(float norm, DType dtype, uint8_t* out) {
-  if (dtype == DType::kF16) {
-    const uint16_t h = FloatToHalf(norm);
-    std::memcpy(out, &h, 2);
-  } else {
-    std::memcpy(out, &norm, 4);
-  }
-}
-
-float LoadNorm(const uint8_t* in, DType dtype) {
-  if (dtype == DType::kF16) {
-    uint16_t h;
-    std::memcpy(&h, in, 2);
-    return HalfToFloat(h);
-  }
-  float f;
-  std::memcpy(&f, in, 4);
-  return f;
-}
+using internal::LoadNorm;
+using internal::StoreNorm;
 
 void MulSigns(float* y, const float* signs, size_t m) {
   for (size_t j = 0; j < m; ++j) y[j] *= signs[j];
