@@ -113,8 +113,16 @@ class TurboQuantCodec final : public Codec {
         for (size_t i = b; i < e; ++i) PoisonIfAnyNaN(codes + i * code_bytes_);
         return;
       }
+      const PlannedSubset& sub = plan_.subsets()[0];
+      if (!params_.qjl) {  // the kernels convert each vector themselves where they can
+        uint8_t* code = codes + b * code_bytes_;
+        kernels::EncodeFrom(k, kplans_[0], src + b * in_pitch, dtype, stride, e - b,
+                            code + sub.norm_offset, code + sub.planes_offset, code_bytes_);
+        return;
+      }
+      // QJL also needs each vector as floats: convert in batches here.
       Scratch xf(direct ? 0 : std::min(kBatch, e - b) * d);
-      std::vector<float> qjl_scratch(params_.qjl ? 2 * d : 0);
+      std::vector<float> qjl_scratch(2 * d);
       for (size_t start = b; start < e; start += kBatch) {
         const size_t cnt = std::min(kBatch, e - start);
         const float* xs;
@@ -134,13 +142,10 @@ class TurboQuantCodec final : public Codec {
           xs_stride = d;
         }
         uint8_t* code = codes + start * code_bytes_;
-        const PlannedSubset& sub = plan_.subsets()[0];
         k.encode(kplans_[0], xs, xs_stride, cnt, code + sub.norm_offset, code + sub.planes_offset,
                  code_bytes_);
-        if (params_.qjl) {
-          for (size_t i = 0; i < cnt; ++i) {
-            QjlEncode(k, xs + i * xs_stride, code + i * code_bytes_, qjl_scratch.data());
-          }
+        for (size_t i = 0; i < cnt; ++i) {
+          QjlEncode(k, xs + i * xs_stride, code + i * code_bytes_, qjl_scratch.data());
         }
       }
     });
@@ -181,6 +186,14 @@ class TurboQuantCodec final : public Codec {
       if (params_.split() && mean == nullptr) {  // the split kernel converts each vector itself
         k.split_decode(split_plan_, in + b * code_bytes_, code_bytes_, e - b, meta.data(),
                        dst + b * out_pitch, dtype, stride);
+        return;
+      }
+      if (!params_.split() && !params_.qjl) {  // conversion (and key means) in the kernels
+        const PlannedSubset& sub = plan_.subsets()[0];
+        const uint8_t* code = in + b * code_bytes_;
+        kernels::DecodeTo(k, kplans_[0], code + sub.norm_offset, code + sub.planes_offset,
+                          code_bytes_, e - b, mean, mean != nullptr ? scale + b : nullptr,
+                          dst + b * out_pitch, dtype, stride);
         return;
       }
       Scratch xf(direct ? 0 : std::min(kBatch, e - b) * d);

@@ -612,6 +612,75 @@ TEST(KernelsSimd, AddScaledMatchesReference) {
   }
 }
 
+// EncodeFrom / DecodeTo of every table (the fused kernels where a table has them, the batch route
+// otherwise) against the reference's to_f32 + encode and decode + add_scaled + from_f32: codes
+// and output elements byte for byte, for each input dtype, with and without key means, strided.
+TEST(KernelsSimd, FusedConversionMatchesReference) {
+  std::mt19937 rng(47);
+  std::normal_distribution<float> gauss;
+  const KernelTable& scalar = ScalarKernels();
+  for (RotationKind rot : {RotationKind::kHadamard, RotationKind::kHadamard2,
+                           RotationKind::kKronecker, RotationKind::kHaar}) {
+    for (uint32_t dim : DimsFor(rot)) {
+      if (rot == RotationKind::kHaar && dim > 96) continue;  // slow in the reference
+      for (uint32_t bits : {1u, 3u, 4u, 5u, 8u}) {
+        const bool nc = bits % 2 == 1;
+        TestPlan t = MakePlan(dim, bits, rot, bits == 4 ? DType::kF32 : DType::kF16, nc, rng);
+        const SubsetPlan& p = t.plan;
+        const size_t nb = DTypeSize(p.norm_dtype);
+        const size_t gap = bits % 2, x_stride = dim + 3 * gap, code_stride = nb + p.planes_bytes();
+        size_t n = 0;
+        const std::vector<float> xf = MakeInputs(dim, x_stride, &n, rng);
+        std::vector<float> mean(dim), scale(n);
+        for (auto& v : mean) v = 4.0f * gauss(rng);
+        for (auto& v : scale) v = gauss(rng);
+        for (DType dt : {DType::kF16, DType::kBF16, DType::kF32}) {
+          const size_t el = DTypeSize(dt);
+          std::vector<uint8_t> x(xf.size() * el);
+          scalar.from_f32(xf.data(), xf.size(), dt, x.data());
+          std::vector<float> xr(xf.size());  // what the encoder sees
+          scalar.to_f32(x.data(), dt, xf.size(), xr.data());
+          std::vector<uint8_t> want(n * code_stride, 0xCD);
+          scalar.encode(p, xr.data(), x_stride, n, want.data(), want.data() + nb, code_stride);
+          for (bool with_mean : {false, true}) {
+            std::vector<float> dec(n * x_stride, 0.0f);
+            scalar.decode(p, want.data(), want.data() + nb, code_stride, n, dec.data(), x_stride);
+            if (with_mean) scalar.add_scaled(mean.data(), scale.data(), n, dim, dec.data(), x_stride);
+            std::vector<uint8_t> want_out(n * x_stride * el, 0xEE);
+            for (size_t i = 0; i < n; ++i) {
+              scalar.from_f32(&dec[i * x_stride], dim, dt, &want_out[i * x_stride * el]);
+            }
+            std::vector<const KernelTable*> tables = SimdTables();
+            tables.push_back(&scalar);
+            for (const KernelTable* table : tables) {
+              SCOPED_TRACE(Describe(p, *table) + " dtype=" + std::string(DTypeName(dt)) +
+                           (with_mean ? " mean" : ""));
+              std::vector<uint8_t> got(n * code_stride, 0xCD);
+              EncodeFrom(*table, p, x.data(), dt, x_stride, n, got.data(), got.data() + nb,
+                         code_stride);
+              ASSERT_EQ(got, want);
+              std::vector<uint8_t> got_out(n * x_stride * el, 0xEE);
+              DecodeTo(*table, p, want.data(), want.data() + nb, code_stride, n,
+                       with_mean ? mean.data() : nullptr, with_mean ? scale.data() : nullptr,
+                       got_out.data(), dt, x_stride);
+              for (size_t i = 0; i < n * x_stride; ++i) {
+                if (std::memcmp(&got_out[i * el], &want_out[i * el], el) == 0) continue;
+                if (dt == DType::kF32) {  // NaN payloads: as SameFloat
+                  float a, b;
+                  std::memcpy(&a, &got_out[i * el], 4);
+                  std::memcpy(&b, &want_out[i * el], 4);
+                  if (SameFloat(a, b)) continue;
+                }
+                FAIL() << "vector " << i / x_stride << " lane " << i % x_stride;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // The fused split kernels of every table against the reference (which is split_gather + encode
 // of each subset, and decode of each subset + split_scatter): the rotation kinds the presets use
 // (Hadamard outliers, Kronecker rest), Haar (the tables' batch-wise route), d beyond the fused

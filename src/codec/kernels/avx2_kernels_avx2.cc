@@ -1305,7 +1305,7 @@ namespace internal {
 const KernelTable& Avx2Table() {
   static const KernelTable table{"avx2", ToF32, FromF32, Encode, Decode, SplitGather,
                                  SplitScatter, SplitEncode, SplitDecode, ChannelEnergy,
-                                 AddScaled};
+                                 AddScaled, nullptr, nullptr};
   return table;
 }
 }  // namespace internal

@@ -563,6 +563,12 @@ using EncodeVecFn = void (*)(const SubsetPlan&, const VecCoder&, const float* x,
 using DecodeVecFn = void (*)(const SubsetPlan&, const VecCoder&, const uint8_t* norm_in,
                              const uint8_t* planes, float* vbuf, float* out);
 
+// One vector to out as dtype, key means added first (mean null: none; a = scale * mean). vbuf,
+// obuf: aligned scratch.
+using DecodeToFn = void (*)(const SubsetPlan&, const VecCoder&, const uint8_t* norm_in,
+                            const uint8_t* planes, float* vbuf, float* obuf, const float* mean,
+                            float scale, void* out, DType dtype);
+
 // One subset's per-call state.
 struct VecCoder {
   Tables t;
@@ -570,6 +576,7 @@ struct VecCoder {
   InverseFn inverse;
   EncodeVecFn encode;
   DecodeVecFn decode;
+  DecodeToFn decode_to;
 };
 
 // A zero or non-finite norm: every index 0, stored norm +0 or NaN. True when it was one.
@@ -649,12 +656,12 @@ void DecodeVecGeneric(const SubsetPlan& plan, const VecCoder& c, const uint8_t* 
 // Hadamard kinds with m = 16 R: planes to index bytes (64 at a time), centroids, inverse rotation
 // and signs in registers.
 template <int kBits, int R>
-void DecodeVecHadamard(const SubsetPlan& plan, const VecCoder& c, const uint8_t* norm_in,
-                       const uint8_t* planes, float*, float* out) {
+[[gnu::always_inline]] inline void DecodeRegs(const SubsetPlan& plan, const VecCoder& c,
+                                              const uint8_t* norm_in, const uint8_t* planes,
+                                              __m512* v) {
   constexpr size_t kPb = 2 * R;
   const __m512 av = _mm512_set1_ps(LoadNorm(norm_in, plan.norm_dtype) * plan.dec_scale);
   const __m512 cent[2] = {_mm512_mul_ps(c.t.cent[0], av), _mm512_mul_ps(c.t.cent[1], av)};
-  __m512 v[R];
   Unroll<(R + 3) / 4>([&](auto gc) {
     constexpr int g = decltype(gc)::value;
     constexpr size_t kBytes = std::min<size_t>(8, kPb - 8 * g);
@@ -677,8 +684,51 @@ void DecodeVecHadamard(const SubsetPlan& plan, const VecCoder& c, const uint8_t*
     FwhtRegs<R>(v);
   }
 #pragma GCC unroll 16
-  for (int r = 0; r < R; ++r) {
-    _mm512_storeu_ps(out + 16 * r, _mm512_mul_ps(v[r], _mm512_loadu_ps(plan.signs1 + 16 * r)));
+  for (int r = 0; r < R; ++r) v[r] = _mm512_mul_ps(v[r], _mm512_loadu_ps(plan.signs1 + 16 * r));
+}
+
+template <int kBits, int R>
+void DecodeVecHadamard(const SubsetPlan& plan, const VecCoder& c, const uint8_t* norm_in,
+                       const uint8_t* planes, float*, float* out) {
+  __m512 v[R];
+  DecodeRegs<kBits, R>(plan, c, norm_in, planes, v);
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) _mm512_storeu_ps(out + 16 * r, v[r]);
+}
+
+// Channels c..c+15 of a decoded vector to out: with mean, v + a * mean (the product rounded
+// first, as add_scaled), then from_f32's rounding to dtype.
+[[gnu::always_inline]] inline void StoreDecoded16(__m512 v, size_t c, const float* mean,
+                                                  __m512 a, void* out, DType dtype) {
+  if (mean != nullptr) v = _mm512_add_ps(v, _mm512_mul_ps(a, _mm512_loadu_ps(mean + c)));
+  if (dtype == DType::kF32) {
+    _mm512_storeu_ps(static_cast<float*>(out) + c, v);
+  } else {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(static_cast<uint16_t*>(out) + c),
+                        FloatTo16(v, dtype == DType::kF16));
+  }
+}
+
+template <int kBits, int R>
+void DecodeVecHadamardTo(const SubsetPlan& plan, const VecCoder& c, const uint8_t* norm_in,
+                         const uint8_t* planes, float*, float*, const float* mean, float scale,
+                         void* out, DType dtype) {
+  __m512 v[R];
+  DecodeRegs<kBits, R>(plan, c, norm_in, planes, v);
+  const __m512 a = _mm512_set1_ps(scale);
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) StoreDecoded16(v[r], 16 * r, mean, a, out, dtype);
+}
+
+template <int kBits>
+void DecodeVecGenericTo(const SubsetPlan& plan, const VecCoder& c, const uint8_t* norm_in,
+                        const uint8_t* planes, float* vbuf, float* obuf, const float* mean,
+                        float scale, void* out, DType dtype) {
+  DequantizeVec<kBits>(plan, c.t, norm_in, planes, vbuf);
+  c.inverse(plan, vbuf, obuf);
+  const __m512 a = _mm512_set1_ps(scale);
+  for (size_t j = 0; j < plan.dim; j += 16) {
+    StoreDecoded16(_mm512_load_ps(obuf + j), j, mean, a, out, dtype);
   }
 }
 
@@ -699,15 +749,20 @@ template <int kBits>
 void PickCoders(const SubsetPlan& p, VecCoder* c) {
   c->encode = EncodeVecGeneric<kBits>;
   c->decode = DecodeVecGeneric<kBits>;
+  c->decode_to = DecodeVecGenericTo<kBits>;
   if (p.rotation == RotationKind::kKronecker || p.dim > 256) return;
+  const auto pick = [c](auto rc) {
+    constexpr int R = decltype(rc)::value;
+    c->encode = EncodeVecHadamard<kBits, R>;
+    c->decode = DecodeVecHadamard<kBits, R>;
+    c->decode_to = DecodeVecHadamardTo<kBits, R>;
+  };
   switch (p.dim / 16) {
-    case 1: c->encode = EncodeVecHadamard<kBits, 1>, c->decode = DecodeVecHadamard<kBits, 1>; break;
-    case 2: c->encode = EncodeVecHadamard<kBits, 2>, c->decode = DecodeVecHadamard<kBits, 2>; break;
-    case 4: c->encode = EncodeVecHadamard<kBits, 4>, c->decode = DecodeVecHadamard<kBits, 4>; break;
-    case 8: c->encode = EncodeVecHadamard<kBits, 8>, c->decode = DecodeVecHadamard<kBits, 8>; break;
-    case 16:
-      c->encode = EncodeVecHadamard<kBits, 16>, c->decode = DecodeVecHadamard<kBits, 16>;
-      break;
+    case 1: return pick(std::integral_constant<int, 1>{});
+    case 2: return pick(std::integral_constant<int, 2>{});
+    case 4: return pick(std::integral_constant<int, 4>{});
+    case 8: return pick(std::integral_constant<int, 8>{});
+    case 16: return pick(std::integral_constant<int, 16>{});
   }
 }
 
@@ -998,6 +1053,74 @@ void SplitDecode(const SplitPlan& sp, const uint8_t* code, size_t code_stride, s
   Avx2().split_decode(sp, code, code_stride, n, mask, x, dtype, x_stride);
 }
 
+// ---- encode / decode with the dtype conversion fused ----
+
+// Blocks of kNormBatch vectors are converted into an L1 buffer, then normed and encoded as by
+// Encode: the input is read once, while the previous block's arithmetic runs.
+template <DType kT>
+void EncodeFromT(const SubsetPlan& plan, const uint8_t* src, size_t pitch, size_t n,
+                 uint8_t* norm_out, uint8_t* planes_out, size_t code_stride) {
+  VecCoder c;
+  InitVecCoder(plan, &c);
+  const size_t m = plan.dim;
+  alignas(64) float z[kMaxDim];
+  alignas(64) float xb[kNormBatch][kMaxDim];
+  for (size_t v0 = 0; v0 < n; v0 += kNormBatch) {
+    const size_t cnt = std::min(kNormBatch, n - v0);
+    const float* xs[kNormBatch];
+    float norms[kNormBatch];
+    for (size_t b = 0; b < cnt; ++b) {
+      const uint8_t* row = src + (v0 + b) * pitch;
+      for (size_t j = 0; j < m; j += 16) _mm512_store_ps(xb[b] + j, Load16AsFloat<kT>(row, j));
+      xs[b] = xb[b];
+    }
+    Norms(xs, cnt, m, norms);
+    for (size_t b = 0; b < cnt; ++b) {
+      const size_t v = v0 + b;
+      c.encode(plan, c, xs[b], norms[b], z, norm_out + v * code_stride,
+               planes_out + v * code_stride);
+    }
+  }
+}
+
+void EncodeFrom(const SubsetPlan& plan, const void* x, DType dtype, size_t x_stride, size_t n,
+                uint8_t* norm_out, uint8_t* planes_out, size_t code_stride) {
+  const auto* src = static_cast<const uint8_t*>(x);
+  const size_t pitch = x_stride * DTypeSize(dtype);
+  if (Vectorised(plan)) {
+    switch (dtype) {
+      case DType::kF32:
+        return Encode(plan, static_cast<const float*>(x), x_stride, n, norm_out, planes_out,
+                      code_stride);
+      case DType::kF16:
+        return EncodeFromT<DType::kF16>(plan, src, pitch, n, norm_out, planes_out, code_stride);
+      case DType::kBF16:
+        return EncodeFromT<DType::kBF16>(plan, src, pitch, n, norm_out, planes_out, code_stride);
+    }
+  }
+  EncodeFrom(Avx2(), plan, x, dtype, x_stride, n, norm_out, planes_out, code_stride);
+}
+
+void DecodeTo(const SubsetPlan& plan, const uint8_t* norm_in, const uint8_t* planes_in,
+              size_t code_stride, size_t n, const float* mean, const float* scale, void* out,
+              DType dtype, size_t out_stride) {
+  const bool known = dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16;
+  if (!Vectorised(plan) || !known) {
+    return DecodeTo(Avx2(), plan, norm_in, planes_in, code_stride, n, mean, scale, out, dtype,
+                    out_stride);
+  }
+  VecCoder c;
+  InitVecCoder(plan, &c);
+  auto* dst = static_cast<uint8_t*>(out);
+  const size_t pitch = out_stride * DTypeSize(dtype);
+  alignas(64) float vbuf[kMaxDim];
+  alignas(64) float obuf[kMaxDim];
+  for (size_t k = 0; k < n; ++k) {
+    c.decode_to(plan, c, norm_in + k * code_stride, planes_in + k * code_stride, vbuf, obuf, mean,
+                mean != nullptr ? scale[k] : 0.0f, dst + k * pitch, dtype);
+  }
+}
+
 // ---- channel energy and mean-removed keys ----
 
 template <DType kT>
@@ -1066,7 +1189,7 @@ namespace internal {
 const KernelTable& Avx512Table() {
   static const KernelTable table{"avx512", ToF32, FromF32, Encode, Decode, SplitGather,
                                  SplitScatter, SplitEncode, SplitDecode, ChannelEnergy,
-                                 AddScaled};
+                                 AddScaled, EncodeFrom, DecodeTo};
   return table;
 }
 }  // namespace internal

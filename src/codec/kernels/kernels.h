@@ -122,8 +122,28 @@ struct KernelTable {
   // for bit with the reference and with the CUDA decoder.
   void (*add_scaled)(const float* mean, const float* scale, size_t n, size_t d, float* x,
                      size_t x_stride);
+  // Optional (null: EncodeFrom / DecodeTo below go through to_f32 / from_f32 and a float buffer):
+  // encode with the conversion fused, vector i of dtype at x + i * x_stride elements; the same
+  // bytes as to_f32 of each vector, then encode.
+  void (*encode_from)(const SubsetPlan& plan, const void* x, DType dtype, size_t x_stride,
+                      size_t n, uint8_t* norm_out, uint8_t* planes_out, size_t code_stride);
+  // Optional: decode, then (mean not null) add_scaled(mean, scale, ...), then from_f32 to vector
+  // i at out + i * out_stride elements of dtype, without a float buffer between them.
+  void (*decode_to)(const SubsetPlan& plan, const uint8_t* norm_in, const uint8_t* planes_in,
+                    size_t code_stride, size_t n, const float* mean, const float* scale,
+                    void* out, DType dtype, size_t out_stride);
 };
 inline constexpr size_t kSplitSlack = 8;
+
+// Encode n vectors of any dtype with table k: its encode_from, or to_f32 + encode in batches.
+void EncodeFrom(const KernelTable& k, const SubsetPlan& plan, const void* x, DType dtype,
+                size_t x_stride, size_t n, uint8_t* norm_out, uint8_t* planes_out,
+                size_t code_stride);
+// Decode n vectors to any dtype with table k (mean/scale: null, or the key means to add): its
+// decode_to, or decode + add_scaled + from_f32 in batches. Both routes give the same bytes.
+void DecodeTo(const KernelTable& k, const SubsetPlan& plan, const uint8_t* norm_in,
+              const uint8_t* planes_in, size_t code_stride, size_t n, const float* mean,
+              const float* scale, void* out, DType dtype, size_t out_stride);
 
 // Scalar reference: always built.
 const KernelTable& ScalarKernels();

@@ -276,7 +276,7 @@ void AddScaled(const float* mean, const float* scale, size_t n, size_t d, float*
 const KernelTable& ScalarKernels() {
   static const KernelTable table{"scalar", ToF32, FromF32, Encode, Decode, SplitGather,
                                  SplitScatter, SplitEncode, SplitDecode, ChannelEnergy,
-                                 AddScaled};
+                                 AddScaled, nullptr, nullptr};
   return table;
 }
 
