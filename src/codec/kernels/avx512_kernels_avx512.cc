@@ -605,12 +605,40 @@ void EncodeVecGeneric(const SubsetPlan& plan, const VecCoder& c, const float* xv
   StoreEncodedNorm(plan, norm, QuantizePack<kBits>(plan, c.t, z, planes), norm_out);
 }
 
+// Quantizes the N registers v (times s) and writes the bit planes (register r: bytes 2r, 2r + 1 of
+// each plane); with norm correction returns Sum8 of the centroids' squares.
+template <int kBits, int N>
+[[gnu::always_inline]] inline float QuantizeRegs(const SubsetPlan& plan, const VecCoder& c,
+                                                 const __m512* v, __m512 s, uint8_t* planes) {
+  constexpr size_t kPb = 2 * N;
+  __m256 csum = _mm256_setzero_ps();
+  uint64_t words[kBits] = {};
+  Unroll<N>([&](auto rc) {
+    constexpr int r = decltype(rc)::value;
+    uint32_t plane[kBits];
+    const __m512i idx = Quantize16<kBits>(c.t, _mm512_mul_ps(v[r], s), plane);
+#pragma GCC unroll 8
+    for (int p = 0; p < kBits; ++p) words[p] |= static_cast<uint64_t>(plane[p]) << (16 * (r % 4));
+    if (plan.norm_correction) {
+      const __m512 cv = Lookup16<kBits>(c.t.cent, idx);
+      csum = AddSum8(csum, _mm512_mul_ps(cv, cv));
+    }
+    if constexpr (r % 4 == 3 || r == N - 1) {  // four registers make 8 bytes of each plane
+#pragma GCC unroll 8
+      for (int p = 0; p < kBits; ++p) {
+        StoreBytes(planes + p * kPb + 8 * (r / 4), 2 * (r % 4 + 1), words[p]);
+        words[p] = 0;
+      }
+    }
+  });
+  return plan.norm_correction ? ReduceSum8(csum) : 0.0f;
+}
+
 // Hadamard kinds with m = 16 R: rotation, scale and quantization without leaving the registers.
 template <int kBits, int R>
 void EncodeVecHadamard(const SubsetPlan& plan, const VecCoder& c, const float* xv, float norm,
                        float*, uint8_t* norm_out, uint8_t* planes) {
   if (EncodeDegenerate(plan, norm, norm_out, planes)) return;
-  constexpr size_t kPb = 2 * R;
   __m512 v[R];
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
@@ -622,28 +650,38 @@ void EncodeVecHadamard(const SubsetPlan& plan, const VecCoder& c, const float* x
     for (int r = 0; r < R; ++r) v[r] = _mm512_mul_ps(v[r], _mm512_loadu_ps(plan.signs2 + 16 * r));
     FwhtRegs<R>(v);
   }
-  const __m512 s = _mm512_set1_ps(plan.enc_scale / norm);
-  __m256 csum = _mm256_setzero_ps();
-  uint64_t words[kBits] = {};
-  Unroll<R>([&](auto rc) {
-    constexpr int r = decltype(rc)::value;
-    uint32_t plane[kBits];
-    const __m512i idx = Quantize16<kBits>(c.t, _mm512_mul_ps(v[r], s), plane);
-#pragma GCC unroll 8
-    for (int p = 0; p < kBits; ++p) words[p] |= static_cast<uint64_t>(plane[p]) << (16 * (r % 4));
-    if (plan.norm_correction) {
-      const __m512 cv = Lookup16<kBits>(c.t.cent, idx);
-      csum = AddSum8(csum, _mm512_mul_ps(cv, cv));
+  const float csum = QuantizeRegs<kBits, R>(plan, c, v, _mm512_set1_ps(plan.enc_scale / norm), planes);
+  StoreEncodedNorm(plan, norm, csum, norm_out);
+}
+
+// Kronecker with q = kQ blocks of B = 16 R (q R <= 16 registers): the blocks' signed FWHTs, the
+// q x q mix (KronMix's fmas in order), scale and quantization in registers.
+template <int kBits, int R, int kQ>
+void EncodeVecKron(const SubsetPlan& plan, const VecCoder& c, const float* xv, float norm, float*,
+                   uint8_t* norm_out, uint8_t* planes) {
+  if (EncodeDegenerate(plan, norm, norm_out, planes)) return;
+  constexpr int N = kQ * R;
+  __m512 t[N], v[N];
+#pragma GCC unroll 16
+  for (int r = 0; r < N; ++r) {
+    t[r] = _mm512_mul_ps(_mm512_loadu_ps(xv + 16 * r), _mm512_loadu_ps(plan.signs1 + 16 * r));
+  }
+#pragma GCC unroll 4
+  for (int b = 0; b < kQ; ++b) FwhtRegs<R>(t + b * R);
+#pragma GCC unroll 4
+  for (int a = 0; a < kQ; ++a) {
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) v[a * R + r] = _mm512_setzero_ps();
+#pragma GCC unroll 4
+    for (int a2 = 0; a2 < kQ; ++a2) {
+      const __m512 w = _mm512_set1_ps(plan.haar_t[a2 * kQ + a]);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) v[a * R + r] = _mm512_fmadd_ps(w, t[a2 * R + r], v[a * R + r]);
     }
-    if constexpr (r % 4 == 3 || r == R - 1) {  // four registers make 8 bytes of each plane
-#pragma GCC unroll 8
-      for (int p = 0; p < kBits; ++p) {
-        StoreBytes(planes + p * kPb + 8 * (r / 4), 2 * (r % 4 + 1), words[p]);
-        words[p] = 0;
-      }
-    }
-  });
-  StoreEncodedNorm(plan, norm, plan.norm_correction ? ReduceSum8(csum) : 0.0f, norm_out);
+  }
+  // One multiply by enc_scale / norm, as KronForward's.
+  const float csum = QuantizeRegs<kBits, N>(plan, c, v, _mm512_set1_ps(plan.enc_scale / norm), planes);
+  StoreEncodedNorm(plan, norm, csum, norm_out);
 }
 
 template <int kBits>
@@ -655,14 +693,15 @@ void DecodeVecGeneric(const SubsetPlan& plan, const VecCoder& c, const uint8_t* 
 
 // Hadamard kinds with m = 16 R: planes to index bytes (64 at a time), centroids, inverse rotation
 // and signs in registers.
-template <int kBits, int R>
-[[gnu::always_inline]] inline void DecodeRegs(const SubsetPlan& plan, const VecCoder& c,
-                                              const uint8_t* norm_in, const uint8_t* planes,
-                                              __m512* v) {
-  constexpr size_t kPb = 2 * R;
+// Planes to index bytes (64 at a time), then the scaled centroids of N registers.
+template <int kBits, int N>
+[[gnu::always_inline]] inline void CentroidRegs(const SubsetPlan& plan, const VecCoder& c,
+                                                const uint8_t* norm_in, const uint8_t* planes,
+                                                __m512* v) {
+  constexpr size_t kPb = 2 * N;
   const __m512 av = _mm512_set1_ps(LoadNorm(norm_in, plan.norm_dtype) * plan.dec_scale);
   const __m512 cent[2] = {_mm512_mul_ps(c.t.cent[0], av), _mm512_mul_ps(c.t.cent[1], av)};
-  Unroll<(R + 3) / 4>([&](auto gc) {
+  Unroll<(N + 3) / 4>([&](auto gc) {
     constexpr int g = decltype(gc)::value;
     constexpr size_t kBytes = std::min<size_t>(8, kPb - 8 * g);
     __m512i acc = _mm512_setzero_si512();
@@ -671,12 +710,20 @@ template <int kBits, int R>
       const __mmask64 k = _cvtu64_mask64(LoadBytes(planes + p * kPb + 8 * g, kBytes));
       acc = _mm512_mask_add_epi8(acc, k, acc, _mm512_set1_epi8(static_cast<char>(1 << p)));
     }
-    Unroll<std::min(4, R - 4 * g)>([&](auto rc) {
+    Unroll<std::min(4, N - 4 * g)>([&](auto rc) {
       constexpr int r = decltype(rc)::value;
       const __m512i q = _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(acc, r));
       v[4 * g + r] = Lookup16<kBits>(cent, q);
     });
   });
+}
+
+// Hadamard kinds with m = 16 R: the decoded vector in R registers.
+template <int kBits, int R>
+[[gnu::always_inline]] inline void DecodeRegs(const SubsetPlan& plan, const VecCoder& c,
+                                              const uint8_t* norm_in, const uint8_t* planes,
+                                              __m512* v) {
+  CentroidRegs<kBits, R>(plan, c, norm_in, planes, v);
   FwhtRegs<R>(v);
   if (plan.rotation == RotationKind::kHadamard2) {
 #pragma GCC unroll 16
@@ -685,6 +732,41 @@ template <int kBits, int R>
   }
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) v[r] = _mm512_mul_ps(v[r], _mm512_loadu_ps(plan.signs1 + 16 * r));
+}
+
+// Kronecker with q = kQ blocks of 16 R: the decoded vector in kQ R registers (KronMix by Q^T,
+// each block's FWHT, the signs).
+template <int kBits, int R, int kQ>
+[[gnu::always_inline]] inline void KronDecodeRegs(const SubsetPlan& plan, const VecCoder& c,
+                                                  const uint8_t* norm_in, const uint8_t* planes,
+                                                  __m512* out) {
+  constexpr int N = kQ * R;
+  __m512 v[N];
+  CentroidRegs<kBits, N>(plan, c, norm_in, planes, v);
+#pragma GCC unroll 4
+  for (int a = 0; a < kQ; ++a) {
+    __m512* acc = out + a * R;
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+#pragma GCC unroll 4
+    for (int a2 = 0; a2 < kQ; ++a2) {
+      const __m512 w = _mm512_set1_ps(plan.haar[a2 * kQ + a]);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(w, v[a2 * R + r], acc[r]);
+    }
+    FwhtRegs<R>(acc);
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < N; ++r) out[r] = _mm512_mul_ps(out[r], _mm512_loadu_ps(plan.signs1 + 16 * r));
+}
+
+template <int kBits, int R, int kQ>
+void DecodeVecKron(const SubsetPlan& plan, const VecCoder& c, const uint8_t* norm_in,
+                   const uint8_t* planes, float*, float* out) {
+  __m512 v[kQ * R];
+  KronDecodeRegs<kBits, R, kQ>(plan, c, norm_in, planes, v);
+#pragma GCC unroll 16
+  for (int r = 0; r < kQ * R; ++r) _mm512_storeu_ps(out + 16 * r, v[r]);
 }
 
 template <int kBits, int R>
@@ -720,6 +802,17 @@ void DecodeVecHadamardTo(const SubsetPlan& plan, const VecCoder& c, const uint8_
   for (int r = 0; r < R; ++r) StoreDecoded16(v[r], 16 * r, mean, a, out, dtype);
 }
 
+template <int kBits, int R, int kQ>
+void DecodeVecKronTo(const SubsetPlan& plan, const VecCoder& c, const uint8_t* norm_in,
+                     const uint8_t* planes, float*, float*, const float* mean, float scale,
+                     void* out, DType dtype) {
+  __m512 v[kQ * R];
+  KronDecodeRegs<kBits, R, kQ>(plan, c, norm_in, planes, v);
+  const __m512 a = _mm512_set1_ps(scale);
+#pragma GCC unroll 16
+  for (int r = 0; r < kQ * R; ++r) StoreDecoded16(v[r], 16 * r, mean, a, out, dtype);
+}
+
 template <int kBits>
 void DecodeVecGenericTo(const SubsetPlan& plan, const VecCoder& c, const uint8_t* norm_in,
                         const uint8_t* planes, float* vbuf, float* obuf, const float* mean,
@@ -750,7 +843,23 @@ void PickCoders(const SubsetPlan& p, VecCoder* c) {
   c->encode = EncodeVecGeneric<kBits>;
   c->decode = DecodeVecGeneric<kBits>;
   c->decode_to = DecodeVecGenericTo<kBits>;
-  if (p.rotation == RotationKind::kKronecker || p.dim > 256) return;
+  if (p.rotation == RotationKind::kKronecker) {
+    // q = 3 (the split presets' rest: 48, 96, 192 channels) in registers.
+    if (p.dim != 3 * p.block) return;
+    const auto pick_kron = [c](auto rc) {
+      constexpr int R = decltype(rc)::value;
+      c->encode = EncodeVecKron<kBits, R, 3>;
+      c->decode = DecodeVecKron<kBits, R, 3>;
+      c->decode_to = DecodeVecKronTo<kBits, R, 3>;
+    };
+    switch (p.block) {
+      case 16: return pick_kron(std::integral_constant<int, 1>{});
+      case 32: return pick_kron(std::integral_constant<int, 2>{});
+      case 64: return pick_kron(std::integral_constant<int, 4>{});
+    }
+    return;
+  }
+  if (p.dim > 256) return;
   const auto pick = [c](auto rc) {
     constexpr int R = decltype(rc)::value;
     c->encode = EncodeVecHadamard<kBits, R>;
@@ -880,6 +989,10 @@ struct SplitMap {
   // Scatter: lane l of chunk k takes lane sidx[k][l] of (16 floats at off0, 16 floats at off1),
   // one vpermt2ps (two vexpandps cost more).
   alignas(64) int32_t sidx[kMaxChunks][16];
+  // Gather: the lanes of subset 0 (then 1), ascending, first: one vpermps each, which Zen 4 runs
+  // faster than vcompressps.
+  alignas(64) int32_t gidx0[kMaxChunks][16];
+  alignas(64) int32_t gidx1[kMaxChunks][16];
 };
 
 void InitSplitMap(const uint8_t* mask, size_t d, SplitMap* map) {
@@ -892,9 +1005,28 @@ void InitSplitMap(const uint8_t* mask, size_t d, SplitMap* map) {
     map->off0[k] = o0;
     map->off1[k] = o1;
     int32_t r0 = 0, r1 = 16;
-    for (int l = 0; l < 16; ++l) map->sidx[k][l] = (bits >> l) & 1u ? r0++ : r1++;
+    for (int l = 0; l < 16; ++l) {
+      if ((bits >> l) & 1u) {
+        map->gidx0[k][r0] = l;
+        map->sidx[k][l] = r0++;
+      } else {
+        map->gidx1[k][r1 - 16] = l;
+        map->sidx[k][l] = r1++;
+      }
+    }
+    for (int l = r0; l < 16; ++l) map->gidx0[k][l] = 0;  // lanes past the subset's: any
+    for (int l = r1 - 16; l < 16; ++l) map->gidx1[k][l] = 0;
     o0 += __builtin_popcount(bits);
     o1 += 16 - __builtin_popcount(bits);
+  }
+}
+
+// Asks for the kNormBatch rows from `first` (of n, pitch bytes apart) that a block ahead will
+// read: the hardware prefetcher alone left the gather waiting on memory.
+inline void PrefetchRows(const uint8_t* src, size_t pitch, size_t first, size_t n, size_t bytes) {
+  const size_t end = std::min(n, first + kNormBatch);
+  for (size_t i = first; i < end; ++i) {
+    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(src + i * pitch + o), _MM_HINT_T0);
   }
 }
 
@@ -922,8 +1054,8 @@ template <DType kT>
 inline void GatherVec(const SplitMap& map, const void* xv, float* out0, float* out1) {
   for (size_t k = 0; k < map.chunks; ++k) {
     const __m512 v = Load16AsFloat<kT>(xv, 16 * k);
-    _mm512_storeu_ps(out0 + map.off0[k], _mm512_maskz_compress_ps(map.k0[k], v));
-    _mm512_storeu_ps(out1 + map.off1[k], _mm512_maskz_compress_ps(map.k1[k], v));
+    _mm512_storeu_ps(out0 + map.off0[k], _mm512_permutexvar_ps(_mm512_load_si512(map.gidx0[k]), v));
+    _mm512_storeu_ps(out1 + map.off1[k], _mm512_permutexvar_ps(_mm512_load_si512(map.gidx1[k]), v));
   }
 }
 
@@ -968,6 +1100,7 @@ void SplitEncodeFused(const SplitPlan& sp, const void* x, size_t pitch, size_t n
   alignas(64) float z[kMaxDim];
   const auto gather = [&](size_t first, float* buf) {
     const size_t cnt = std::min(kNormBatch, n - first);
+    PrefetchRows(src, pitch, first + 2 * kNormBatch, n, (m0 + m1) * DTypeSize(kT));
     for (size_t b = 0; b < cnt; ++b) {
       GatherVec<kT>(f.map, src + (first + b) * pitch, buf + b * vec, buf + b * vec + m0 + kSlack);
     }
@@ -1069,6 +1202,7 @@ void EncodeFromT(const SubsetPlan& plan, const uint8_t* src, size_t pitch, size_
     const size_t cnt = std::min(kNormBatch, n - v0);
     const float* xs[kNormBatch];
     float norms[kNormBatch];
+    PrefetchRows(src, pitch, v0 + 2 * kNormBatch, n, m * DTypeSize(kT));
     for (size_t b = 0; b < cnt; ++b) {
       const uint8_t* row = src + (v0 + b) * pitch;
       for (size_t j = 0; j < m; j += 16) _mm512_store_ps(xb[b] + j, Load16AsFloat<kT>(row, j));
