@@ -75,15 +75,15 @@ struct Fd {
 Status WriteSafetensors(const KvCache& cache, const std::string& path) {
   TQKV_RETURN_IF_ERROR(cache.Validate());
   const auto& g = cache.geometry();
-  const uint64_t bytes = cache.tensor_bytes();
   json header = json::object();
   header["__metadata__"] = {{"format", "tqkv-kv-cache"}, {"model", cache.model()}};
   uint64_t offset = 0;
   for (uint32_t l = 0; l < g.layers; ++l) {
+    const uint64_t bytes = cache.tensor_bytes(l);  // a ragged cache's layers differ
     for (const char* kv : {"k", "v"}) {
       header["layers." + std::to_string(l) + "." + kv] = {
           {"dtype", SafetensorsDType(cache.dtype())},
-          {"shape", {cache.tokens(), g.kv_heads, g.head_dim}},
+          {"shape", {cache.layer_tokens(l), g.kv_heads, g.head_dim}},
           {"data_offsets", {offset, offset + bytes}}};
       offset += bytes;
     }
@@ -101,8 +101,8 @@ Status WriteSafetensors(const KvCache& cache, const std::string& path) {
   Status s = WriteAll(f.fd, len, 8, tmp);
   if (s.ok()) s = WriteAll(f.fd, text.data(), text.size(), tmp);
   for (uint32_t l = 0; l < g.layers && s.ok(); ++l) {
-    s = WriteAll(f.fd, cache.k(l), bytes, tmp);
-    if (s.ok()) s = WriteAll(f.fd, cache.v(l), bytes, tmp);
+    s = WriteAll(f.fd, cache.k(l), cache.tensor_bytes(l), tmp);
+    if (s.ok()) s = WriteAll(f.fd, cache.v(l), cache.tensor_bytes(l), tmp);
   }
   if (s.ok() && ::fsync(f.fd) != 0) s = Status::FromErrno("fsync", tmp, errno);
   if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) s = Status::FromErrno("rename", tmp, errno);
