@@ -510,7 +510,8 @@ def parse_header(body, version):
             raise Corrupt("layer tokens")
         h["layer_tokens"] = [r.take("Q") for _ in range(h["layers"])]
         if (any(n < 1 or n > h["tokens"] for n in h["layer_tokens"])
-                or all(n == h["tokens"] for n in h["layer_tokens"])):
+                or all(n == h["tokens"] for n in h["layer_tokens"])
+                or max(h["layer_tokens"]) != h["tokens"]):
             raise Corrupt("layer tokens")
     if r.pos != len(body):
         raise Corrupt("trailing header bytes")

@@ -107,9 +107,9 @@ struct ContainerHeader {
   uint32_t guard_stride = 0;
   std::vector<TensorCodecError> codec_error;
   float allocated_bits = 0;
-  // Version 7: per layer, the tokens it holds, [0, layer_tokens[l]), each in [1, tokens] and not
-  // all equal to tokens (a llama.cpp sliding-window layer holds its window). Empty: every layer
-  // holds `tokens`. Read it through LayerTokens.
+  // Version 7: per layer, the tokens it holds, [0, layer_tokens[l]), each in [1, tokens], the
+  // largest equal to tokens and some below (a llama.cpp sliding-window layer holds its window).
+  // Empty: every layer holds `tokens`. Read it through LayerTokens.
   std::vector<uint64_t> layer_tokens;
 };
 

@@ -44,8 +44,9 @@ class KvCache {
   }
   // Whether some layer holds fewer than tokens() tokens (a llama.cpp sliding-window layer).
   bool ragged() const { return !layer_tokens_.empty(); }
-  // Per layer, the tokens it holds (each in [1, tokens()], some below it); empty makes the cache
-  // rectangular again. InvalidArgument for another count or a value out of range.
+  // Per layer, the tokens it holds (each in [1, tokens()], the largest equal to tokens()); empty,
+  // or every layer full, makes the cache rectangular. InvalidArgument for another count or a
+  // value out of range.
   Status SetLayerTokens(std::vector<uint64_t> layer_tokens);
   const std::vector<uint64_t>& layer_token_counts() const { return layer_tokens_; }
   // Bytes of layer `layer`'s K (or V) tensor.

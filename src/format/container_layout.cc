@@ -157,8 +157,9 @@ Status ValidateCodecErrors(const ContainerHeader& h, const Bad& bad) {
   return Status::Ok();
 }
 
-// Version 7's table (docs/format.md §4): one count per layer, each in [1, tokens], some below
-// tokens (a table of tokens everywhere is no version 7).
+// Version 7's table (docs/format.md §4): one count per layer, each in [1, tokens], the largest
+// equal to tokens (so every token a header names has its codes in the file, and the memory bound
+// holds) and some below it (a table of tokens everywhere is no version 7).
 template <typename Bad>
 Status ValidateLayerTokens(const ContainerHeader& h, const Bad& bad) {
   if (h.layer_tokens.empty()) return Status::Ok();
@@ -166,7 +167,7 @@ Status ValidateLayerTokens(const ContainerHeader& h, const Bad& bad) {
     return bad("layer tokens: " + std::to_string(h.layer_tokens.size()) + " entries for " +
                std::to_string(h.geometry.layers) + " layers");
   }
-  bool shorter = false;
+  bool shorter = false, full = false;
   for (size_t l = 0; l < h.layer_tokens.size(); ++l) {
     const uint64_t n = h.layer_tokens[l];
     if (n == 0 || n > h.tokens) {
@@ -174,8 +175,13 @@ Status ValidateLayerTokens(const ContainerHeader& h, const Bad& bad) {
                  " tokens (expected 1 to the session's " + std::to_string(h.tokens) + ")");
     }
     shorter |= n < h.tokens;
+    full |= n == h.tokens;
   }
   if (!shorter) return bad("layer tokens: every layer holds all tokens (no table needed)");
+  if (!full) {
+    return bad("layer tokens: no layer holds the session's " + std::to_string(h.tokens) +
+               " tokens (the largest count is the session's)");
+  }
   return Status::Ok();
 }
 

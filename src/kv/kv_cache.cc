@@ -45,7 +45,7 @@ Status KvCache::SetLayerTokens(std::vector<uint64_t> layer_tokens) {
                                      " layer token counts for " +
                                      std::to_string(geometry_.layers) + " layers");
     }
-    bool shorter = false;
+    bool shorter = false, full = false;
     for (size_t l = 0; l < layer_tokens.size(); ++l) {
       if (layer_tokens[l] == 0 || layer_tokens[l] > tokens_) {
         return Status::InvalidArgument("KvCache: layer " + std::to_string(l) + " holds " +
@@ -53,6 +53,11 @@ Status KvCache::SetLayerTokens(std::vector<uint64_t> layer_tokens) {
                                        std::to_string(tokens_) + ")");
       }
       shorter |= layer_tokens[l] < tokens_;
+      full |= layer_tokens[l] == tokens_;
+    }
+    if (!full) {
+      return Status::InvalidArgument("KvCache: no layer holds all " + std::to_string(tokens_) +
+                                     " tokens (tokens() is the largest layer's count)");
     }
     if (!shorter) layer_tokens.clear();  // every layer full: rectangular
   }

@@ -54,6 +54,7 @@ TEST(RaggedSessionTest, KvCacheHoldsOnlyEachLayersTokens) {
   EXPECT_FALSE(KvCacheBuffer::Allocate("r", kGeometry, DType::kF16, 70, {70, 71, 70}).ok());
   EXPECT_FALSE(KvCacheBuffer::Allocate("r", kGeometry, DType::kF16, 70, {70, 0, 70}).ok());
   EXPECT_FALSE(KvCacheBuffer::Allocate("r", kGeometry, DType::kF16, 70, {70, 1}).ok());
+  EXPECT_FALSE(KvCacheBuffer::Allocate("r", kGeometry, DType::kF16, 70, {69, 13, 69}).ok());
 }
 
 TEST(RaggedSessionTest, Fp16RoundTripIsExactAndTheObjectHoldsOnlyWhatIsThere) {

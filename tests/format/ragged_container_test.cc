@@ -48,6 +48,8 @@ TEST(RaggedContainerTest, RectangularSessionsKeepTheirVersionAndATableOfFullLaye
   EXPECT_EQ(WriteContainer(h).status.code(), StatusCode::kInvalidArgument);
   h.layer_tokens = {40};
   EXPECT_EQ(WriteContainer(h).status.code(), StatusCode::kInvalidArgument);
+  h.layer_tokens = {39, 30};  // no layer holds the 40 tokens the header names
+  EXPECT_EQ(WriteContainer(h).status.code(), StatusCode::kInvalidArgument);
   // Exact rows must fit the shortest layer: 2 + 3 > 4.
   h.layer_tokens = {40, 4};
   EXPECT_EQ(WriteContainer(h).status.code(), StatusCode::kInvalidArgument);
@@ -79,6 +81,16 @@ TEST(RaggedContainerTest, TheParserRefusesBadTables) {
     EXPECT_NE(parsed.status().message().find(what), std::string::npos)
         << parsed.status().ToString();
     EXPECT_TRUE(OpenAndReadAll(f).IsCorruption());
+  }
+  // No layer holding the session's tokens: the header would name tokens without codes.
+  {
+    std::vector<uint8_t> f = w.file;
+    SetLayerTokens(f, 0, 39);
+    auto parsed = format::ParseAndVerifyContainer(f, "r.tqkv");
+    EXPECT_TRUE(parsed.status().IsCorruption()) << parsed.status().ToString();
+    EXPECT_NE(parsed.status().message().find("no layer holds the session's 40 tokens"),
+              std::string::npos)
+        << parsed.status().ToString();
   }
   // A count that parses but disagrees with the chunks: the index no longer matches.
   std::vector<uint8_t> f = w.file;
