@@ -16,8 +16,8 @@ Status RefuseRagged(const ContainerHeader& h, std::string_view what) {
   if (!IsRagged(h)) return Status::Ok();
   return Status::Unsupported(
       std::string(what) + " needs one token count for every layer, and this session's layers " +
-      "hold different counts (a llama.cpp sliding-window state, format version 7); restore it " +
-      "with Restore, tqkv decompress or tqkv llama export");
+      "hold different counts (a llama.cpp sliding-window state, format version 7); such a " +
+      "session is restored whole: tqkv llama export, tqkv.llama, tqkv decompress or Restore");
 }
 
 Status CheckTokens(const ContainerHeader& h, uint64_t room, std::string_view key) {
