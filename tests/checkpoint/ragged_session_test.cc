@@ -12,6 +12,7 @@
 #include "tqkv/kv_cache.h"
 #include "tqkv/kv_layout.h"
 #include "tqkv/memory_store.h"
+#include "tqkv/safetensors.h"
 
 namespace tqkv {
 namespace {
@@ -166,6 +167,22 @@ TEST(RaggedSessionTest, DestinationsOfOneTokenCountRefuseItClearly) {
   std::unique_ptr<ReadableObject> object;
   auto reader = OpenHeader(store, "s", object);
   EXPECT_EQ(MakeDevicePlan(reader->header()).status().code(), StatusCode::kUnsupported);
+}
+
+// decompress writes each layer's own shape; compress reads it back as the same ragged cache.
+TEST(RaggedSessionTest, SafetensorsKeepEachLayersTokens) {
+  auto buf = RaggedSession(DType::kF16);
+  const std::string path = ::testing::TempDir() + "/ragged.safetensors";
+  ASSERT_TRUE(WriteSafetensors(buf->cache(), path).ok());
+  auto back = ReadSafetensors(path);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  const KvCache& r = (*back)->cache();
+  EXPECT_EQ(r.tokens(), 70u);
+  ASSERT_EQ(r.layer_token_counts(), kLayerTokens);
+  for (uint32_t l = 0; l < kGeometry.layers; ++l) {
+    EXPECT_EQ(0, std::memcmp(r.k(l), buf->cache().k(l), r.tensor_bytes(l))) << l;
+    EXPECT_EQ(0, std::memcmp(r.v(l), buf->cache().v(l), r.tensor_bytes(l))) << l;
+  }
 }
 
 }  // namespace
