@@ -49,6 +49,11 @@ void TryBlob(std::span<const uint8_t> blob, const std::vector<int32_t>* tokens) 
   const tqkv::KvCache& kv = session->kv->cache();
   // Rows are the blob's cells (at most one per 4 bytes of it), at most f32 each way.
   Check(kv.tokens() <= blob.size() / 4 + 1, "more session rows than the blob can hold");
+  // Each layer holds only its stream's rows (ragged layers, no padding): the session's K and V
+  // are the blob's, at most doubled (f16 rows of a mixed blob held as f32).
+  uint64_t held = 0;
+  for (uint32_t l = 0; l < kv.geometry().layers; ++l) held += 2 * uint64_t{kv.tensor_bytes(l)};
+  Check(held <= 2 * uint64_t{blob.size()}, "session memory beyond twice the blob");
   auto rebuilt = tqkv::llama::FromSession(kv, session->engine_state);
   Check(rebuilt.ok(), "FromSession refused its own session");
   Check(rebuilt->blob == again, "session -> blob differs");

@@ -492,16 +492,27 @@ def parse_header(body, version):
     if version >= 6:
         h["guard_stride"] = r.take("I")
         h["allocated_bits"] = bits_f32(r.take("I"))
-        if r.pos + 48 * h["layers"] > len(body):
+        # version 7 may have no figures: stride 0 and no codec_error bytes
+        entries = 0 if (version >= 7 and h["guard_stride"] == 0) else 2 * h["layers"]
+        if r.pos + 24 * entries > len(body):
             raise Corrupt("codec errors")
-        h["codec_error"] = [r.take("ddd")
-                            for _ in range(2 * h["layers"])]
-        if h["guard_stride"] == 0 or not all(
+        h["codec_error"] = [r.take("ddd") for _ in range(entries)]
+        if (h["guard_stride"] == 0 and version == 6) or not all(
                 math.isfinite(v) and v >= 0 for e in h["codec_error"] for v in e):
             raise Corrupt("codec errors")
         a = h["allocated_bits"]
-        if a != 0 and not (math.isfinite(a) and 0 < a <= 64):
+        if a != 0 and not (math.isfinite(a) and 0 < a <= 64 and h["guard_stride"]):
             raise Corrupt("allocated bits")
+    # format.md section 4: version 7 adds each layer's token count (ragged layers)
+    h["layer_tokens"] = []
+    if version >= 7:
+        if r.pos + 8 * h["layers"] > len(body):
+            raise Corrupt("layer tokens")
+        h["layer_tokens"] = [r.take("Q") for _ in range(h["layers"])]
+        if (any(n < 1 or n > h["tokens"] for n in h["layer_tokens"])
+                or all(n == h["tokens"] for n in h["layer_tokens"])
+                or max(h["layer_tokens"]) != h["tokens"]):
+            raise Corrupt("layer tokens")
     if r.pos != len(body):
         raise Corrupt("trailing header bytes")
     return h
@@ -549,8 +560,14 @@ def has_key_means(h, layer):
     return h["key_mean_block"] > 0 and h["codecs"][h["layer_codec"][layer]]["kind"] == 1
 
 
-def mean_blocks(h):
-    return -(-h["tokens"] // h["key_mean_block"]) if h["key_mean_block"] else 0
+def layer_tokens(h, layer):
+    """n_l: the tokens layer `layer` holds (format.md section 4, version 7)."""
+    return h["layer_tokens"][layer] if h["layer_tokens"] else h["tokens"]
+
+
+def mean_blocks(h, layer):
+    n = layer_tokens(h, layer)
+    return -(-n // h["key_mean_block"]) if h["key_mean_block"] else 0
 
 
 def layer_decoder(h, decoders, layer, kv):
@@ -572,8 +589,8 @@ def chunk_keys(h, decoders):
             keys.append((4, layer, 0, 0, 0))
         for kv in (0, 1):
             t = 0
-            while t < h["tokens"]:
-                n = min(h["token_block"], h["tokens"] - t)
+            while t < layer_tokens(h, layer):
+                n = min(h["token_block"], layer_tokens(h, layer) - t)
                 keys.append((2, layer, kv, t, n))
                 t += n
         if h["exact_head"] + h["exact_tail"]:
@@ -589,7 +606,7 @@ def chunk_size(h, decoders, key):
     if typ == 2:
         return count * h["kv_heads"] * dec.code_bytes
     if typ == 4:
-        values = (mean_blocks(h) * h["head_dim"] + h["tokens"]) * h["kv_heads"]
+        values = (mean_blocks(h, layer) * h["head_dim"] + layer_tokens(h, layer)) * h["kv_heads"]
         return values * DTYPE_SIZE[h["key_mean_dtype"]]
     rows = h["exact_head"] + h["exact_tail"]
     return 2 * rows * h["kv_heads"] * h["head_dim"] * DTYPE_SIZE[h["source_dtype"]]
@@ -605,7 +622,7 @@ def read_container(data):
     if size < ALIGN + 16 + 64 or data[:8] != MAGIC or data[-8:] != MAGIC:
         raise Corrupt("size or magic")
     version, flags, checksum_type = struct.unpack_from("<IIB", data, 8)
-    if not 1 <= version <= 6:
+    if not 1 <= version <= 7:
         raise Corrupt("unsupported format version %d" % version)
     if flags != 0 or checksum_type != 1 or data[17:20] != b"\0\0\0":
         raise Corrupt("flags, checksum type or reserved")
@@ -621,11 +638,13 @@ def read_container(data):
     if header_end > index_offset or any(data[32 + header_size:header_end]):
         raise Corrupt("header block")
     h = parse_header(data[32:32 + header_size], version)
-    want_version = (6 if h["guard_stride"] or h["allocated_bits"] else
+    want_version = (7 if h["layer_tokens"] else
+                    6 if h["guard_stride"] or h["allocated_bits"] else
                     5 if h["layer_codec_v"] != h["layer_codec"] else
                     4 if h["key_mean_block"] else 3 if h["engine_state"] else
                     2 if h["exact_head"] + h["exact_tail"] else 1)
-    if version != want_version or h["exact_head"] + h["exact_tail"] > h["tokens"]:
+    shortest = min(layer_tokens(h, l) for l in range(h["layers"])) if h["layers"] else 0
+    if version != want_version or h["exact_head"] + h["exact_tail"] > shortest:
         raise Corrupt("version / exact rows")
     if version == 4 and h["key_mean_block"] == 0:
         raise Corrupt("key means")
@@ -664,18 +683,19 @@ def read_container(data):
 
 
 def decode_container(data, out_dtype):
-    """{(layer, kv): bytearray [tokens][kv_heads][head_dim] of out_dtype}."""
+    """{(layer, kv): bytearray [n_l][kv_heads][head_dim] of out_dtype}."""
     h, decoders, chunks = read_container(data)
-    heads, d, tokens = h["kv_heads"], h["head_dim"], h["tokens"]
+    heads, d = h["kv_heads"], h["head_dim"]
     es = DTYPE_SIZE[out_dtype]
     row = heads * d * es
-    tensors = {(l, kv): bytearray(tokens * row) for l in range(h["layers"]) for kv in (0, 1)}
+    tensors = {(l, kv): bytearray(layer_tokens(h, l) * row)
+               for l in range(h["layers"]) for kv in (0, 1)}
     exact = CodecDecoder({"kind": 0, "raw_dtype": h["source_dtype"], "head_dim": d})
     metas = b""
     means = []
-    blocks = mean_blocks(h)
     for (typ, layer, kv, tb, tc), payload in chunks:
         dec = layer_decoder(h, decoders, layer, kv)
+        tokens, blocks = layer_tokens(h, layer), mean_blocks(h, layer)
         if typ == 1:
             metas = payload
             continue
@@ -741,14 +761,15 @@ def json_string(b):
 
 def safetensors_bytes(h, tensors, out_dtype):
     name = {F32: b"F32", F16: b"F16", BF16: b"BF16"}[out_dtype]
-    nbytes = h["tokens"] * h["kv_heads"] * h["head_dim"] * DTYPE_SIZE[out_dtype]
     entries = {b"__metadata__": b'{"format":"tqkv-kv-cache","model":' + json_string(h["model"]) + b"}"}
     offset = 0
     for l in range(h["layers"]):
+        n = layer_tokens(h, l)
+        nbytes = n * h["kv_heads"] * h["head_dim"] * DTYPE_SIZE[out_dtype]
         for kv in (b"k", b"v"):
             entries[b"layers.%d.%s" % (l, kv)] = (
                 b'{"data_offsets":[%d,%d],"dtype":"%s","shape":[%d,%d,%d]}'
-                % (offset, offset + nbytes, name, h["tokens"], h["kv_heads"], h["head_dim"]))
+                % (offset, offset + nbytes, name, n, h["kv_heads"], h["head_dim"]))
             offset += nbytes
     text = b"{" + b",".join(json_string(k) + b":" + entries[k] for k in sorted(entries)) + b"}"
     text += b" " * (-(8 + len(text)) % 8)

@@ -63,8 +63,13 @@ void PrintGuardReport(const CheckpointStats& st, const CheckpointOptions& option
 
 void PrintGuardTable(const ContainerHeader& h) {
   if (h.guard_stride == 0) {
-    std::printf("guard       not recorded (format version %u; recorded from version 6)\n",
-                ContainerVersionFor(h));
+    const uint32_t version = ContainerVersionFor(h);
+    if (version < 6) {
+      std::printf("guard       not recorded (format version %u; recorded from version 6)\n",
+                  version);
+    } else {  // version 7 without figures: raw codecs, or --no-guard
+      std::printf("guard       not recorded (raw codecs or --no-guard)\n");
+    }
     return;
   }
   const auto exceeded = GuardExceeded(h.codec_error, kGuardThreshold);

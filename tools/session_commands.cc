@@ -317,6 +317,18 @@ void RegisterInspect(CLI::App& app) {
                     h.key_mean_block, std::string(DTypeName(h.key_mean_dtype)).c_str(),
                     static_cast<unsigned long long>(mean_bytes));
       }
+      if (IsRagged(h)) {  // version 7: runs of layers holding the same count
+        std::string runs;
+        for (uint32_t l = 0; l < h.geometry.layers;) {
+          uint32_t e = l;
+          while (e + 1 < h.geometry.layers && h.layer_tokens[e + 1] == h.layer_tokens[l]) ++e;
+          runs += (runs.empty() ? "" : ", ") + std::to_string(l) +
+                  (e > l ? "-" + std::to_string(e) : "") + ": " +
+                  std::to_string(h.layer_tokens[l]);
+          l = e + 1;
+        }
+        std::printf("layer tokens %s\n", runs.c_str());
+      }
       std::printf("format      version %u\n", ContainerVersionFor(h));
       if (h.allocated_bits > 0) {
         std::printf("allocated   codecs chosen per layer and tensor for %g bits/value\n",

@@ -28,10 +28,11 @@ namespace tqkv {
 // (ContainerHeader::engine_state), version 4 mean-removed keys (ContainerHeader::key_mean_block);
 // version 5 separate K and V codecs (ContainerHeader::layer_codec_v), version 6 the codec's
 // measured error per layer and tensor (ContainerHeader::guard_stride, codec_error) and the
-// allocator's budget (allocated_bits);
+// allocator's budget (allocated_bits), version 7 a token count per layer (ragged sessions,
+// ContainerHeader::layer_tokens);
 // a writer emits the lowest version that holds the session, so files without the newer features
 // stay readable by older readers.
-inline constexpr uint32_t kContainerVersion = 6;
+inline constexpr uint32_t kContainerVersion = 7;
 // The largest engine state a header may carry (docs/format.md §4): 64 MiB, about 2 million cells
 // of a llama.cpp sequence state's metadata.
 inline constexpr uint64_t kMaxEngineStateBytes = 64ull << 20;
@@ -85,7 +86,8 @@ struct ContainerHeader {
   // layer_codec. Readers of versions 1..4 leave it empty.
   std::vector<uint16_t> layer_codec_v;
   // Tokens at the start (attention sinks) and the end (the most recent) also stored exactly, in
-  // source_dtype; restore overwrites their decoded values. exact_head + exact_tail <= tokens.
+  // source_dtype; restore overwrites their decoded values. exact_head + exact_tail <= the fewest
+  // tokens of a layer (MinLayerTokens).
   uint32_t exact_head = 0;
   uint32_t exact_tail = 0;
   // Version 3: bytes an inference engine needs besides the K/V tensors to take the session back
@@ -105,7 +107,35 @@ struct ContainerHeader {
   uint32_t guard_stride = 0;
   std::vector<TensorCodecError> codec_error;
   float allocated_bits = 0;
+  // Version 7: per layer, the tokens it holds, [0, layer_tokens[l]), each in [1, tokens], the
+  // largest equal to tokens and some below (a llama.cpp sliding-window layer holds its window).
+  // Empty: every layer holds `tokens`. Read it through LayerTokens.
+  std::vector<uint64_t> layer_tokens;
 };
+
+// The one rule for how many tokens layer `layer` holds: [0, LayerTokens) of the session.
+inline uint64_t LayerTokens(const ContainerHeader& h, uint32_t layer) {
+  return h.layer_tokens.empty() ? h.tokens : h.layer_tokens[layer];
+}
+// Layer-tokens the session holds: Σ LayerTokens over its layers (layers × tokens unless ragged).
+inline uint64_t HeldTokens(const ContainerHeader& h) {
+  if (h.layer_tokens.empty()) return uint64_t{h.geometry.layers} * h.tokens;
+  uint64_t n = 0;
+  for (uint64_t t : h.layer_tokens) n += t;
+  return n;
+}
+// The bytes of the session's K and V tensors at `dtype` (what its ratio is measured against).
+inline uint64_t SessionTensorBytes(const ContainerHeader& h, DType dtype) {
+  return 2 * HeldTokens(h) * h.geometry.token_elems() * DTypeSize(dtype);
+}
+// Whether some layer holds fewer tokens than the session (format version 7).
+inline bool IsRagged(const ContainerHeader& h) { return !h.layer_tokens.empty(); }
+// The fewest tokens a layer holds (tokens when not ragged): exact rows fit every layer.
+inline uint64_t MinLayerTokens(const ContainerHeader& h) {
+  uint64_t n = h.tokens;
+  for (uint64_t t : h.layer_tokens) n = t < n ? t : n;
+  return n;
+}
 
 // The codec index of `layer`'s K (kv 0) or V (kv 1) tensor. layer < layers; the header must
 // have layer_codec_v empty or of the layer count.
@@ -128,29 +158,33 @@ inline uint64_t LayerGroupMetaBytes(const ContainerHeader& h, uint32_t layer) {
 inline bool LayerHasKeyMeans(const ContainerHeader& h, uint32_t layer) {
   return h.key_mean_block != 0 && h.codecs[h.layer_codec[layer]].kind == CodecKind::kTurboQuant;
 }
-// Mean blocks per (layer, KV head): ceil(tokens / key_mean_block); 0 without key means.
-inline uint64_t KeyMeanBlocks(const ContainerHeader& h) {
-  return h.key_mean_block == 0 ? 0 : h.tokens / h.key_mean_block + (h.tokens % h.key_mean_block != 0);
+// Mean blocks per KV head of `layer`: ceil(LayerTokens / key_mean_block); 0 without key means.
+inline uint64_t KeyMeanBlocks(const ContainerHeader& h, uint32_t layer) {
+  const uint64_t n = LayerTokens(h, layer);
+  return h.key_mean_block == 0 ? 0 : n / h.key_mean_block + (n % h.key_mean_block != 0);
 }
-// Values in a key-means chunk (means, then coefficients); the header must be valid.
-inline uint64_t KeyMeanValues(const ContainerHeader& h) {
-  return (KeyMeanBlocks(h) * h.geometry.head_dim + h.tokens) * h.geometry.kv_heads;
+// Values in `layer`'s key-means chunk (means, then coefficients); the header must be valid.
+inline uint64_t KeyMeanValues(const ContainerHeader& h, uint32_t layer) {
+  return (KeyMeanBlocks(h, layer) * h.geometry.head_dim + LayerTokens(h, layer)) *
+         h.geometry.kv_heads;
 }
 
 // The exact rows' token ranges in the order their chunk stores them (for K, then again for V):
-// [0, exact_head), then [tokens - exact_tail, tokens); each range head-major.
+// [0, exact_head), then [n - exact_tail, n), n = LayerTokens(h, layer); each range head-major.
 struct TokenRange {
   uint64_t begin = 0, count = 0;
 };
-inline std::array<TokenRange, 2> ExactRanges(const ContainerHeader& h) {
-  return {TokenRange{0, h.exact_head}, TokenRange{h.tokens - h.exact_tail, h.exact_tail}};
+inline std::array<TokenRange, 2> ExactRanges(const ContainerHeader& h, uint32_t layer) {
+  const uint64_t n = LayerTokens(h, layer);
+  return {TokenRange{0, h.exact_head}, TokenRange{n - h.exact_tail, h.exact_tail}};
 }
 
 inline bool HasExactRows(const ContainerHeader& h) { return h.exact_head != 0 || h.exact_tail != 0; }
 
-// The format version a header needs: 6 with codec errors, else 5 with separate K/V codecs, else 4
+// The format version a header needs: 7 with a per-layer token count, 6 with codec errors, else 5 with separate K/V codecs, else 4
 // with key means, else 3 with an engine state, else 2 with exact rows, else 1.
 inline uint32_t ContainerVersionFor(const ContainerHeader& h) {
+  if (IsRagged(h)) return 7;
   if (h.guard_stride != 0 || h.allocated_bits != 0) return 6;
   if (HasSeparateKvCodecs(h)) return 5;
   if (h.key_mean_block != 0) return 4;

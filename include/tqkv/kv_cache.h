@@ -37,10 +37,27 @@ class KvCache {
   const ModelGeometry& geometry() const { return geometry_; }
   DType dtype() const { return dtype_; }
   uint64_t tokens() const { return tokens_; }
-  // Bytes of one layer's K (or V) tensor.
-  size_t tensor_bytes() const { return tokens_ * geometry_.token_elems() * DTypeSize(dtype_); }
+  // The one rule for how many tokens layer `layer` holds: tokens() unless the session is ragged
+  // (SetLayerTokens), then its own count; its tensors are [layer_tokens][kv_heads][head_dim].
+  uint64_t layer_tokens(uint32_t layer) const {
+    return layer_tokens_.empty() ? tokens_ : layer_tokens_[layer];
+  }
+  // Whether some layer holds fewer than tokens() tokens (a llama.cpp sliding-window layer).
+  bool ragged() const { return !layer_tokens_.empty(); }
+  // Per layer, the tokens it holds (each in [1, tokens()], the largest equal to tokens()); empty,
+  // or every layer full, makes the cache rectangular. InvalidArgument for another count or a
+  // value out of range.
+  Status SetLayerTokens(std::vector<uint64_t> layer_tokens);
+  const std::vector<uint64_t>& layer_token_counts() const { return layer_tokens_; }
+  // Bytes of layer `layer`'s K (or V) tensor.
+  size_t tensor_bytes(uint32_t layer) const {
+    return layer_tokens(layer) * geometry_.token_elems() * DTypeSize(dtype_);
+  }
+  // Bytes of every layer's K (or V) tensor of a rectangular cache; aborts on a ragged one, whose
+  // layers differ (tensor_bytes(layer)).
+  size_t tensor_bytes() const;
 
-  // Points layer `layer`'s K and V at caller memory of tensor_bytes() each.
+  // Points layer `layer`'s K and V at caller memory of tensor_bytes(layer) each.
   void SetLayer(uint32_t layer, void* k, void* v);
   void* k(uint32_t layer) const { return k_[layer]; }
   void* v(uint32_t layer) const { return v_[layer]; }
@@ -54,6 +71,7 @@ class KvCache {
   ModelGeometry geometry_;
   DType dtype_ = DType::kF16;
   uint64_t tokens_ = 0;
+  std::vector<uint64_t> layer_tokens_;  // empty: every layer holds tokens_
   std::vector<void*> k_, v_;
 };
 
@@ -62,6 +80,11 @@ class KvCacheBuffer {
  public:
   static Result<std::unique_ptr<KvCacheBuffer>> Allocate(std::string model, ModelGeometry geometry,
                                                         DType dtype, uint64_t tokens);
+  // A ragged cache: layer l holds layer_tokens[l] tokens (KvCache::SetLayerTokens's rules; empty:
+  // rectangular), and only those are allocated.
+  static Result<std::unique_ptr<KvCacheBuffer>> Allocate(std::string model, ModelGeometry geometry,
+                                                        DType dtype, uint64_t tokens,
+                                                        std::vector<uint64_t> layer_tokens);
   const KvCache& cache() const { return cache_; }
   KvCache& cache() { return cache_; }
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "tqkv/kv_cache.h"
 #include "tqkv/status.h"
@@ -21,7 +22,11 @@ class KvSource {
   virtual const ModelGeometry& geometry() const = 0;
   virtual DType dtype() const = 0;
   virtual uint64_t tokens() const = 0;
-  // Fills k and v (tokens * kv_heads * head_dim elements of dtype() each) with layer `layer`.
+  // Per layer, the tokens it holds (KvCache::SetLayerTokens's rules); empty, the default: every
+  // layer holds tokens(). The session is then written as a ragged container (format version 7).
+  virtual std::vector<uint64_t> layer_tokens() const { return {}; }
+  // Fills k and v (layer_tokens or tokens × kv_heads × head_dim elements of dtype() each) with
+  // layer `layer`.
   virtual Status ReadLayer(uint32_t layer, void* k, void* v) = 0;
   // Whether every layer is already in memory in that form: then Checkpoint encodes from
   // LayerInMemory's tensors instead of copying them with ReadLayer.

@@ -109,13 +109,13 @@ struct Session {
   std::vector<uint8_t> engine_state;  // CheckpointOptions::engine_state
 };
 // Maps every layer of every stream with cells to one session layer (caches in blob order, then
-// streams, then layers) and every cell to a session row (cells at the same position share a row
-// across streams where possible, so exact rows cover the same tokens everywhere; rows a stream
-// lacks are zero). The row width n_embd is split as (n_embd / head_dim) heads of head_dim; every
+// streams, then layers) and every cell to a session row. The session's tokens are the most cells
+// a stream holds; streams holding that many share rows by position where possible; a stream with
+// fewer cells (a sliding-window cache) makes its layers ragged: they hold only its cells, by
+// position (KvCache::layer_tokens, format version 7), so memory and the object follow the
+// blob's size. The row width n_embd is split as (n_embd / head_dim) heads of head_dim; every
 // layer's K and V must have the same n_embd. The dtype is the layers' common type, else f32
 // (exact for every accepted type). `tokens` (a slot file's) is kept in the engine state.
-// Unsupported, before anything is allocated, when layers x tokens would exceed 8x the layer rows
-// the streams hold (streams of very different cell counts; docs/llama.md §5).
 Result<Session> ToSession(const SeqState& state, uint32_t head_dim, std::string model,
                           const std::vector<int32_t>* tokens = nullptr);
 

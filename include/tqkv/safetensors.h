@@ -18,7 +18,8 @@ namespace tqkv {
 
 // Writes the cache to `path` (atomically: temp file + rename).
 Status WriteSafetensors(const KvCache& cache, const std::string& path);
-// Reads a cache written as above (any of the three dtypes; all tensors must share one).
+// Reads a cache written as above (any of the three dtypes; all tensors must share one; layers
+// of different token counts make a ragged cache, KvCache::layer_tokens).
 // Sizes in the header are checked against the file before anything is allocated.
 Result<std::unique_ptr<KvCacheBuffer>> ReadSafetensors(const std::string& path);
 

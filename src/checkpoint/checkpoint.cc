@@ -40,9 +40,10 @@ class CacheSource final : public KvSource {
   const ModelGeometry& geometry() const override { return cache_.geometry(); }
   DType dtype() const override { return cache_.dtype(); }
   uint64_t tokens() const override { return cache_.tokens(); }
+  std::vector<uint64_t> layer_tokens() const override { return cache_.layer_token_counts(); }
   Status ReadLayer(uint32_t layer, void* k, void* v) override {
-    std::memcpy(k, cache_.k(layer), cache_.tensor_bytes());
-    std::memcpy(v, cache_.v(layer), cache_.tensor_bytes());
+    std::memcpy(k, cache_.k(layer), cache_.tensor_bytes(layer));
+    std::memcpy(v, cache_.v(layer), cache_.tensor_bytes(layer));
     return Status::Ok();
   }
   bool InMemory() const override { return true; }
@@ -163,14 +164,21 @@ ContainerHeader PlanHeader(const KvSource& source, const CheckpointOptions& opti
   header.geometry = g;
   header.source_dtype = source.dtype();
   header.tokens = source.tokens();
+  header.layer_tokens = source.layer_tokens();  // ValidateHeader checks the table
+  if (std::all_of(header.layer_tokens.begin(), header.layer_tokens.end(),
+                  [&](uint64_t n) { return n == header.tokens; })) {
+    header.layer_tokens.clear();  // every layer full: a rectangle, versions 1 to 6
+  }
+  // Exact rows fit every layer: clamped to the shortest (MinLayerTokens), head first.
+  const uint64_t shortest = MinLayerTokens(header);
   header.token_block = options.token_block ? options.token_block : DefaultTokenBlock(codecs, g);
   header.codecs.reserve(codecs.codecs.size());
   for (const auto& c : codecs.codecs) header.codecs.push_back(c->params());
   header.layer_codec = codecs.layer_codec;
   if (codecs.layer_codec_v != codecs.layer_codec) header.layer_codec_v = codecs.layer_codec_v;
-  header.exact_head = static_cast<uint32_t>(std::min<uint64_t>(options.exact_head, header.tokens));
+  header.exact_head = static_cast<uint32_t>(std::min<uint64_t>(options.exact_head, shortest));
   header.exact_tail = static_cast<uint32_t>(
-      std::min<uint64_t>(options.exact_tail, header.tokens - header.exact_head));
+      std::min<uint64_t>(options.exact_tail, shortest - header.exact_head));
   header.engine_state = options.engine_state;
   bool any_tq = false;
   for (uint16_t i : codecs.layer_codec) {  // key means are for keys: K's codecs decide
@@ -226,14 +234,15 @@ Status AllocateCodecs(const KvSource& source, const CheckpointOptions& options,
       MeasureCodecErrors(header, stride, layer_tensors,
                          [&](uint32_t, int) { return candidates; }, residual, options.pool));
   TensorBytes bytes(g.layers);
-  for (auto& layer : bytes) {
-    for (auto& kv : layer) {
+  for (uint32_t l = 0; l < g.layers; ++l) {
+    for (auto& kv : bytes[l]) {
       for (const Codec* c : candidates) {
-        kv.push_back(tokens * g.kv_heads * c->code_bytes() + g.kv_heads * c->group_meta_bytes());
+        kv.push_back(LayerTokens(header, l) * g.kv_heads * c->code_bytes() +
+                     g.kv_heads * c->group_meta_bytes());
       }
     }
   }
-  const double values = 2.0 * g.layers * static_cast<double>(tokens) * g.token_elems();
+  const double values = 2.0 * static_cast<double>(HeldTokens(header)) * g.token_elems();
   const auto budget = static_cast<uint64_t>(std::floor(options.allocate_bits * values / 8));
   uint64_t overhead = 0;
   for (int attempt = 0; attempt < 8; ++attempt) {
@@ -305,13 +314,13 @@ class LayerWriter {
     AlignedBuffer means;
     size_t means_bytes = 0;
     if (LayerHasKeyMeans(h_, layer)) {
-      means_bytes = KeyMeanValues(h_) * DTypeSize(h_.key_mean_dtype);
+      means_bytes = KeyMeanValues(h_, layer) * DTypeSize(h_.key_mean_dtype);
       means = chunks_.TakeBuffer();
       means.Reserve(means_bytes);
-      ComputeKeyMeans(h_, tensors[0], h_.source_dtype, {means.data(), means_bytes}, pool_);
+      ComputeKeyMeans(h_, layer, tensors[0], h_.source_dtype, {means.data(), means_bytes}, pool_);
       auto* residual = reinterpret_cast<float*>(residual_.data());
-      CenterKeys(h_, tensors[0], h_.source_dtype,
-                 KeyMeansAsF32(h_, {means.data(), means_bytes}), residual, pool_);
+      CenterKeys(h_, layer, tensors[0], h_.source_dtype,
+                 KeyMeansAsF32(h_, layer, {means.data(), means_bytes}), residual, pool_);
       coded = {{residual, tensors[1]}, {DType::kF32, h_.source_dtype}};
     }
     Status status = WriteGroupMeta(layer, codec, coded);
@@ -351,7 +360,8 @@ class LayerWriter {
       if (codec[kv]->group_meta_bytes() == 0) continue;
       for (size_t h = 0; h < heads; ++h) {
         TQKV_RETURN_IF_ERROR(codec[kv]->SelectGroupMeta(HeadBase(coded, kv, 0, h),
-                                                        coded.dtype[kv], h_.tokens, Row(),
+                                                        coded.dtype[kv],
+                                                        LayerTokens(h_, layer), Row(),
                                                         Meta(codec, kv, h)));
       }
     }
@@ -365,8 +375,9 @@ class LayerWriter {
     const size_t heads = h_.geometry.kv_heads;
     for (int kv = 0; kv < 2; ++kv) {
       const size_t code_bytes = codec[kv]->code_bytes();
-      for (uint64_t t0 = 0; t0 < h_.tokens; t0 += h_.token_block) {
-        const uint64_t count = std::min<uint64_t>(h_.token_block, h_.tokens - t0);
+      const uint64_t tokens = LayerTokens(h_, layer);
+      for (uint64_t t0 = 0; t0 < tokens; t0 += h_.token_block) {
+        const uint64_t count = std::min<uint64_t>(h_.token_block, tokens - t0);
         const size_t payload = heads * count * code_bytes;
         AlignedBuffer buf = chunks_.TakeBuffer();
         TQKV_RETURN_IF_ERROR(buf.TryReserve(payload));
@@ -399,7 +410,7 @@ class LayerWriter {
     const Coded source{{tensors[0], tensors[1]}, {h_.source_dtype, h_.source_dtype}};
     uint8_t* out = buf.data();
     for (int kv = 0; kv < 2; ++kv) {
-      for (const TokenRange& range : ExactRanges(h_)) {
+      for (const TokenRange& range : ExactRanges(h_, layer)) {
         for (size_t h = 0; h < heads; ++h) {
           for (uint64_t t = range.begin; t < range.begin + range.count; ++t, out += vec) {
             std::memcpy(out, HeadBase(source, kv, t, h), vec);
@@ -539,7 +550,7 @@ Result<CheckpointStats> Checkpoint(KvSource& source, const CheckpointOptions& op
   stats.write_seconds = chunk_writer.write_seconds() + Since(tw);
   stats.encode_seconds = layers.encode_seconds();
   stats.bytes_written = writer->BytesWritten();
-  stats.fp16_bytes = g.SessionBytes(tokens, DType::kF16);
+  stats.fp16_bytes = SessionTensorBytes(header, DType::kF16);
   stats.seconds = Since(t0);
   return stats;
 }

@@ -28,8 +28,13 @@ struct TensorView {
 class Measurer {
  public:
   Measurer(const ContainerHeader& h, uint32_t stride, ThreadPool* pool)
-      : h_(h), stride_(stride), pool_(pool),
-        samples_((h.tokens + stride - 1) / stride) {}
+      : h_(h), stride_(stride), pool_(pool) {}
+  // The layer the next Measure calls are for: its tokens (LayerTokens) are sampled.
+  void SetLayer(uint32_t layer) {
+    layer_ = layer;
+    tokens_ = LayerTokens(h_, layer);
+    samples_ = (tokens_ + stride_ - 1) / stride_;
+  }
 
   Result<TensorCodecError> Measure(const Codec& codec, const TensorView& t) {
     const size_t heads = h_.geometry.kv_heads, d = h_.geometry.head_dim, row = heads * d;
@@ -41,7 +46,7 @@ class Measurer {
     for (size_t hd = 0; hd < heads; ++hd) {
       const auto* coded = static_cast<const uint8_t*>(t.coded) + hd * d * DTypeSize(t.coded_dtype);
       if (!meta.empty()) {
-        TQKV_RETURN_IF_ERROR(codec.SelectGroupMeta(coded, t.coded_dtype, h_.tokens, row, meta));
+        TQKV_RETURN_IF_ERROR(codec.SelectGroupMeta(coded, t.coded_dtype, tokens_, row, meta));
       }
       TQKV_RETURN_IF_ERROR(codec.Encode(coded, t.coded_dtype, samples_, stride_ * row, meta,
                                         codes_, pool_));
@@ -56,7 +61,7 @@ class Measurer {
   // Adds head hd's sampled vectors to the sums: the head's mean first, then the deviations.
   void Accumulate(const TensorView& t, size_t hd, TensorCodecError* out) {
     const size_t d = h_.geometry.head_dim, row = h_.geometry.kv_heads * d;
-    const uint64_t mean_blocks = t.means ? KeyMeanBlocks(h_) : 0;
+    const uint64_t mean_blocks = t.means ? KeyMeanBlocks(h_, layer_) : 0;
     std::vector<double> mean(d, 0.0);
     uint64_t count = 0;
     for (uint64_t i = 0; i < samples_; ++i) {
@@ -72,13 +77,13 @@ class Measurer {
       const size_t at = token * row + hd * d;
       if (!FiniteRow(t.x, t.dtype, at, d)) continue;
       // Exact rows are restored as they are: no error there, and they still vary.
-      const bool exact = token < h_.exact_head || token >= h_.tokens - h_.exact_tail;
+      const bool exact = token < h_.exact_head || token >= tokens_ - h_.exact_tail;
       const float* r = decoded_.data() + i * d;
       const float* mu = nullptr;
       float alpha = 0;
       if (t.means) {  // the decoders' arithmetic: the product rounded, then the sum
         mu = t.means->means.data() + (hd * mean_blocks + token / h_.key_mean_block) * d;
-        alpha = t.means->alphas[hd * h_.tokens + token];
+        alpha = t.means->alphas[hd * tokens_ + token];
       }
       for (size_t c = 0; c < d; ++c) {
         const double x = LoadAsFloat(t.x, t.dtype, at + c);
@@ -97,7 +102,9 @@ class Measurer {
   const ContainerHeader& h_;
   uint64_t stride_;
   ThreadPool* pool_;
-  uint64_t samples_;
+  uint32_t layer_ = 0;
+  uint64_t tokens_ = 0;
+  uint64_t samples_ = 0;
   std::vector<uint8_t> codes_;
   std::vector<float> decoded_;
 };
@@ -119,6 +126,7 @@ Result<CandidateErrors> MeasureCodecErrors(const ContainerHeader& h, uint32_t st
   for (uint32_t layer = 0; layer < h.geometry.layers; ++layer) {
     const void* tensors[2] = {nullptr, nullptr};
     TQKV_RETURN_IF_ERROR(layer_tensors(layer, tensors));
+    measurer.SetLayer(layer);
     std::optional<KeyMeans> means;
     for (int kv = 0; kv < 2; ++kv) {
       for (const Codec* codec : candidates(layer, kv)) {
@@ -127,11 +135,11 @@ Result<CandidateErrors> MeasureCodecErrors(const ContainerHeader& h, uint32_t st
                               codec->params().kind == CodecKind::kTurboQuant;
         if (centered) {
           if (!means) {  // once per layer, as the checkpoint computes them
-            means_bytes.resize(KeyMeanValues(h) * DTypeSize(h.key_mean_dtype));
-            ComputeKeyMeans(h, tensors[0], h.source_dtype, means_bytes, pool);
-            means = KeyMeansAsF32(h, means_bytes);
+            means_bytes.resize(KeyMeanValues(h, layer) * DTypeSize(h.key_mean_dtype));
+            ComputeKeyMeans(h, layer, tensors[0], h.source_dtype, means_bytes, pool);
+            means = KeyMeansAsF32(h, layer, means_bytes);
             // Every token: split codecs choose their outlier channels from all of them.
-            CenterKeys(h, tensors[0], h.source_dtype, *means, residual, pool);
+            CenterKeys(h, layer, tensors[0], h.source_dtype, *means, residual, pool);
           }
           view.coded = residual;
           view.coded_dtype = DType::kF32;

@@ -12,10 +12,33 @@ Status CheckGeometry(const ContainerHeader& h, const ModelGeometry& want, const 
                                  "'), expected " + str(want));
 }
 
+Status RefuseRagged(const ContainerHeader& h, std::string_view what) {
+  if (!IsRagged(h)) return Status::Ok();
+  return Status::Unsupported(
+      std::string(what) + " needs one token count for every layer, and this session's layers " +
+      "hold different counts (a llama.cpp sliding-window state, format version 7); such a " +
+      "session is restored whole: tqkv llama export, tqkv.llama, tqkv decompress or Restore");
+}
+
 Status CheckTokens(const ContainerHeader& h, uint64_t room, std::string_view key) {
+  TQKV_RETURN_IF_ERROR(RefuseRagged(h, "restore " + std::string(key) + " into these tensors"));
   if (h.tokens == room) return Status::Ok();
   return Status::InvalidArgument(std::string(key) + " holds " + std::to_string(h.tokens) +
                                  " tokens, the destination has room for " + std::to_string(room));
+}
+
+Status CheckCacheTokens(const ContainerHeader& h, const KvCache& dst, std::string_view key) {
+  if (!IsRagged(h) && !dst.ragged()) return CheckTokens(h, dst.tokens(), key);
+  for (uint32_t l = 0; l < h.geometry.layers && l < dst.geometry().layers; ++l) {
+    if (dst.tokens() != h.tokens || dst.layer_tokens(l) != LayerTokens(h, l)) {
+      return Status::InvalidArgument(
+          std::string(key) + " holds " + std::to_string(LayerTokens(h, l)) + " tokens in layer " +
+          std::to_string(l) + " (of " + std::to_string(h.tokens) +
+          "), the destination has room for " + std::to_string(dst.layer_tokens(l)) + " (of " +
+          std::to_string(dst.tokens()) + ")");
+    }
+  }
+  return Status::Ok();
 }
 
 Status CheckDestinationShape(const LayoutTensors& dst, std::string_view key) {

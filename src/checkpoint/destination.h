@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "tqkv/container.h"
+#include "tqkv/kv_cache.h"
 #include "tqkv/kv_layout.h"
 #include "tqkv/status.h"
 
@@ -17,8 +18,15 @@ namespace tqkv {
 
 // InvalidArgument unless the stored geometry is `want`; `what` names the session.
 Status CheckGeometry(const ContainerHeader& h, const ModelGeometry& want, const std::string& what);
-// InvalidArgument unless the session holds exactly `room` tokens.
+// Unsupported for a ragged session (format version 7: layers of different token counts) with
+// `what` (e.g. "a restore into layout tensors"), which needs one token count for every layer.
+Status RefuseRagged(const ContainerHeader& h, std::string_view what);
+// InvalidArgument unless the session holds exactly `room` tokens; Unsupported when it is ragged
+// (every layout and device destination has one token count for all layers).
 Status CheckTokens(const ContainerHeader& h, uint64_t room, std::string_view key);
+// A KvCache destination: the stored tokens, and every layer's own count (LayerTokens) when the
+// session is ragged; InvalidArgument naming the first difference.
+Status CheckCacheTokens(const ContainerHeader& h, const KvCache& dst, std::string_view key);
 // Before the header is known: one K and one V tensor per layer, none null, and every element of
 // dst.tokens tokens inside dst.tensor_elems (ValidateKvLayout).
 Status CheckDestinationShape(const LayoutTensors& dst, std::string_view key);

@@ -3,11 +3,14 @@
 #include <memory>
 #include <utility>
 
+#include "checkpoint/destination.h"
 #include "checkpoint/session_codecs.h"
 
 namespace tqkv {
 
 Result<DevicePlan> MakeDevicePlan(const ContainerHeader& h) {
+  // Device destinations are one tensor shape for every layer (LayoutTensors::tokens).
+  TQKV_RETURN_IF_ERROR(RefuseRagged(h, "a GPU restore"));
   DevicePlan plan;
   plan.codecs = h.codecs;
   TQKV_ASSIGN_OR_RETURN(std::unique_ptr<Codec> exact, ExactRowsCodec(h));
@@ -18,11 +21,10 @@ Result<DevicePlan> MakeDevicePlan(const ContainerHeader& h) {
     plan.meta_total += LayerGroupMetaBytes(h, l);
   }
   plan.means_at.assign(h.geometry.layers, DevicePlan::kNoMeans);
-  const uint64_t layer_means = KeyMeanValues(h) * DTypeSize(h.key_mean_dtype);  // ValidateHeader
   for (uint32_t l = 0; l < h.geometry.layers; ++l) {
     if (!LayerHasKeyMeans(h, l)) continue;
     plan.means_at[l] = plan.means_total;
-    plan.means_total += layer_means;
+    plan.means_total += KeyMeanValues(h, l) * DTypeSize(h.key_mean_dtype);  // ValidateHeader
   }
   return plan;
 }
@@ -48,7 +50,7 @@ Status PlanDeviceOps(const ContainerHeader& h, const DevicePlan& plan, const Chu
     op.meta_offset = plan.meta_at[e.layer];
     ops->push_back(op);
   } else if (e.type == ChunkType::kKeyMeans) {
-    const uint64_t want = KeyMeanValues(h) * DTypeSize(h.key_mean_dtype);
+    const uint64_t want = KeyMeanValues(h, e.layer) * DTypeSize(h.key_mean_dtype);
     if (plan.means_at[e.layer] == DevicePlan::kNoMeans || e.size != want) {
       return Status::Corruption(std::string(name) + ": layer " + std::to_string(e.layer) +
                                 " key means have " + std::to_string(e.size) + " bytes");
@@ -63,7 +65,7 @@ Status PlanDeviceOps(const ContainerHeader& h, const DevicePlan& plan, const Chu
     op.codec = plan.exact_codec();
     const uint64_t vec = CodeBytesOf(plan.codecs[op.codec]);
     for (uint8_t kv = 0; kv < 2; ++kv) {
-      for (const TokenRange& range : ExactRanges(h)) {
+      for (const TokenRange& range : ExactRanges(h, e.layer)) {
         if (range.count == 0) continue;
         op.kv = kv;
         op.token_begin = range.begin;

@@ -35,10 +35,10 @@ bool FiniteRow(const void* k, DType dtype, size_t at, size_t d) {
 
 }  // namespace
 
-void ComputeKeyMeans(const ContainerHeader& h, const void* k, DType dtype, std::span<uint8_t> out,
-                     ThreadPool* pool) {
+void ComputeKeyMeans(const ContainerHeader& h, uint32_t layer, const void* k, DType dtype,
+                     std::span<uint8_t> out, ThreadPool* pool) {
   const size_t heads = h.geometry.kv_heads, d = h.geometry.head_dim, row = heads * d;
-  const uint64_t blocks = KeyMeanBlocks(h);
+  const uint64_t blocks = KeyMeanBlocks(h, layer), tokens = LayerTokens(h, layer);
   const DType md = h.key_mean_dtype;
   const size_t msize = DTypeSize(md);
   uint8_t* alphas = out.data() + blocks * row * msize;
@@ -49,7 +49,7 @@ void ComputeKeyMeans(const ContainerHeader& h, const void* k, DType dtype, std::
       std::vector<double> acc(d);
       std::vector<float> mu(d);
       const uint64_t lo = b * h.key_mean_block;
-      const uint64_t hi = std::min<uint64_t>(h.tokens, lo + h.key_mean_block);
+      const uint64_t hi = std::min<uint64_t>(tokens, lo + h.key_mean_block);
       std::fill(acc.begin(), acc.end(), 0.0);
       uint64_t count = 0;
       for (uint64_t t = lo; t < hi; ++t) {
@@ -72,36 +72,36 @@ void ComputeKeyMeans(const ContainerHeader& h, const void* k, DType dtype, std::
           for (size_t i = 0; i < d; ++i) dot += static_cast<double>(LoadAsFloat(k, dtype, at + i)) * mu[i];
           a = Storable(dot / mm, md);
         }
-        Put(alphas + (hd * h.tokens + t) * msize, md, a);
+        Put(alphas + (hd * tokens + t) * msize, md, a);
       }
       return Status::Ok();
   });
 }
 
-KeyMeans KeyMeansAsF32(const ContainerHeader& h, std::span<const uint8_t> payload) {
+KeyMeans KeyMeansAsF32(const ContainerHeader& h, uint32_t layer, std::span<const uint8_t> payload) {
   const bool half = h.key_mean_dtype == DType::kF16;
   std::vector<float> all(payload.size() / (half ? 2 : 4));
   for (size_t i = 0; i < all.size(); ++i) {
     all[i] = half ? HalfToFloat(format::LoadU16(payload.data() + 2 * i))
                   : std::bit_cast<float>(format::LoadU32(payload.data() + 4 * i));
   }
-  const size_t nm = std::min<size_t>(all.size(), KeyMeanBlocks(h) * h.geometry.token_elems());
+  const size_t nm = std::min<size_t>(all.size(), KeyMeanBlocks(h, layer) * h.geometry.token_elems());
   KeyMeans m;
   m.means.assign(all.begin(), all.begin() + nm);
   m.alphas.assign(all.begin() + nm, all.end());
   return m;
 }
 
-void CenterKeys(const ContainerHeader& h, const void* k, DType dtype, const KeyMeans& m, float* out,
-                ThreadPool* pool) {
+void CenterKeys(const ContainerHeader& h, uint32_t layer, const void* k, DType dtype,
+                const KeyMeans& m, float* out, ThreadPool* pool) {
   const size_t heads = h.geometry.kv_heads, d = h.geometry.head_dim, row = heads * d;
-  const uint64_t blocks = KeyMeanBlocks(h);
-  (void)ParallelForEach(pool, static_cast<size_t>(h.tokens), 256, [&](size_t i) -> Status {
+  const uint64_t blocks = KeyMeanBlocks(h, layer), tokens = LayerTokens(h, layer);
+  (void)ParallelForEach(pool, static_cast<size_t>(tokens), 256, [&](size_t i) -> Status {
     const uint64_t t = i;
     const uint64_t b = t / h.key_mean_block;
     for (size_t hd = 0; hd < heads; ++hd) {
       const float* mu = m.means.data() + (hd * blocks + b) * d;
-      const float a = m.alphas[hd * h.tokens + t];
+      const float a = m.alphas[hd * tokens + t];
       const size_t at = t * row + hd * d;
       for (size_t i = 0; i < d; ++i) out[at + i] = LoadAsFloat(k, dtype, at + i) - a * mu[i];
     }
@@ -109,14 +109,14 @@ void CenterKeys(const ContainerHeader& h, const void* k, DType dtype, const KeyM
   });
 }
 
-Status DecodeCenteredKeys(const ContainerHeader& h, const Codec& codec, const KeyMeans& m,
-                          uint32_t head, uint64_t token_begin, size_t n,
+Status DecodeCenteredKeys(const ContainerHeader& h, uint32_t layer, const Codec& codec,
+                          const KeyMeans& m, uint32_t head, uint64_t token_begin, size_t n,
                           std::span<const uint8_t> codes, std::span<const uint8_t> meta, void* out,
                           DType dtype, size_t stride, ThreadPool* pool) {
   const size_t d = h.geometry.head_dim, code_bytes = codec.code_bytes();
-  const uint64_t blocks = KeyMeanBlocks(h);
+  const uint64_t blocks = KeyMeanBlocks(h, layer), tokens = LayerTokens(h, layer);
   if (m.means.size() != blocks * h.geometry.kv_heads * d ||
-      m.alphas.size() != h.tokens * h.geometry.kv_heads || token_begin + n > h.tokens) {
+      m.alphas.size() != tokens * h.geometry.kv_heads || token_begin + n > tokens) {
     return Status::Internal("key means of the wrong size");
   }
   const std::span<const float> means(m.means), alphas(m.alphas);
@@ -134,7 +134,7 @@ Status DecodeCenteredKeys(const ContainerHeader& h, const Codec& codec, const Ke
     const size_t i = static_cast<size_t>(t - token_begin), run = static_cast<size_t>(end - t);
     return codec.DecodeAdd(codes.subspan(i * code_bytes, run * code_bytes), run, meta,
                            means.subspan((head * blocks + b) * d, d),
-                           alphas.subspan(head * h.tokens + t, run),
+                           alphas.subspan(head * tokens + t, run),
                            dst + i * stride * DTypeSize(dtype), dtype, stride, nullptr);
   });
 }

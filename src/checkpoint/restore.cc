@@ -180,7 +180,7 @@ Status HostDecodeSink::DecodeExactRows(const ChunkEntry& e, const uint8_t* src) 
   const size_t heads = h_.geometry.kv_heads;
   const size_t vec = exact_codec_->code_bytes();
   for (int kv = 0; kv < 2; ++kv) {
-    for (const TokenRange& range : ExactRanges(h_)) {
+    for (const TokenRange& range : ExactRanges(h_, e.layer)) {
       SplitRuns(tensors_.layout(), heads, range.begin, range.count, runs_);
       for (const Run& r : runs_) {
         const uint8_t* codes = src + (r.head * range.count + (r.token - range.begin)) * vec;
@@ -202,7 +202,7 @@ Status HostDecodeSink::Consume(size_t, size_t index, std::span<const uint8_t> pa
   }
   if (e.type == ChunkType::kExactRows) return DecodeExactRows(e, payload.data());
   if (e.type == ChunkType::kKeyMeans) {
-    means_ = KeyMeansAsF32(h_, payload);
+    means_ = KeyMeansAsF32(h_, e.layer, payload);
     return Status::Ok();
   }
   const Codec& codec = codecs_.of(e.layer, e.kv);
@@ -230,7 +230,7 @@ Status HostDecodeSink::Consume(size_t, size_t index, std::span<const uint8_t> pa
         r.n * code_bytes};
     void* dst = Destination(e.layer, e.kv, r);
     if (centered) {
-      return DecodeCenteredKeys(h_, codec, means_, r.head, r.token, r.n, codes,
+      return DecodeCenteredKeys(h_, e.layer, codec, means_, r.head, r.token, r.n, codes,
                                 {meta, meta_bytes}, dst, options_.dtype, stride_, pool);
     }
     return codec.Decode(codes, r.n, {meta, meta_bytes}, dst, options_.dtype, stride_, pool);
@@ -297,7 +297,7 @@ Status RunRestore(Store& store, std::string_view key, const RestoreOptions& opti
   stats.tokens = h.tokens;
   stats.model = h.model;
   stats.geometry = h.geometry;
-  stats.fp16_bytes = h.geometry.SessionBytes(h.tokens, DType::kF16);
+  stats.fp16_bytes = SessionTensorBytes(h, DType::kF16);
   if (stats_out != nullptr) *stats_out = stats;
   return Status::Ok();
 }
@@ -313,7 +313,7 @@ Status RestoreInto(Store& store, std::string_view key, KvCache& dst, const Resto
   return RunRestore(
       store, key, opts,
       [&](const ContainerHeader& h) -> Result<std::unique_ptr<HostTensors>> {
-        TQKV_RETURN_IF_ERROR(CheckTokens(h, dst.tokens(), key));
+        TQKV_RETURN_IF_ERROR(CheckCacheTokens(h, dst, key));
         TQKV_RETURN_IF_ERROR(dst.Validate());
         return std::unique_ptr<HostTensors>(new CacheTensors(dst, opts));
       },
@@ -383,12 +383,12 @@ Result<std::unique_ptr<KvCacheBuffer>> Restore(Store& store, std::string_view ke
       [&](const ContainerHeader& h) -> Result<std::unique_ptr<HostTensors>> {
         const auto ta = RestoreClock::now();
         TQKV_ASSIGN_OR_RETURN(buffer, KvCacheBuffer::Allocate(h.model, h.geometry, options.dtype,
-                                                              h.tokens));
+                                                              h.tokens, h.layer_tokens));
         if (options.prefault) {
           KvCache& c = buffer->cache();
           for (uint32_t l = 0; l < h.geometry.layers; ++l) {
-            std::memset(c.k(l), 0, c.tensor_bytes());
-            std::memset(c.v(l), 0, c.tensor_bytes());
+            std::memset(c.k(l), 0, c.tensor_bytes(l));
+            std::memset(c.v(l), 0, c.tensor_bytes(l));
           }
           alloc = SecondsSince(ta);
         }
@@ -403,23 +403,37 @@ Result<std::unique_ptr<KvCacheBuffer>> Restore(Store& store, std::string_view ke
   return buffer;
 }
 
-Status RestoreStreaming(Store& store, std::string_view key, const RestoreOptions& options,
-                        const LayerCallback& on_layer, RestoreStats* stats) {
+namespace {
+
+// A streaming restore; `ragged` lets layers of a version-7 session through (their tensors then
+// hold LayerTokens rows of the tokens-sized buffers), for callers that know it.
+Status StreamLayers(Store& store, std::string_view key, const RestoreOptions& options,
+                    const LayerCallback& on_layer, bool ragged, RestoreStats* stats) {
   return RunRestore(
       store, key, options,
       [&](const ContainerHeader& h) -> Result<std::unique_ptr<HostTensors>> {
+        // The callback's tensors are tokens rows for every layer (checkpoint.h).
+        if (!ragged) TQKV_RETURN_IF_ERROR(RefuseRagged(h, "a streaming restore"));
         const size_t bytes = h.tokens * h.geometry.token_elems() * DTypeSize(options.dtype);
         return CallbackTensors::Make(h.geometry, bytes, on_layer);
       },
       stats);
 }
 
+}  // namespace
+
+Status RestoreStreaming(Store& store, std::string_view key, const RestoreOptions& options,
+                        const LayerCallback& on_layer, RestoreStats* stats) {
+  return StreamLayers(store, key, options, on_layer, false, stats);
+}
+
 Status VerifyObject(Store& store, std::string_view key) {
   // A restore with the layers dropped: every check a restore makes (checksums, padding, the
   // header against the chunk table, each group's outlier mask, the decode itself) and no other,
   // so "verify OK" means "restores". Memory: one layer's K and V in f16.
-  return RestoreStreaming(store, key, RestoreOptions{},
-                          [](uint32_t, const void*, const void*) { return Status::Ok(); });
+  return StreamLayers(store, key, RestoreOptions{},
+                      [](uint32_t, const void*, const void*) { return Status::Ok(); }, true,
+                      nullptr);
 }
 
 }  // namespace tqkv

@@ -157,6 +157,34 @@ Status ValidateCodecErrors(const ContainerHeader& h, const Bad& bad) {
   return Status::Ok();
 }
 
+// Version 7's table (docs/format.md §4): one count per layer, each in [1, tokens], the largest
+// equal to tokens (so every token a header names has its codes in the file, and the memory bound
+// holds) and some below it (a table of tokens everywhere is no version 7).
+template <typename Bad>
+Status ValidateLayerTokens(const ContainerHeader& h, const Bad& bad) {
+  if (h.layer_tokens.empty()) return Status::Ok();
+  if (h.layer_tokens.size() != h.geometry.layers) {
+    return bad("layer tokens: " + std::to_string(h.layer_tokens.size()) + " entries for " +
+               std::to_string(h.geometry.layers) + " layers");
+  }
+  bool shorter = false, full = false;
+  for (size_t l = 0; l < h.layer_tokens.size(); ++l) {
+    const uint64_t n = h.layer_tokens[l];
+    if (n == 0 || n > h.tokens) {
+      return bad("layer " + std::to_string(l) + " holds " + std::to_string(n) +
+                 " tokens (expected 1 to the session's " + std::to_string(h.tokens) + ")");
+    }
+    shorter |= n < h.tokens;
+    full |= n == h.tokens;
+  }
+  if (!shorter) return bad("layer tokens: every layer holds all tokens (no table needed)");
+  if (!full) {
+    return bad("layer tokens: no layer holds the session's " + std::to_string(h.tokens) +
+               " tokens (the largest count is the session's)");
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status ValidateHeader(const ContainerHeader& h) {
@@ -238,10 +266,11 @@ Status ValidateHeader(const ContainerHeader& h) {
     return bad("engine state of " + std::to_string(h.engine_state.size()) + " bytes (at most " +
                std::to_string(kMaxEngineStateBytes) + ")");
   }
-  if (uint64_t{h.exact_head} + h.exact_tail > h.tokens) {
+  TQKV_RETURN_IF_ERROR(ValidateLayerTokens(h, bad));
+  if (uint64_t{h.exact_head} + h.exact_tail > MinLayerTokens(h)) {
     return bad("exact rows " + std::to_string(h.exact_head) + " + " +
-               std::to_string(h.exact_tail) + " exceed the " + std::to_string(h.tokens) +
-               " tokens");
+               std::to_string(h.exact_tail) + " exceed the " + std::to_string(MinLayerTokens(h)) +
+               (IsRagged(h) ? " tokens of the shortest layer" : " tokens"));
   }
   return Status::Ok();
 }
@@ -295,7 +324,7 @@ std::vector<uint8_t> EncodeHeaderBody(const ContainerHeader& h) {
   if (version >= 5) {  // version 6 always has V's indices, maybe equal to K's
     for (uint16_t idx : h.layer_codec_v.empty() ? h.layer_codec : h.layer_codec_v) w.U16(idx);
   }
-  if (version >= 6) {
+  if (version >= 6) {  // version 7 without figures: stride 0 and no codec_error bytes
     w.U32(h.guard_stride);
     w.F32(h.allocated_bits);
     for (const TensorCodecError& e : h.codec_error) {
@@ -303,6 +332,9 @@ std::vector<uint8_t> EncodeHeaderBody(const ContainerHeader& h) {
       w.F64(e.var);
       w.F64(e.energy);
     }
+  }
+  if (version >= 7) {
+    for (uint64_t n : h.layer_tokens) w.U64(n);
   }
   return out;
 }
@@ -403,15 +435,24 @@ Result<ContainerHeader> DecodeHeaderBody(std::span<const uint8_t> body, uint64_t
   if (version >= 6) {
     const uint64_t stride_at = r.offset();
     h.guard_stride = r.U32("guard stride");
-    if (r.ok() && h.guard_stride == 0) r.Fail("guard stride", stride_at, "at least 1", "0");
+    // Version 6 exists for the figures; version 7 may have none (stride 0, no codec_error).
+    if (r.ok() && h.guard_stride == 0 && version == 6) {
+      r.Fail("guard stride", stride_at, "at least 1", "0");
+    }
     h.allocated_bits = r.F32("allocated bits");
-    if (!r.Need(uint64_t{h.geometry.layers} * 2 * 24, "codec errors")) return r.status();
-    h.codec_error.resize(uint64_t{h.geometry.layers} * 2);
+    const uint64_t entries = h.guard_stride == 0 ? 0 : uint64_t{h.geometry.layers} * 2;
+    if (!r.Need(entries * 24, "codec errors")) return r.status();
+    h.codec_error.resize(entries);
     for (TensorCodecError& e : h.codec_error) {
       e.err = r.F64("codec error");
       e.var = r.F64("codec error varying energy");
       e.energy = r.F64("codec error energy");
     }
+  }
+  if (version >= 7) {
+    if (!r.Need(uint64_t{h.geometry.layers} * 8, "layer tokens")) return r.status();
+    h.layer_tokens.resize(h.geometry.layers);
+    for (uint64_t& n : h.layer_tokens) n = r.U64("layer tokens");
   }
   if (!r.ok()) return r.status();
   if (r.remaining() != 0) {
@@ -511,7 +552,8 @@ ChunkKey ChunkSequence::current() const {
   k.type = ChunkType::kCodes;
   k.kv = phase_ == kK ? 0 : 1;
   k.token_begin = token_begin_;
-  k.token_count = std::min<uint64_t>(header_->token_block, header_->tokens - token_begin_);
+  k.token_count =
+      std::min<uint64_t>(header_->token_block, LayerTokens(*header_, layer_) - token_begin_);
   return k;
 }
 
@@ -526,7 +568,7 @@ void ChunkSequence::Advance() {
     phase_ = kMeta;
     ++layer_;
   } else {
-    const uint64_t left = header_->tokens - token_begin_;
+    const uint64_t left = LayerTokens(*header_, layer_) - token_begin_;
     token_begin_ += std::min<uint64_t>(header_->token_block, left);
   }
   Settle();
@@ -547,7 +589,7 @@ void ChunkSequence::Settle() {
       continue;
     }
     if (phase_ == kExact) return;  // only entered when the header has exact rows
-    if (token_begin_ < header_->tokens) return;
+    if (token_begin_ < LayerTokens(*header_, layer_)) return;
     token_begin_ = 0;
     if (phase_ == kK) {
       phase_ = kV;
@@ -561,12 +603,15 @@ void ChunkSequence::Settle() {
 }
 
 Result<uint64_t> CountChunks(const ContainerHeader& h) {
-  const uint64_t blocks = h.tokens / h.token_block + (h.tokens % h.token_block != 0 ? 1 : 0);
-  uint64_t per_layer = 0;
-  if (MulOverflows(blocks, 2, &per_layer)) return Status::InvalidArgument("chunk count overflows");
-  if (HasExactRows(h)) ++per_layer;  // the exact-rows chunk
   uint64_t total = 0;
   for (uint32_t l = 0; l < h.geometry.layers; ++l) {
+    const uint64_t n = LayerTokens(h, l);
+    const uint64_t blocks = n / h.token_block + (n % h.token_block != 0 ? 1 : 0);
+    uint64_t per_layer = 0;
+    if (MulOverflows(blocks, 2, &per_layer)) {
+      return Status::InvalidArgument("chunk count overflows");
+    }
+    if (HasExactRows(h)) ++per_layer;  // the exact-rows chunk
     const uint64_t meta = (LayerGroupMetaBytes(h, l) > 0 ? 1 : 0) +
                           (LayerHasKeyMeans(h, l) ? 1 : 0);
     if (__builtin_add_overflow(total, per_layer + meta, &total) || per_layer + meta < meta) {
@@ -621,12 +666,13 @@ Result<uint64_t> ExpectedChunkBytes(const ContainerHeader& header, const ChunkEn
                                        " has no key means");
       }
       uint64_t values = 0;
-      if (__builtin_mul_overflow(header.tokens, uint64_t{header.geometry.head_dim} + 1, &values) ||
+      if (__builtin_mul_overflow(LayerTokens(header, entry.layer),
+                                 uint64_t{header.geometry.head_dim} + 1, &values) ||
           __builtin_mul_overflow(values, uint64_t{header.geometry.kv_heads}, &values) ||
           __builtin_mul_overflow(values, uint64_t{4}, &values)) {
         return Status::InvalidArgument("key-means chunk size overflows");
       }
-      return KeyMeanValues(header) * DTypeSize(header.key_mean_dtype);
+      return KeyMeanValues(header, entry.layer) * DTypeSize(header.key_mean_dtype);
     }
     case ChunkType::kExactRows: {
       const uint64_t rows = uint64_t{header.exact_head} + header.exact_tail;

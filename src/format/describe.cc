@@ -15,9 +15,9 @@ ContainerDescription DescribeContainer(const ContainerReader& reader) {
   d.chunks = reader.chunks();
   d.file_bytes = reader.file_bytes();
   const ContainerHeader& h = d.header;
-  d.fp16_bytes = h.geometry.SessionBytes(h.tokens, DType::kF16);
+  d.fp16_bytes = SessionTensorBytes(h, DType::kF16);
   d.ratio = d.file_bytes ? static_cast<double>(d.fp16_bytes) / d.file_bytes : 0.0;
-  const double values = 2.0 * h.geometry.layers * h.tokens * h.geometry.token_elems();
+  const double values = 2.0 * static_cast<double>(HeldTokens(h)) * h.geometry.token_elems();
   d.bits_per_value = h.tokens ? 8.0 * d.file_bytes / values : 0.0;
   for (const auto& c : h.codecs) d.codecs.push_back(CodecLabel(c));
   for (uint32_t l = 0; l < h.layer_codec.size(); ++l) {
@@ -80,6 +80,8 @@ std::string ContainerDescriptionJson(const ContainerDescription& d, bool with_ch
   j["engine_state_bytes"] = h.engine_state.size();
   j["key_means"] = {{"block", h.key_mean_block},
                     {"dtype", h.key_mean_block ? std::string(DTypeName(h.key_mean_dtype)) : "none"}};
+  // Version 7: the tokens each layer holds (every layer holds `tokens` when absent).
+  if (IsRagged(h)) j["layer_tokens"] = h.layer_tokens;
   j["format_version"] = ContainerVersionFor(h);
   j["file_bytes"] = d.file_bytes;
   j["fp16_bytes"] = d.fp16_bytes;

@@ -38,6 +38,38 @@ KvCache::KvCache(std::string model, ModelGeometry geometry, DType dtype, uint64_
       k_(geometry.layers, nullptr),
       v_(geometry.layers, nullptr) {}
 
+Status KvCache::SetLayerTokens(std::vector<uint64_t> layer_tokens) {
+  if (!layer_tokens.empty()) {
+    if (layer_tokens.size() != geometry_.layers) {
+      return Status::InvalidArgument("KvCache: " + std::to_string(layer_tokens.size()) +
+                                     " layer token counts for " +
+                                     std::to_string(geometry_.layers) + " layers");
+    }
+    bool shorter = false, full = false;
+    for (size_t l = 0; l < layer_tokens.size(); ++l) {
+      if (layer_tokens[l] == 0 || layer_tokens[l] > tokens_) {
+        return Status::InvalidArgument("KvCache: layer " + std::to_string(l) + " holds " +
+                                       std::to_string(layer_tokens[l]) + " tokens (1 to " +
+                                       std::to_string(tokens_) + ")");
+      }
+      shorter |= layer_tokens[l] < tokens_;
+      full |= layer_tokens[l] == tokens_;
+    }
+    if (!full) {
+      return Status::InvalidArgument("KvCache: no layer holds all " + std::to_string(tokens_) +
+                                     " tokens (tokens() is the largest layer's count)");
+    }
+    if (!shorter) layer_tokens.clear();  // every layer full: rectangular
+  }
+  layer_tokens_ = std::move(layer_tokens);
+  return Status::Ok();
+}
+
+size_t KvCache::tensor_bytes() const {
+  TQKV_CHECK(layer_tokens_.empty());
+  return tokens_ * geometry_.token_elems() * DTypeSize(dtype_);
+}
+
 void KvCache::SetLayer(uint32_t layer, void* k, void* v) {
   TQKV_CHECK(layer < geometry_.layers);
   k_[layer] = k;
@@ -49,7 +81,7 @@ Status KvCache::Validate() const {
     return Status::InvalidArgument("KvCache: empty geometry");
   }
   for (uint32_t l = 0; l < geometry_.layers; ++l) {
-    if (tokens_ > 0 && (k_[l] == nullptr || v_[l] == nullptr)) {
+    if (layer_tokens(l) > 0 && (k_[l] == nullptr || v_[l] == nullptr)) {
       return Status::InvalidArgument("KvCache: layer " + std::to_string(l) + " has no K or V");
     }
   }
@@ -59,17 +91,27 @@ Status KvCache::Validate() const {
 Result<std::unique_ptr<KvCacheBuffer>> KvCacheBuffer::Allocate(std::string model,
                                                                ModelGeometry geometry, DType dtype,
                                                                uint64_t tokens) {
+  return Allocate(std::move(model), geometry, dtype, tokens, {});
+}
+
+Result<std::unique_ptr<KvCacheBuffer>> KvCacheBuffer::Allocate(std::string model,
+                                                               ModelGeometry geometry, DType dtype,
+                                                               uint64_t tokens,
+                                                               std::vector<uint64_t> layer_tokens) {
   TQKV_RETURN_IF_ERROR(ValidateGeometry(geometry));
-  TQKV_ASSIGN_OR_RETURN(const uint64_t bytes,
+  TQKV_ASSIGN_OR_RETURN(const uint64_t largest,
                         SizeProduct("KV cache tensor (tokens x KV heads x head_dim x dtype)",
                                     {tokens, geometry.kv_heads, geometry.head_dim,
                                      DTypeSize(dtype)}));
-  // Big tensors: 2 MiB-aligned and huge-page backed, so first touch runs ~5x faster.
-  const size_t align = bytes >= (4u << 20) ? (2u << 20) : 64;
-  const size_t alloc = AlignUp(bytes, align);  // bytes <= PTRDIFF_MAX: cannot wrap
+  (void)largest;  // every layer's tensor is at most this: the products below cannot overflow
   std::unique_ptr<KvCacheBuffer> buf(new KvCacheBuffer());
   buf->cache_ = KvCache(std::move(model), geometry, dtype, tokens);
+  TQKV_RETURN_IF_ERROR(buf->cache_.SetLayerTokens(std::move(layer_tokens)));
   for (uint32_t l = 0; l < geometry.layers; ++l) {
+    const uint64_t bytes = buf->cache_.tensor_bytes(l);
+    // Big tensors: 2 MiB-aligned and huge-page backed, so first touch runs ~5x faster.
+    const size_t align = bytes >= (4u << 20) ? (2u << 20) : 64;
+    const size_t alloc = AlignUp(bytes, align);  // bytes <= PTRDIFF_MAX: cannot wrap
     void* p[2];
     for (int kv = 0; kv < 2; ++kv) {
       p[kv] = std::aligned_alloc(align, alloc == 0 ? align : alloc);

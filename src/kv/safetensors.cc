@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <map>
@@ -75,15 +76,15 @@ struct Fd {
 Status WriteSafetensors(const KvCache& cache, const std::string& path) {
   TQKV_RETURN_IF_ERROR(cache.Validate());
   const auto& g = cache.geometry();
-  const uint64_t bytes = cache.tensor_bytes();
   json header = json::object();
   header["__metadata__"] = {{"format", "tqkv-kv-cache"}, {"model", cache.model()}};
   uint64_t offset = 0;
   for (uint32_t l = 0; l < g.layers; ++l) {
+    const uint64_t bytes = cache.tensor_bytes(l);  // a ragged cache's layers differ
     for (const char* kv : {"k", "v"}) {
       header["layers." + std::to_string(l) + "." + kv] = {
           {"dtype", SafetensorsDType(cache.dtype())},
-          {"shape", {cache.tokens(), g.kv_heads, g.head_dim}},
+          {"shape", {cache.layer_tokens(l), g.kv_heads, g.head_dim}},
           {"data_offsets", {offset, offset + bytes}}};
       offset += bytes;
     }
@@ -101,8 +102,8 @@ Status WriteSafetensors(const KvCache& cache, const std::string& path) {
   Status s = WriteAll(f.fd, len, 8, tmp);
   if (s.ok()) s = WriteAll(f.fd, text.data(), text.size(), tmp);
   for (uint32_t l = 0; l < g.layers && s.ok(); ++l) {
-    s = WriteAll(f.fd, cache.k(l), bytes, tmp);
-    if (s.ok()) s = WriteAll(f.fd, cache.v(l), bytes, tmp);
+    s = WriteAll(f.fd, cache.k(l), cache.tensor_bytes(l), tmp);
+    if (s.ok()) s = WriteAll(f.fd, cache.v(l), cache.tensor_bytes(l), tmp);
   }
   if (s.ok() && ::fsync(f.fd) != 0) s = Status::FromErrno("fsync", tmp, errno);
   if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) s = Status::FromErrno("rename", tmp, errno);
@@ -187,20 +188,32 @@ Result<std::unique_ptr<KvCacheBuffer>> ReadSafetensors(const std::string& path) 
   const Info& first = tensors.begin()->second;
   ModelGeometry g{layers, static_cast<uint32_t>(first.shape[1]), static_cast<uint32_t>(first.shape[2])};
   if (g.kv_heads == 0 || g.head_dim == 0) return corrupt("empty KV heads or head_dim");
+  // Layers may hold different token counts (a ragged session, as WriteSafetensors writes one);
+  // a layer's K and V hold the same.
+  std::vector<uint64_t> layer_tokens(layers);
+  uint64_t tokens = 0;
   for (uint32_t l = 0; l < layers; ++l) {
     for (int kv = 0; kv < 2; ++kv) {
       auto it = tensors.find({l, kv});
       if (it == tensors.end()) return corrupt("missing tensor layers." + std::to_string(l) +
                                               (kv ? ".v" : ".k"));
       const Info& i = it->second;
-      if (i.dtype != first.dtype || i.shape[0] != first.shape[0] || i.shape[1] != first.shape[1] ||
-          i.shape[2] != first.shape[2]) {
+      if (i.dtype != first.dtype || i.shape[1] != first.shape[1] ||
+          i.shape[2] != first.shape[2] || (kv == 1 && i.shape[0] != layer_tokens[l])) {
         return corrupt("tensor layers." + std::to_string(l) + (kv ? ".v" : ".k") +
-                       " differs in dtype or shape from layers.0.k");
+                       " differs in dtype or shape from layers.0.k" +
+                       (kv ? " (or from its K's tokens)" : ""));
       }
+      layer_tokens[l] = i.shape[0];
+      tokens = std::max(tokens, i.shape[0]);
     }
   }
-  TQKV_ASSIGN_OR_RETURN(auto buf, KvCacheBuffer::Allocate(model, g, first.dtype, first.shape[0]));
+  if (tokens > 0 && std::find(layer_tokens.begin(), layer_tokens.end(), 0) != layer_tokens.end()) {
+    return corrupt("a layer without tokens beside layers with some");
+  }
+  if (tokens == 0) layer_tokens.clear();
+  TQKV_ASSIGN_OR_RETURN(auto buf, KvCacheBuffer::Allocate(model, g, first.dtype, tokens,
+                                                          std::move(layer_tokens)));
   for (uint32_t l = 0; l < layers; ++l) {
     for (int kv = 0; kv < 2; ++kv) {
       const Info& i = tensors[{l, kv}];

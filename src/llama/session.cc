@@ -12,8 +12,6 @@ namespace tqkv::llama {
 namespace {
 
 constexpr uint8_t kTag[4] = {'l', 'l', 's', 'q'};
-// Session rows (layers x tokens) per layer row the blob holds, at most (ToSession).
-constexpr uint64_t kMaxPadding = 8;
 constexpr uint32_t kEngineLayoutVersion = 1;
 
 std::optional<DType> DTypeOf(int32_t type) {
@@ -172,6 +170,20 @@ std::vector<uint8_t> EncodeEngineState(const SeqState& state, const std::vector<
   return std::move(o.b);
 }
 
+// Rows of a stream with fewer cells than the session's tokens (its layers hold only those,
+// format version 7): the cells by position, ties in blob order, so the layer's last rows are its
+// most recent tokens (the exact tail) whatever order a ring buffer left them in.
+std::vector<uint32_t> RankRows(const Stream& s) {
+  std::vector<uint32_t> order(s.cells.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<uint32_t>(i);
+  std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+    return s.cells[a].pos < s.cells[b].pos;
+  });
+  std::vector<uint32_t> rows(order.size());
+  for (size_t r = 0; r < order.size(); ++r) rows[order[r]] = static_cast<uint32_t>(r);
+  return rows;
+}
+
 // Rows of `s` aligned by position to the reference stream's rows where every position is found
 // once, else the cells' own order.
 std::vector<uint32_t> PlaceRows(const Stream& s, const std::map<int32_t, uint32_t>* ref_rows) {
@@ -236,38 +248,40 @@ Result<Session> ToSession(const SeqState& state, uint32_t head_dim, std::string 
     return Status::InvalidArgument("llama.cpp state: head_dim " + std::to_string(head_dim) +
                                    " does not divide the row width " + std::to_string(n_embd));
   }
-  // Rows: the first stream's cells in order; the others aligned to it by position.
-  std::map<int32_t, uint32_t> ref_rows;
-  const Stream& ref = *placed[0].stream;
-  for (size_t i = 0; i < ref.cells.size(); ++i) {
-    ref_rows.emplace(ref.cells[i].pos, static_cast<uint32_t>(i));
-  }
-  const bool ref_unique = ref_rows.size() == ref.cells.size();
+  // Tokens: the most cells a stream holds. Rows: the first such stream's cells in order, the
+  // other full streams aligned to it by position; a stream with fewer cells (a sliding-window
+  // cache) holds only those, its layers ragged (RankRows), so every size follows the blob's.
   uint64_t tokens_n = 0;
+  for (const Placed& p : placed) tokens_n = std::max<uint64_t>(tokens_n, p.stream->cells.size());
+  const Stream* ref = nullptr;
+  for (const Placed& p : placed) {
+    if (p.stream->cells.size() == tokens_n) {
+      ref = p.stream;
+      break;
+    }
+  }
+  std::map<int32_t, uint32_t> ref_rows;
+  for (size_t i = 0; i < ref->cells.size(); ++i) {
+    ref_rows.emplace(ref->cells[i].pos, static_cast<uint32_t>(i));
+  }
+  const bool ref_unique = ref_rows.size() == ref->cells.size();
+  std::vector<uint64_t> layer_tokens;
+  layer_tokens.reserve(layers);
   for (Placed& p : placed) {
-    p.rows = PlaceRows(*p.stream, p.stream == &ref || !ref_unique ? nullptr : &ref_rows);
-    for (uint32_t r : p.rows) tokens_n = std::max<uint64_t>(tokens_n, uint64_t{r} + 1);
+    const Stream& s = *p.stream;
+    if (s.cells.size() < tokens_n) {
+      p.rows = RankRows(s);
+    } else {
+      p.rows = PlaceRows(s, &s == ref || !ref_unique ? nullptr : &ref_rows);
+    }
+    layer_tokens.insert(layer_tokens.end(), s.layers.size(), s.cells.size());
   }
 
   const DType dtype = mixed ? DType::kF32 : *DTypeOf(*common_type);
   const ModelGeometry g{layers, n_embd / head_dim, head_dim};
-  // The session is one rectangle, layers x tokens_n rows: a stream with fewer cells than the
-  // longest is padded with zero rows. Real sliding-window layouts pad up to layers / global
-  // layers (Gemma 3: 6x at long contexts); a blob that would pad more is refused before anything
-  // is allocated, so memory and the object stay within kMaxPadding x the K and V it holds.
-  uint64_t held_rows = 0;
-  for (const Placed& p : placed) held_rows += p.stream->cells.size() * p.stream->layers.size();
-  const uint64_t rect_rows = uint64_t{layers} * tokens_n;
-  if (rect_rows > kMaxPadding * held_rows) {
-    return Status::Unsupported(
-        "llama.cpp state: its streams hold " + std::to_string(held_rows) +
-        " layer rows, and a tqkv session, one token count for every layer, would take " +
-        std::to_string(rect_rows) + " (" + std::to_string(rect_rows / held_rows) +
-        "x, more than " + std::to_string(kMaxPadding) +
-        "x): the streams' cell counts differ too much (docs/llama.md)");
-  }
-  TQKV_ASSIGN_OR_RETURN(std::unique_ptr<KvCacheBuffer> buf,
-                        KvCacheBuffer::Allocate(std::move(model), g, dtype, tokens_n));
+  TQKV_ASSIGN_OR_RETURN(
+      std::unique_ptr<KvCacheBuffer> buf,
+      KvCacheBuffer::Allocate(std::move(model), g, dtype, tokens_n, std::move(layer_tokens)));
   KvCache& kv = buf->cache();
   const size_t el = DTypeSize(dtype);
   for (const Placed& p : placed) {
@@ -277,8 +291,8 @@ Result<Session> ToSession(const SeqState& state, uint32_t head_dim, std::string 
       const Layer& layer = s.layers[l];
       auto* k = static_cast<uint8_t*>(kv.k(p.first_layer + static_cast<uint32_t>(l)));
       auto* v = static_cast<uint8_t*>(kv.v(p.first_layer + static_cast<uint32_t>(l)));
-      std::memset(k, 0, kv.tensor_bytes());
-      std::memset(v, 0, kv.tensor_bytes());
+      std::memset(k, 0, kv.tensor_bytes(p.first_layer + static_cast<uint32_t>(l)));
+      std::memset(v, 0, kv.tensor_bytes(p.first_layer + static_cast<uint32_t>(l)));
       const DType kt = *DTypeOf(layer.k_type), vt = *DTypeOf(layer.v_type);
       const size_t kel = DTypeSize(kt), vel = DTypeSize(vt);
       for (size_t i = 0; i < cells; ++i) {
@@ -374,6 +388,9 @@ Status DecodeEngineState(std::span<const uint8_t> bytes, const KvCache& kv, SeqS
         }
         s.layers[l].n_embd_k = s.layers[l].n_embd_v = static_cast<uint32_t>(g.token_elems());
       }
+      // Rows index every layer of the stream: below the fewest tokens those layers hold.
+      uint64_t room = kv.tokens();
+      for (uint32_t l : session_layers) room = std::min(room, kv.layer_tokens(l));
       const uint64_t per_cell = 12 + (state->cell_ext ? 12 : 0);
       if (!r.Need(uint64_t{cells} * per_cell, "cells")) return r.status();
       s.cells.resize(cells);
@@ -384,9 +401,9 @@ Status DecodeEngineState(std::span<const uint8_t> bytes, const KvCache& kv, SeqS
         Cell& cell = s.cells[i];
         cell.pos = static_cast<int32_t>(r.U32("cell position"));
         p.rows[i] = r.U32("cell row");
-        if (r.ok() && p.rows[i] >= kv.tokens()) {
-          r.Fail("cell row", std::to_string(p.rows[i]) + " beyond the session's " +
-                                 std::to_string(kv.tokens()) + " tokens");
+        if (r.ok() && p.rows[i] >= room) {
+          r.Fail("cell row", std::to_string(p.rows[i]) + " beyond the " + std::to_string(room) +
+                                 " tokens its layers hold");
         }
         const uint32_t n_seq = r.U32("cell sequence count");
         if (state->cell_ext && r.Need(12, "cell extension")) {

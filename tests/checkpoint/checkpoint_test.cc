@@ -75,7 +75,7 @@ std::unique_ptr<KvCacheBuffer> DirectDecode(Store& store, const std::string& key
       if (mb) m = {meta.data() + e.kv * heads * k_meta + hd * mb, mb};  // K's masks, then V's
       const size_t cb = codec.code_bytes();
       if (e.kv == 0 && LayerHasKeyMeans(h, e.layer)) {
-        const uint64_t blocks = KeyMeanBlocks(h);
+        const uint64_t blocks = KeyMeanBlocks(h, e.layer);
         EXPECT_EQ(means.size(), (blocks * d + h.tokens) * heads);
         std::vector<float> x(d);
         for (uint64_t t = 0; t < e.token_count; ++t) {
@@ -251,7 +251,7 @@ TEST(Checkpoint, CenteredKeyCodesAreTheCodesOfTheResiduals) {
   auto reader = ContainerReader::Open(object.get(), "c").value();
   const ContainerHeader& h = reader->header();
   ASSERT_EQ(h.key_mean_block, 20u);
-  ASSERT_EQ(KeyMeanBlocks(h), 3u);
+  ASSERT_EQ(KeyMeanBlocks(h, 0), 3u);
   const size_t heads = g.kv_heads, d = g.head_dim, row = heads * d, cb = codec->code_bytes();
   std::vector<float> means;
   int key_chunks = 0;

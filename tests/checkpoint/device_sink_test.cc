@@ -90,10 +90,10 @@ class FakeDevice final : public RestoreDevice {
       if (op.meta_offset != DeviceOp::kNoMeta) meta = {meta_.data() + op.meta_offset + hd * mb, mb};
       if (op.means_offset != DeviceOp::kNoMeta) {
         ++centered_ops;
-        const uint64_t layer_bytes = KeyMeanValues(h_) * DTypeSize(h_.key_mean_dtype);
+        const uint64_t layer_bytes = KeyMeanValues(h_, op.layer) * DTypeSize(h_.key_mean_dtype);
         const KeyMeans means =
-            KeyMeansAsF32(h_, {means_.data() + op.means_offset, layer_bytes});
-        TQKV_RETURN_IF_ERROR(DecodeCenteredKeys(h_, codec, means, static_cast<uint32_t>(hd),
+            KeyMeansAsF32(h_, op.layer, {means_.data() + op.means_offset, layer_bytes});
+        TQKV_RETURN_IF_ERROR(DecodeCenteredKeys(h_, op.layer, codec, means, static_cast<uint32_t>(hd),
                                                 op.token_begin, n,
                                                 {dev + op.src_offset + hd * n * code, n * code},
                                                 meta, out + hd * d * 2, DType::kF16, row, nullptr));

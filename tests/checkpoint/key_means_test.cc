@@ -91,9 +91,9 @@ TEST(KeyMeans, NonFiniteKeysDoNotPoisonTheirBlock) {
   k[1 * 16 + 3] = std::nanf("");
   k[2 * 16 + 5] = INFINITY;
   for (int i = 0; i < 16; ++i) k[3 * 16 + i] = 4.0f;
-  std::vector<uint8_t> payload(KeyMeanValues(h) * 4);
-  ComputeKeyMeans(h, k.data(), DType::kF32, payload);
-  const KeyMeans m = KeyMeansAsF32(h, payload);
+  std::vector<uint8_t> payload(KeyMeanValues(h, 0) * 4);
+  ComputeKeyMeans(h, 0, k.data(), DType::kF32, payload);
+  const KeyMeans m = KeyMeansAsF32(h, 0, payload);
   ASSERT_EQ(m.means.size(), 16u);
   ASSERT_EQ(m.alphas.size(), 4u);
   for (float mu : m.means) EXPECT_EQ(mu, 3.0f);  // tokens 0 and 3 only
@@ -104,9 +104,9 @@ TEST(KeyMeans, NonFiniteKeysDoNotPoisonTheirBlock) {
   // A mean that f16 cannot hold is stored as 0 (the keys are then encoded as they are).
   h.key_mean_dtype = DType::kF16;
   for (float& x : k) x = 1e5f;
-  std::vector<uint8_t> half(KeyMeanValues(h) * 2);
-  ComputeKeyMeans(h, k.data(), DType::kF32, half);
-  const KeyMeans mh = KeyMeansAsF32(h, half);
+  std::vector<uint8_t> half(KeyMeanValues(h, 0) * 2);
+  ComputeKeyMeans(h, 0, k.data(), DType::kF32, half);
+  const KeyMeans mh = KeyMeansAsF32(h, 0, half);
   for (float mu : mh.means) EXPECT_EQ(mu, 0.0f);
   for (float a : mh.alphas) EXPECT_EQ(a, 0.0f);
 }

@@ -78,6 +78,16 @@ std::vector<Golden> Goldens() {
   guard_all.codec_error = guard.codec_error;
   guard_all.allocated_bits = 3.25f;
   g.push_back({"v6_guard_allocated_kv_key_means.tqkv", guard_all});
+  // Version 7: ragged layers. Version 4's key means with layer 1 (raw) holding 1 of the 3 tokens
+  // and an engine state, no guard figures (stride 0, no codec_error bytes); and everything of
+  // version 6 with layer 1 holding 2 of 3 (its exact rows [0, 1) and [1, 2)).
+  ContainerHeader ragged = means;
+  ragged.engine_state = {0x11};
+  ragged.layer_tokens = {3, 1};
+  g.push_back({"v7_ragged.tqkv", ragged});
+  ContainerHeader ragged_all = guard_all;
+  ragged_all.layer_tokens = {3, 2};
+  g.push_back({"v7_ragged_guard_kv_key_means.tqkv", ragged_all});
   return g;
 }
 

@@ -676,7 +676,8 @@ TEST(ContainerDocsTest, WorkedExampleHeaderSizesAreTheWriters) {
   }
   std::vector<uint64_t> written;
   for (const ContainerHeader& h :
-       {SmallHeader(), SmallExactHeader(), SmallCenteredHeader(), SmallKvHeader()}) {
+       {SmallHeader(), SmallExactHeader(), SmallCenteredHeader(), SmallKvHeader(),
+        SmallRaggedHeader()}) {
     WrittenContainer w = WriteContainer(h);
     ASSERT_TRUE(w.status.ok()) << w.status.ToString();
     written.push_back(format::LoadU32(w.file.data() + 20));

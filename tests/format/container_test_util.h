@@ -205,10 +205,25 @@ inline std::vector<uint8_t> Payload(size_t n, uint64_t seed) {
   return v;
 }
 
+// Tokens of layer l: its entry of the version-7 table, else the session's (docs/format.md §4).
+inline uint64_t TokensOf(const ContainerHeader& h, uint32_t l) {
+  return h.layer_tokens.empty() ? h.tokens : h.layer_tokens[l];
+}
+
+// Version 7: SmallCenteredHeader (exact rows 2 + 3, key means per 16 tokens) whose layer 1 holds
+// 21 of the 40 tokens: its K and V take chunks [0, 16) [16, 21), its key means 2 blocks and 21
+// coefficients; no guard figures (version 7 allows guard_stride 0).
+inline ContainerHeader SmallRaggedHeader() {
+  ContainerHeader h = SmallCenteredHeader();
+  h.layer_tokens = {40, 21};
+  return h;
+}
+
 // The chunk keys in container order, spelled out here independently of the library.
 inline std::vector<ChunkEntry> ExpectedKeys(const ContainerHeader& h) {
   std::vector<ChunkEntry> keys;
   for (uint32_t l = 0; l < h.geometry.layers; ++l) {
+    const uint64_t n = TokensOf(h, l);
     const uint16_t v_codec = h.layer_codec_v.empty() ? h.layer_codec[l] : h.layer_codec_v[l];
     if (GroupMetaBytesOf(h.codecs[h.layer_codec[l]]) + GroupMetaBytesOf(h.codecs[v_codec]) > 0) {
       ChunkEntry e;
@@ -223,13 +238,13 @@ inline std::vector<ChunkEntry> ExpectedKeys(const ContainerHeader& h) {
       keys.push_back(e);
     }
     for (uint8_t kv = 0; kv < 2; ++kv) {
-      for (uint64_t t = 0; t < h.tokens; t += h.token_block) {
+      for (uint64_t t = 0; t < n; t += h.token_block) {
         ChunkEntry e;
         e.type = ChunkType::kCodes;
         e.layer = l;
         e.kv = kv;
         e.token_begin = t;
-        e.token_count = std::min<uint64_t>(h.token_block, h.tokens - t);
+        e.token_count = std::min<uint64_t>(h.token_block, n - t);
         keys.push_back(e);
       }
     }
@@ -256,8 +271,9 @@ inline uint64_t ChunkBytes(const ContainerHeader& h, const ChunkEntry& e) {
            DTypeSize(h.source_dtype);
   }
   if (e.type == ChunkType::kKeyMeans) {  // means [head][block][d], then coefficients [head][token]
-    const uint64_t blocks = (h.tokens + h.key_mean_block - 1) / h.key_mean_block;
-    return (blocks * h.geometry.head_dim + h.tokens) * h.geometry.kv_heads *
+    const uint64_t n = TokensOf(h, e.layer);
+    const uint64_t blocks = (n + h.key_mean_block - 1) / h.key_mean_block;
+    return (blocks * h.geometry.head_dim + n) * h.geometry.kv_heads *
            DTypeSize(h.key_mean_dtype);
   }
   return e.token_count * h.geometry.kv_heads * CodeBytesOf(c);

@@ -206,7 +206,7 @@ Status EmulatedGpuRestore(Store& store, const std::string& key, const LayoutTens
       }
       cuda::GpuKeyMeans means{};
       if (e.kv == 0 && means_layer == e.layer) {
-        const uint64_t blocks = KeyMeanBlocks(h);
+        const uint64_t blocks = KeyMeanBlocks(h, e.layer);
         means = {means_chunk.data(),
                  means_chunk.data() + blocks * g.token_elems() * DTypeSize(h.key_mean_dtype),
                  cuda::ToGpuDType(h.key_mean_dtype), h.key_mean_block, blocks, h.tokens};

@@ -135,6 +135,38 @@ class LlamaBlobs(unittest.TestCase):
     def test_gemma3_flash_attn_off(self):
         self.check_roundtrip("gemma3", False)
 
+    def test_gemma3_past_its_window_stores_what_each_cache_holds(self):
+        """Issue 34: 700 tokens of Gemma 3 (window 512): the window layers hold the window cache's
+        cells only (format version 7), so the fp16 session is no larger than the state, and the
+        export is byte-identical."""
+        import llama_cpp
+        import tqkv_llama
+        llm = open_llm(self.need("gemma3"), True, n_ctx=1024)
+        toks = prompt_tokens(llm, 700)
+        llm.eval(toks)
+        blob = tqkv_llama.get_sequence_state(llm)
+        path = self.write("state.bin", blob)
+        j = json.loads(tqkv("llama", "inspect", path).stdout)
+        cells = [max(s["cells"] for s in c["streams"]) for c in j["caches"]]
+        self.assertEqual(cells[0], 700)
+        self.assertLess(cells[1], 700)
+        store = os.path.join(self.dir, "store")
+        tqkv("llama", "import", path, "--store", store, "--session", "g", "--codec", "fp16",
+             "--head-dim", str(tqkv_llama.head_dim_of(llm)))
+        obj = os.path.join(store, "g.tqkv")
+        d = json.loads(tqkv("inspect", obj, "--json").stdout)
+        self.assertEqual(d["format_version"], 7)
+        self.assertEqual(sorted(set(d["layer_tokens"])), [cells[1], 700])
+        # The state's rows and cells plus the container's fixed cost (4 KiB alignment, index,
+        # a 4-byte row per cell in the engine state): within 1 % of the state; padded, the window
+        # layers alone would have added 15 x (700 - window) rows.
+        self.assertLessEqual(os.path.getsize(obj), len(blob) * 1.01)
+        out = os.path.join(self.dir, "g.out")
+        tqkv("llama", "export", "--store", store, "--session", "g", "--out", out)
+        with open(out, "rb") as f:
+            self.assertEqual(f.read(), blob, "fp16 blob not byte-identical")
+        tqkv("verify", obj)
+
     def test_gemma3_flash_attn_on_and_slot_restore(self):
         self.check_slot_restore("gemma3", True)
 

@@ -214,9 +214,10 @@ Status CudaRestoreDevice::RunOp(const Slot& s, const DeviceOp& op) {
       if (op.means_offset != DeviceOp::kNoMeta) {
         const ContainerHeader& h = *c_.header;
         const uint8_t* base = dmeans_ + op.means_offset;
-        const uint64_t blocks = KeyMeanBlocks(h);
+        const uint64_t blocks = KeyMeanBlocks(h, op.layer);
         means = {base, base + blocks * h.geometry.token_elems() * DTypeSize(h.key_mean_dtype),
-                 cuda::ToGpuDType(h.key_mean_dtype), h.key_mean_block, blocks, h.tokens};
+                 cuda::ToGpuDType(h.key_mean_dtype), h.key_mean_block, blocks,
+                 LayerTokens(h, op.layer)};
       }
       TQKV_CUDA_RETURN_IF_ERROR(
           p.kind == cuda::kGpuRaw

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "checkpoint/chunk_loop.h"
+#include "checkpoint/destination.h"
 #include "checkpoint/device_sink.h"
 #include "checkpoint/gpu/cuda_device.h"
 #include "checkpoint/gpu/device_destination.h"
@@ -138,6 +139,7 @@ Status RunGpuRestore(Store& store, std::string_view key, const GpuRestoreOptions
   TQKV_ASSIGN_OR_RETURN(std::unique_ptr<ContainerReader> reader,
                         ContainerReader::Open(object.get(), name));
   const ContainerHeader& h = reader->header();
+  TQKV_RETURN_IF_ERROR(RefuseRagged(h, "GPU restore of " + name));  // before any device memory
   TQKV_ASSIGN_OR_RETURN(LayoutTensors dst, make(h));
   TQKV_RETURN_IF_ERROR(gpu::CheckDeviceDestination(dst, h, name));
   TQKV_RETURN_IF_ERROR(events.Create(h.geometry.layers));
@@ -187,7 +189,7 @@ Status RunGpuRestore(Store& store, std::string_view key, const GpuRestoreOptions
   stats.tokens = h.tokens;
   stats.model = h.model;
   stats.geometry = h.geometry;
-  stats.fp16_bytes = h.geometry.SessionBytes(h.tokens, DType::kF16);
+  stats.fp16_bytes = SessionTensorBytes(h, DType::kF16);
   return Status::Ok();
 }
 
