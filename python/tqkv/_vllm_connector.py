@@ -13,6 +13,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats
 from vllm.logger import init_logger
 
+from ._vllm_writer import ChunkOp, ChunkWriter
 from .vllm import Stats, chunk_hashes, chunk_key, chunk_model, model_identity, parse_config
 
 logger = init_logger("vllm.tqkv")  # vLLM's log format and level
@@ -68,16 +69,10 @@ class TqkvStats(KVConnectorStats):
 
 
 @dataclass
-class ChunkOp:
-    key: str
-    model: str
-    block_ids: List[int]
-
-
-@dataclass
 class TqkvMeta(KVConnectorMetadata):
     loads: List[ChunkOp] = field(default_factory=list)
     saves: List[ChunkOp] = field(default_factory=list)
+    flush: List[str] = field(default_factory=list)  # preempted requests with saves in flight
 
 
 @dataclass
@@ -110,6 +105,8 @@ class TqkvConnector(KVConnectorBase_V1):
         # scheduler side
         self._reqs: Dict[str, _Req] = {}
         self._pending: Dict[str, List[int]] = {}  # req -> chunk indexes to load
+        self._async = self._cfg["async_save"] and not self._cfg["read_only"]
+        self._saving: set = set()  # requests given save ops (their blocks wait for the writer)
         # worker side
         self._layers: Dict[str, Any] = {}  # layer name -> kv tensor (from the forward)
         self._order: List[str] = []
@@ -118,6 +115,11 @@ class TqkvConnector(KVConnectorBase_V1):
         self._ready_layers = -1  # all chunks restored up to this layer
         self._failed_blocks: set = set()
         self._kv_views: Optional[Tuple[List[Any], List[Any], str]] = None
+        self._writer: Optional[ChunkWriter] = None
+        if not self._is_scheduler and not self._cfg["read_only"]:
+            self._writer = ChunkWriter(self._store, self._cfg["save_kwargs"], self._chunk,
+                                       self._stats, self._cfg["save_queue"],
+                                       threaded=self._async, log=logger)
         if getattr(self._kv_transfer_config, "kv_load_failure_policy", "recompute") != \
                 "recompute":
             logger.warning("tqkv connector: set kv_load_failure_policy='recompute' so that a "
@@ -126,7 +128,9 @@ class TqkvConnector(KVConnectorBase_V1):
                     "save options %s%s%s", "scheduler" if self._is_scheduler else "worker",
                     self._store.uri, self._chunk, self._ns, self._ident,
                     self._cfg["save_kwargs"] or "library defaults",
-                    ", read-only" if self._cfg["read_only"] else "",
+                    ", read-only" if self._cfg["read_only"] else
+                    f", saves in the background (queue {self._cfg['save_queue']} chunks)"
+                    if self._async else ", saves in the step",
                     f", reads through an emulated {link} GB/s link" if link else "")
 
     # ---- scheduler side ----
@@ -184,7 +188,7 @@ class TqkvConnector(KVConnectorBase_V1):
         if num_external_tokens == 0:
             self._pending.pop(request.request_id, None)
 
-    def _ops(self, r: _Req, chunks: List[int]) -> List[Any]:
+    def _ops(self, rid: str, r: _Req, chunks: List[int]) -> List[Any]:
         per = self._chunk // self._block
         ops = []
         for i in chunks:
@@ -192,7 +196,7 @@ class TqkvConnector(KVConnectorBase_V1):
             if len(ids) != per:
                 break
             ops.append(ChunkOp(chunk_key(self._ns, r.hashes[i]),
-                               chunk_model(self._ident, r.hashes[i]), list(ids)))
+                               chunk_model(self._ident, r.hashes[i]), list(ids), rid))
         return ops
 
     def build_connector_meta(self, scheduler_output: Any) -> Any:
@@ -208,7 +212,7 @@ class TqkvConnector(KVConnectorBase_V1):
             done[nr.req_id] = nr.num_computed_tokens + \
                 scheduler_output.num_scheduled_tokens.get(nr.req_id, 0)
             if nr.req_id in self._pending:
-                meta.loads += self._ops(r, self._pending.pop(nr.req_id))
+                meta.loads += self._ops(nr.req_id, r, self._pending.pop(nr.req_id))
         cached = scheduler_output.scheduled_cached_reqs
         for i, rid in enumerate(cached.req_ids):
             r = self._reqs.get(rid)
@@ -223,20 +227,32 @@ class TqkvConnector(KVConnectorBase_V1):
             done[rid] = cached.num_computed_tokens[i] + \
                 scheduler_output.num_scheduled_tokens.get(rid, 0)
             if rid in self._pending:  # resumed after preemption: its blocks were freed
-                meta.loads += self._ops(r, self._pending.pop(rid))
+                meta.loads += self._ops(rid, r, self._pending.pop(rid))
         if not self._cfg["read_only"]:
             for rid, computed in done.items():
                 r = self._reqs[rid]
                 full = min(computed, len(r.tokens)) // self._chunk
                 if full > r.next_save:
-                    meta.saves += self._ops(r, list(range(r.next_save, full)))
+                    ops = self._ops(rid, r, list(range(r.next_save, full)))
+                    meta.saves += ops
                     r.next_save = full
+                    if ops and self._async:
+                        self._saving.add(rid)
+        # vLLM frees a preempted request's blocks at once: the worker waits for their saves
+        # (handle_preemptions) before this step can overwrite them
+        meta.flush = [rid for rid in getattr(scheduler_output, "preempted_req_ids", None) or ()
+                      if rid in self._saving]
         return meta
 
     def request_finished(self, request: Any, block_ids: List[int]):
-        self._reqs.pop(request.request_id, None)
-        self._pending.pop(request.request_id, None)
-        return False, None
+        rid = request.request_id
+        self._reqs.pop(rid, None)
+        self._pending.pop(rid, None)
+        # True: vLLM keeps the blocks until the worker's get_finished reports the request (its
+        # saves written); the worker reports exactly the requests it was given save ops for
+        delay = rid in self._saving
+        self._saving.discard(rid)
+        return delay, None
 
     # ---- worker side ----
     def _views(self) -> Tuple[List[Any], List[Any], str]:
@@ -335,7 +351,7 @@ class TqkvConnector(KVConnectorBase_V1):
 
     def save_kv_layer(self, layer_name: str, kv_layer: Any, attn_metadata: Any,
                       **kwargs: Any) -> None:
-        # The chunks are written in wait_for_save, once every layer of the step is computed:
+        # The chunks are saved from wait_for_save, once every layer of the step is computed:
         # one tqkv session per chunk holds all layers.
         if layer_name not in self._layers:
             self._layers[layer_name] = kv_layer
@@ -344,32 +360,32 @@ class TqkvConnector(KVConnectorBase_V1):
     def wait_for_save(self) -> None:
         self._join_load()
         meta = self._get_connector_metadata()
-        if not meta.saves:
+        if not meta.saves or self._writer is None:
             return
         try:
-            ks, vs, layout = self._views()
+            views: Optional[Tuple[List[Any], List[Any], str]] = self._views()
         except Exception as e:  # noqa: BLE001
             logger.warning("tqkv connector: cannot save from this KV cache: %s", e)
-            return
-        t0 = time.perf_counter()
-        nbytes, n = 0, 0
-        for op in meta.saves:
-            try:
-                if self._store.exists(op.key):
-                    continue
-                st = _session.checkpoint(self._store, op.key, ks, vs, layout=layout,
-                                         block_ids=op.block_ids, tokens=self._chunk,
-                                         model=op.model, **self._cfg["save_kwargs"])
-                nbytes += int(st.get("bytes_written", 0))
-                n += 1
-            except Exception as e:  # noqa: BLE001 - a save that fails is a later miss
-                self._stats.add(errors=1)
-                logger.warning("tqkv connector: saving %s failed: %s", op.key, e)
-        secs = time.perf_counter() - t0
-        self._stats.add(chunks_saved=n, bytes_written=nbytes, save_seconds=secs)
-        if n:
-            logger.info("tqkv connector: saved %d chunks (%d tokens, %d bytes) in %.3f s",
-                        n, n * self._chunk, nbytes, secs)
+            views = None
+        # async: queued for the writer thread (waits only while save_queue chunks are queued);
+        # else written here, in the step
+        waited = self._writer.submit(meta.saves, views)
+        if waited > 0.05:
+            logger.info("tqkv connector: the step waited %.3f s for room in the save queue",
+                        waited)
+
+    def handle_preemptions(self, kv_connector_metadata: Any) -> None:
+        flush = getattr(kv_connector_metadata, "flush", None)
+        if flush and self._writer is not None:
+            t0 = time.perf_counter()
+            self._writer.wait_for(flush)
+            logger.info("tqkv connector: waited %.3f s for the saves of %d preempted requests",
+                        time.perf_counter() - t0, len(flush))
+
+    def get_finished(self, finished_req_ids: set) -> Tuple[Optional[set], Optional[set]]:
+        if self._writer is None or not self._writer.threaded:
+            return None, None
+        return self._writer.finished(finished_req_ids) or None, None
 
     def get_block_ids_with_load_errors(self) -> set:
         self._join_load()
@@ -389,5 +405,10 @@ class TqkvConnector(KVConnectorBase_V1):
 
     def shutdown(self) -> None:
         self._join_load()
+        if self._writer is not None:
+            n, secs = self._writer.close()
+            if n:
+                logger.info("tqkv connector: shutdown wrote the %d queued chunks in %.3f s",
+                            n, secs)
         logger.info("tqkv connector stats: %s", self._stats.snapshot())
 

@@ -90,6 +90,8 @@ def fp16_run(model, tmp_path_factory):
 def test_fp16_returning_user(fp16_run):
     a, b = fp16_run["a"], fp16_run["b"]
     assert a[0]["num_cached_tokens"] == 0  # empty store: computed
+    # A's chunks were written by the connector's background writer (async_save, the default)
+    assert "chunks" in (fp16_run["tmp"] / "A.log").read_text().split("(background)")[0]
     n_chunks = (a[0]["prompt_tokens"] - 1) // 128
     assert len(fp16_run["stored"]) == n_chunks >= 2
     # B restores every full chunk of the prompt and generates exactly what A generated
