@@ -13,7 +13,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats
 from vllm.logger import init_logger
 
-from ._vllm_writer import ChunkOp, ChunkWriter
+from ._vllm_writer import STAGED, ChunkOp, ChunkWriter, gather
 from .vllm import Stats, chunk_hashes, chunk_key, chunk_model, model_identity, parse_config
 
 logger = init_logger("vllm.tqkv")  # vLLM's log format and level
@@ -24,17 +24,31 @@ def _layer_index(name: str, fallback: int) -> int:
     return int(m.group(1)) if m else fallback
 
 
-def _split_kv(kv: Any, head_dim: int, kv_heads: int, block_size: int) -> Tuple[Any, Any, str]:
+def _split_kv(kv: Any, head_dim: int, kv_heads: int, block_size: int,
+              isa: str = "") -> Tuple[Any, Any, str]:
     """K and V views of one layer of vLLM's paged cache, and their tqkv layout.
 
-    vLLM 0.32's standardized per-layer view is [blocks, H, N, C]; the K/V split is in the content
-    axis (C = 2 * head_dim) or a leading/second axis of 2, depending on the backend."""
+    The K/V split is a leading or second axis of 2, or (vLLM 0.32's CPU backend, ``isa`` its
+    attention ISA) the 4-D [blocks, H, N, 2 * head_dim] tensor that cpu_attn.py splits in halves
+    of N * head_dim per block and head: K written channel-major ([head_dim, N], by its vec and
+    vec16 kernels, csrc/cpu/cpu_attn_vec*.hpp), then V ([N, head_dim])."""
     if kv.dim() == 5 and kv.shape[0] == 2:
         k, v = kv[0], kv[1]
     elif kv.dim() == 5 and kv.shape[1] == 2:
         k, v = kv[:, 0], kv[:, 1]
     elif kv.dim() == 4 and kv.shape[-1] == 2 * head_dim:
-        k, v = kv[..., :head_dim], kv[..., head_dim:]
+        if isa not in ("vec", "vec16"):
+            raise _tqkv.UnsupportedError(f"vLLM CPU attention ISA {isa!r}: its K cache layout "
+                                         "is not known to the connector (vec, vec16 only)")
+        if not kv.is_contiguous() or tuple(kv.shape[1:3]) != (kv_heads, block_size):
+            raise _tqkv.UnsupportedError(f"vLLM CPU KV cache layer {tuple(kv.shape)} strides "
+                                         f"{kv.stride()}: not [blocks, {kv_heads}, "
+                                         f"{block_size}, {2 * head_dim}] contiguous")
+        b, h, n = kv.shape[:3]
+        flat = kv.view(b, h, 2 * n * head_dim)
+        k = flat[:, :, :n * head_dim].view(b, h, head_dim, n).transpose(2, 3)
+        v = flat[:, :, n * head_dim:].view(b, h, n, head_dim)
+        return k, v, STAGED
     else:
         raise _tqkv.UnsupportedError(f"vLLM KV cache layer of shape {tuple(kv.shape)} (head_dim "
                                      f"{head_dim}, kv_heads {kv_heads}): layout not understood")
@@ -94,6 +108,7 @@ class TqkvConnector(KVConnectorBase_V1):
         self._chunk = self._cfg["chunk_tokens"]
         self._ns = self._cfg["namespace"]
         self._ident, self._geo = model_identity(vllm_config)
+        self._cache_dtype = vllm_config.cache_config.cache_dtype
         link = self._cfg["link_gbps"]
         # Benchmarks: reads pass one emulated link of link_gbps GB/s per connector (per process).
         self._store = _store.Store(_tqkv.throttled_store(self._cfg["store"], link * 1e9, 0.0,
@@ -259,9 +274,19 @@ class TqkvConnector(KVConnectorBase_V1):
         if self._kv_views is None:
             names = sorted(self._layers, key=lambda n: _layer_index(n, 0))
             ks, vs, layout = [], [], ""
+            isa = ""
+            kv0 = self._layers[names[0]]
+            if kv0.dim() == 4 and kv0.device.type == "cpu":
+                try:  # which kernel wrote the cache decides where K is (vLLM internal)
+                    from vllm.v1.attention.backends.cpu_attn import _get_attn_isa
+
+                    isa = _get_attn_isa(kv0.dtype, self._block, self._geo["head_dim"],
+                                        self._cache_dtype)
+                except Exception as e:  # noqa: BLE001 - unknown: refused by _split_kv
+                    isa = f"unknown ({e})"
             for name in names:
                 k, v, layout = _split_kv(self._layers[name], self._geo["head_dim"],
-                                         self._geo["kv_heads"], self._block)
+                                         self._geo["kv_heads"], self._block, isa)
                 ks.append(k)
                 vs.append(v)
             if len(ks) != self._geo["layers"]:
@@ -270,8 +295,9 @@ class TqkvConnector(KVConnectorBase_V1):
             self._order = names
             self._kv_views = (ks, vs, layout)
             kv0 = self._layers[names[0]]
-            logger.info("tqkv connector: %d layers of %s %s strides %s -> %s", len(ks),
-                        tuple(kv0.shape), kv0.dtype, kv0.stride(), layout)
+            logger.info("tqkv connector: %d layers of %s %s strides %s -> %s%s", len(ks),
+                        tuple(kv0.shape), kv0.dtype, kv0.stride(), layout,
+                        f" (CPU attention ISA {isa})" if isa else "")
         return self._kv_views
 
     def _collect_layers(self, forward_context: Any) -> None:
@@ -307,18 +333,29 @@ class TqkvConnector(KVConnectorBase_V1):
             ops, failed = [], ops
         last = len(ops) - 1
         for j, op in enumerate(ops):
+            # STAGED: the chunk is decoded into contiguous copies of its blocks (one chunk's
+            # memory), copied into vLLM's blocks once the restore returned
+            out, ids = (ks, vs), op.block_ids
+            if layout == STAGED:
+                out, ids = (gather(ks, ids), gather(vs, ids)), list(range(len(ids)))
+
             def on_layer(layer: int, _k: Any, _v: Any, j: int = j) -> None:
-                if j == last:
+                if j == last and layout != STAGED:
                     with self._cv:
                         self._ready_layers = layer
                         self._cv.notify_all()
             st: Dict[str, Any] = {}
             try:
-                _session.restore(self._store, op.key, out=(ks, vs), layout=layout,
-                                 block_ids=op.block_ids, tokens=self._chunk,
+                _session.restore(self._store, op.key, out=out,
+                                 layout="paged_hnd" if layout == STAGED else layout,
+                                 block_ids=ids, tokens=self._chunk,
                                  on_layer=on_layer, stats=st)
                 if st.get("model") not in (None, op.model):
                     raise _tqkv.CorruptionError(f"{op.key} holds model {st.get('model')!r}")
+                if layout == STAGED:
+                    for layer in range(len(ks)):
+                        ks[layer][op.block_ids] = out[0][layer]
+                        vs[layer][op.block_ids] = out[1][layer]
                 nbytes += int(st.get("bytes_read", 0))
             except Exception as e:  # noqa: BLE001 - a miss, recomputed by vLLM
                 logger.warning("tqkv connector: restoring %s failed (recomputed): %s",

@@ -33,6 +33,20 @@ class ChunkOp:
 
 Views = Tuple[List[Any], List[Any], str]  # per-layer K views, V views, tqkv layout
 
+# The layout of views whose K and V have different strides (vLLM's CPU cache: K channel-major):
+# tqkv needs equal strides, so each chunk's blocks are copied (one chunk at a time) into
+# contiguous paged_hnd arrays first.
+STAGED = "paged_hnd+stage"
+
+
+def gather(layers: List[Any], block_ids: List[int]) -> List[Any]:
+    """Contiguous copies of the blocks ``block_ids`` of each layer (numpy or torch)."""
+    out = []
+    for x in layers:
+        y = x[list(block_ids)]
+        out.append(y.contiguous() if hasattr(y, "contiguous") else y.copy())
+    return out
+
 
 class ChunkWriter:
     """Saves chunks in submission order on one thread (threaded=False: inline, in submit).
@@ -148,8 +162,12 @@ class ChunkWriter:
             if self._store.exists(op.key):  # another request or server stored it
                 return
             ks, vs, layout = views
+            ids = op.block_ids
+            if layout == STAGED:
+                ks, vs, layout = gather(ks, ids), gather(vs, ids), "paged_hnd"
+                ids = list(range(len(ids)))
             st = _session.checkpoint(self._store, op.key, ks, vs, layout=layout,
-                                     block_ids=op.block_ids, tokens=self._tokens,
+                                     block_ids=ids, tokens=self._tokens,
                                      model=op.model, **self._kwargs)
         except Exception as e:  # noqa: BLE001 - a save that fails is a later miss
             self._stats.add(errors=1)

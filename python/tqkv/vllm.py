@@ -26,7 +26,9 @@ from typing import Any, Dict, List, Tuple
 
 logger = logging.getLogger("tqkv.vllm")
 
-_FORMAT = "tqkv-vllm/1"  # in every chunk's model string; bump when the chunk contents change
+# In every chunk's hash and model string; bump when the chunk contents change. /2 (2026-12-03):
+# K and V of vLLM's CPU cache as its kernels lay them out (/1 stored them mixed).
+_FORMAT = "tqkv-vllm/2"
 _NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
 

@@ -177,8 +177,7 @@ def test_teacher_forced(model, tmp_path):
             assert p_top1 == 1.0 and p_kl < 1e-3, codec
     # floors that catch a broken restore (garbage KV agrees on few tokens), not quality targets:
     # SmolLM2 (head_dim 64) measured fp16 and bf16 1.000 / 0.0004 (= none: the protocol's
-    # floor), tq4 0.967 / 0.036, tq3 0.733 / 0.395 with K and V split wrongly on vLLM's CPU
-    # backend (docs/vllm.md, Limits; docs/lab/vllm.md)
+    # floor), tq4 0.950 / 0.019, tq3 0.833 / 0.082 (docs/lab/vllm.md)
     for codec, (top1, kl, _) in results.items():
         assert top1 >= 0.5 and kl < 1.0, codec
 
