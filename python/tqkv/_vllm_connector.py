@@ -13,6 +13,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats
 from vllm.logger import init_logger
 
+from ._vllm_writer import STAGED, ChunkOp, ChunkWriter, gather
 from .vllm import Stats, chunk_hashes, chunk_key, chunk_model, model_identity, parse_config
 
 logger = init_logger("vllm.tqkv")  # vLLM's log format and level
@@ -23,17 +24,31 @@ def _layer_index(name: str, fallback: int) -> int:
     return int(m.group(1)) if m else fallback
 
 
-def _split_kv(kv: Any, head_dim: int, kv_heads: int, block_size: int) -> Tuple[Any, Any, str]:
+def _split_kv(kv: Any, head_dim: int, kv_heads: int, block_size: int,
+              isa: str = "") -> Tuple[Any, Any, str]:
     """K and V views of one layer of vLLM's paged cache, and their tqkv layout.
 
-    vLLM 0.32's standardized per-layer view is [blocks, H, N, C]; the K/V split is in the content
-    axis (C = 2 * head_dim) or a leading/second axis of 2, depending on the backend."""
+    The K/V split is a leading or second axis of 2, or (vLLM 0.32's CPU backend, ``isa`` its
+    attention ISA) the 4-D [blocks, H, N, 2 * head_dim] tensor that cpu_attn.py splits in halves
+    of N * head_dim per block and head: K written channel-major ([head_dim, N], by its vec and
+    vec16 kernels, csrc/cpu/cpu_attn_vec*.hpp), then V ([N, head_dim])."""
     if kv.dim() == 5 and kv.shape[0] == 2:
         k, v = kv[0], kv[1]
     elif kv.dim() == 5 and kv.shape[1] == 2:
         k, v = kv[:, 0], kv[:, 1]
     elif kv.dim() == 4 and kv.shape[-1] == 2 * head_dim:
-        k, v = kv[..., :head_dim], kv[..., head_dim:]
+        if isa not in ("vec", "vec16"):
+            raise _tqkv.UnsupportedError(f"vLLM CPU attention ISA {isa!r}: its K cache layout "
+                                         "is not known to the connector (vec, vec16 only)")
+        if not kv.is_contiguous() or tuple(kv.shape[1:3]) != (kv_heads, block_size):
+            raise _tqkv.UnsupportedError(f"vLLM CPU KV cache layer {tuple(kv.shape)} strides "
+                                         f"{kv.stride()}: not [blocks, {kv_heads}, "
+                                         f"{block_size}, {2 * head_dim}] contiguous")
+        b, h, n = kv.shape[:3]
+        flat = kv.view(b, h, 2 * n * head_dim)
+        k = flat[:, :, :n * head_dim].view(b, h, head_dim, n).transpose(2, 3)
+        v = flat[:, :, n * head_dim:].view(b, h, n, head_dim)
+        return k, v, STAGED
     else:
         raise _tqkv.UnsupportedError(f"vLLM KV cache layer of shape {tuple(kv.shape)} (head_dim "
                                      f"{head_dim}, kv_heads {kv_heads}): layout not understood")
@@ -68,16 +83,10 @@ class TqkvStats(KVConnectorStats):
 
 
 @dataclass
-class ChunkOp:
-    key: str
-    model: str
-    block_ids: List[int]
-
-
-@dataclass
 class TqkvMeta(KVConnectorMetadata):
     loads: List[ChunkOp] = field(default_factory=list)
     saves: List[ChunkOp] = field(default_factory=list)
+    flush: List[str] = field(default_factory=list)  # preempted requests with saves in flight
 
 
 @dataclass
@@ -99,6 +108,7 @@ class TqkvConnector(KVConnectorBase_V1):
         self._chunk = self._cfg["chunk_tokens"]
         self._ns = self._cfg["namespace"]
         self._ident, self._geo = model_identity(vllm_config)
+        self._cache_dtype = vllm_config.cache_config.cache_dtype
         link = self._cfg["link_gbps"]
         # Benchmarks: reads pass one emulated link of link_gbps GB/s per connector (per process).
         self._store = _store.Store(_tqkv.throttled_store(self._cfg["store"], link * 1e9, 0.0,
@@ -110,6 +120,8 @@ class TqkvConnector(KVConnectorBase_V1):
         # scheduler side
         self._reqs: Dict[str, _Req] = {}
         self._pending: Dict[str, List[int]] = {}  # req -> chunk indexes to load
+        self._async = self._cfg["async_save"] and not self._cfg["read_only"]
+        self._saving: set = set()  # requests given save ops (their blocks wait for the writer)
         # worker side
         self._layers: Dict[str, Any] = {}  # layer name -> kv tensor (from the forward)
         self._order: List[str] = []
@@ -118,6 +130,11 @@ class TqkvConnector(KVConnectorBase_V1):
         self._ready_layers = -1  # all chunks restored up to this layer
         self._failed_blocks: set = set()
         self._kv_views: Optional[Tuple[List[Any], List[Any], str]] = None
+        self._writer: Optional[ChunkWriter] = None
+        if not self._is_scheduler and not self._cfg["read_only"]:
+            self._writer = ChunkWriter(self._store, self._cfg["save_kwargs"], self._chunk,
+                                       self._stats, self._cfg["save_queue"],
+                                       threaded=self._async, log=logger)
         if getattr(self._kv_transfer_config, "kv_load_failure_policy", "recompute") != \
                 "recompute":
             logger.warning("tqkv connector: set kv_load_failure_policy='recompute' so that a "
@@ -126,7 +143,9 @@ class TqkvConnector(KVConnectorBase_V1):
                     "save options %s%s%s", "scheduler" if self._is_scheduler else "worker",
                     self._store.uri, self._chunk, self._ns, self._ident,
                     self._cfg["save_kwargs"] or "library defaults",
-                    ", read-only" if self._cfg["read_only"] else "",
+                    ", read-only" if self._cfg["read_only"] else
+                    f", saves in the background (queue {self._cfg['save_queue']} chunks)"
+                    if self._async else ", saves in the step",
                     f", reads through an emulated {link} GB/s link" if link else "")
 
     # ---- scheduler side ----
@@ -184,7 +203,7 @@ class TqkvConnector(KVConnectorBase_V1):
         if num_external_tokens == 0:
             self._pending.pop(request.request_id, None)
 
-    def _ops(self, r: _Req, chunks: List[int]) -> List[Any]:
+    def _ops(self, rid: str, r: _Req, chunks: List[int]) -> List[Any]:
         per = self._chunk // self._block
         ops = []
         for i in chunks:
@@ -192,7 +211,7 @@ class TqkvConnector(KVConnectorBase_V1):
             if len(ids) != per:
                 break
             ops.append(ChunkOp(chunk_key(self._ns, r.hashes[i]),
-                               chunk_model(self._ident, r.hashes[i]), list(ids)))
+                               chunk_model(self._ident, r.hashes[i]), list(ids), rid))
         return ops
 
     def build_connector_meta(self, scheduler_output: Any) -> Any:
@@ -208,7 +227,7 @@ class TqkvConnector(KVConnectorBase_V1):
             done[nr.req_id] = nr.num_computed_tokens + \
                 scheduler_output.num_scheduled_tokens.get(nr.req_id, 0)
             if nr.req_id in self._pending:
-                meta.loads += self._ops(r, self._pending.pop(nr.req_id))
+                meta.loads += self._ops(nr.req_id, r, self._pending.pop(nr.req_id))
         cached = scheduler_output.scheduled_cached_reqs
         for i, rid in enumerate(cached.req_ids):
             r = self._reqs.get(rid)
@@ -223,29 +242,51 @@ class TqkvConnector(KVConnectorBase_V1):
             done[rid] = cached.num_computed_tokens[i] + \
                 scheduler_output.num_scheduled_tokens.get(rid, 0)
             if rid in self._pending:  # resumed after preemption: its blocks were freed
-                meta.loads += self._ops(r, self._pending.pop(rid))
+                meta.loads += self._ops(rid, r, self._pending.pop(rid))
         if not self._cfg["read_only"]:
             for rid, computed in done.items():
                 r = self._reqs[rid]
                 full = min(computed, len(r.tokens)) // self._chunk
                 if full > r.next_save:
-                    meta.saves += self._ops(r, list(range(r.next_save, full)))
+                    ops = self._ops(rid, r, list(range(r.next_save, full)))
+                    meta.saves += ops
                     r.next_save = full
+                    if ops and self._async:
+                        self._saving.add(rid)
+        # vLLM frees a preempted request's blocks at once: the worker waits for their saves
+        # (handle_preemptions) before this step can overwrite them
+        meta.flush = [rid for rid in getattr(scheduler_output, "preempted_req_ids", None) or ()
+                      if rid in self._saving]
         return meta
 
     def request_finished(self, request: Any, block_ids: List[int]):
-        self._reqs.pop(request.request_id, None)
-        self._pending.pop(request.request_id, None)
-        return False, None
+        rid = request.request_id
+        self._reqs.pop(rid, None)
+        self._pending.pop(rid, None)
+        # True: vLLM keeps the blocks until the worker's get_finished reports the request (its
+        # saves written); the worker reports exactly the requests it was given save ops for
+        delay = rid in self._saving
+        self._saving.discard(rid)
+        return delay, None
 
     # ---- worker side ----
     def _views(self) -> Tuple[List[Any], List[Any], str]:
         if self._kv_views is None:
             names = sorted(self._layers, key=lambda n: _layer_index(n, 0))
             ks, vs, layout = [], [], ""
+            isa = ""
+            kv0 = self._layers[names[0]]
+            if kv0.dim() == 4 and kv0.device.type == "cpu":
+                try:  # which kernel wrote the cache decides where K is (vLLM internal)
+                    from vllm.v1.attention.backends.cpu_attn import _get_attn_isa
+
+                    isa = _get_attn_isa(kv0.dtype, self._block, self._geo["head_dim"],
+                                        self._cache_dtype)
+                except Exception as e:  # noqa: BLE001 - unknown: refused by _split_kv
+                    isa = f"unknown ({e})"
             for name in names:
                 k, v, layout = _split_kv(self._layers[name], self._geo["head_dim"],
-                                         self._geo["kv_heads"], self._block)
+                                         self._geo["kv_heads"], self._block, isa)
                 ks.append(k)
                 vs.append(v)
             if len(ks) != self._geo["layers"]:
@@ -254,8 +295,9 @@ class TqkvConnector(KVConnectorBase_V1):
             self._order = names
             self._kv_views = (ks, vs, layout)
             kv0 = self._layers[names[0]]
-            logger.info("tqkv connector: %d layers of %s %s strides %s -> %s", len(ks),
-                        tuple(kv0.shape), kv0.dtype, kv0.stride(), layout)
+            logger.info("tqkv connector: %d layers of %s %s strides %s -> %s%s", len(ks),
+                        tuple(kv0.shape), kv0.dtype, kv0.stride(), layout,
+                        f" (CPU attention ISA {isa})" if isa else "")
         return self._kv_views
 
     def _collect_layers(self, forward_context: Any) -> None:
@@ -291,18 +333,29 @@ class TqkvConnector(KVConnectorBase_V1):
             ops, failed = [], ops
         last = len(ops) - 1
         for j, op in enumerate(ops):
+            # STAGED: the chunk is decoded into contiguous copies of its blocks (one chunk's
+            # memory), copied into vLLM's blocks once the restore returned
+            out, ids = (ks, vs), op.block_ids
+            if layout == STAGED:
+                out, ids = (gather(ks, ids), gather(vs, ids)), list(range(len(ids)))
+
             def on_layer(layer: int, _k: Any, _v: Any, j: int = j) -> None:
-                if j == last:
+                if j == last and layout != STAGED:
                     with self._cv:
                         self._ready_layers = layer
                         self._cv.notify_all()
             st: Dict[str, Any] = {}
             try:
-                _session.restore(self._store, op.key, out=(ks, vs), layout=layout,
-                                 block_ids=op.block_ids, tokens=self._chunk,
+                _session.restore(self._store, op.key, out=out,
+                                 layout="paged_hnd" if layout == STAGED else layout,
+                                 block_ids=ids, tokens=self._chunk,
                                  on_layer=on_layer, stats=st)
                 if st.get("model") not in (None, op.model):
                     raise _tqkv.CorruptionError(f"{op.key} holds model {st.get('model')!r}")
+                if layout == STAGED:
+                    for layer in range(len(ks)):
+                        ks[layer][op.block_ids] = out[0][layer]
+                        vs[layer][op.block_ids] = out[1][layer]
                 nbytes += int(st.get("bytes_read", 0))
             except Exception as e:  # noqa: BLE001 - a miss, recomputed by vLLM
                 logger.warning("tqkv connector: restoring %s failed (recomputed): %s",
@@ -335,7 +388,7 @@ class TqkvConnector(KVConnectorBase_V1):
 
     def save_kv_layer(self, layer_name: str, kv_layer: Any, attn_metadata: Any,
                       **kwargs: Any) -> None:
-        # The chunks are written in wait_for_save, once every layer of the step is computed:
+        # The chunks are saved from wait_for_save, once every layer of the step is computed:
         # one tqkv session per chunk holds all layers.
         if layer_name not in self._layers:
             self._layers[layer_name] = kv_layer
@@ -344,32 +397,32 @@ class TqkvConnector(KVConnectorBase_V1):
     def wait_for_save(self) -> None:
         self._join_load()
         meta = self._get_connector_metadata()
-        if not meta.saves:
+        if not meta.saves or self._writer is None:
             return
         try:
-            ks, vs, layout = self._views()
+            views: Optional[Tuple[List[Any], List[Any], str]] = self._views()
         except Exception as e:  # noqa: BLE001
             logger.warning("tqkv connector: cannot save from this KV cache: %s", e)
-            return
-        t0 = time.perf_counter()
-        nbytes, n = 0, 0
-        for op in meta.saves:
-            try:
-                if self._store.exists(op.key):
-                    continue
-                st = _session.checkpoint(self._store, op.key, ks, vs, layout=layout,
-                                         block_ids=op.block_ids, tokens=self._chunk,
-                                         model=op.model, **self._cfg["save_kwargs"])
-                nbytes += int(st.get("bytes_written", 0))
-                n += 1
-            except Exception as e:  # noqa: BLE001 - a save that fails is a later miss
-                self._stats.add(errors=1)
-                logger.warning("tqkv connector: saving %s failed: %s", op.key, e)
-        secs = time.perf_counter() - t0
-        self._stats.add(chunks_saved=n, bytes_written=nbytes, save_seconds=secs)
-        if n:
-            logger.info("tqkv connector: saved %d chunks (%d tokens, %d bytes) in %.3f s",
-                        n, n * self._chunk, nbytes, secs)
+            views = None
+        # async: queued for the writer thread (waits only while save_queue chunks are queued);
+        # else written here, in the step
+        waited = self._writer.submit(meta.saves, views)
+        if waited > 0.05:
+            logger.info("tqkv connector: the step waited %.3f s for room in the save queue",
+                        waited)
+
+    def handle_preemptions(self, kv_connector_metadata: Any) -> None:
+        flush = getattr(kv_connector_metadata, "flush", None)
+        if flush and self._writer is not None:
+            t0 = time.perf_counter()
+            self._writer.wait_for(flush)
+            logger.info("tqkv connector: waited %.3f s for the saves of %d preempted requests",
+                        time.perf_counter() - t0, len(flush))
+
+    def get_finished(self, finished_req_ids: set) -> Tuple[Optional[set], Optional[set]]:
+        if self._writer is None or not self._writer.threaded:
+            return None, None
+        return self._writer.finished(finished_req_ids) or None, None
 
     def get_block_ids_with_load_errors(self) -> set:
         self._join_load()
@@ -389,5 +442,10 @@ class TqkvConnector(KVConnectorBase_V1):
 
     def shutdown(self) -> None:
         self._join_load()
+        if self._writer is not None:
+            n, secs = self._writer.close()
+            if n:
+                logger.info("tqkv connector: shutdown wrote the %d queued chunks in %.3f s",
+                            n, secs)
         logger.info("tqkv connector stats: %s", self._stats.snapshot())
 

@@ -26,7 +26,9 @@ from typing import Any, Dict, List, Tuple
 
 logger = logging.getLogger("tqkv.vllm")
 
-_FORMAT = "tqkv-vllm/1"  # in every chunk's model string; bump when the chunk contents change
+# In every chunk's hash and model string; bump when the chunk contents change. /2 (2026-12-03):
+# K and V of vLLM's CPU cache as its kernels lay them out (/1 stored them mixed).
+_FORMAT = "tqkv-vllm/2"
 _NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
 
@@ -37,7 +39,8 @@ class Stats:
         self.lock = threading.Lock()
         self.c: Dict[str, float] = {k: 0 for k in (
             "lookups", "hit_tokens", "miss_lookups", "errors", "chunks_loaded", "bytes_read",
-            "restore_seconds", "chunks_saved", "bytes_written", "save_seconds", "load_failures")}
+            "restore_seconds", "chunks_saved", "bytes_written", "save_seconds", "load_failures",
+            "save_waits", "save_wait_seconds")}
 
     def add(self, **kw: float) -> None:
         with self.lock:
@@ -53,7 +56,7 @@ def parse_config(extra: Dict[str, Any], block_size: int) -> Dict[str, Any]:
     """Checks kv_connector_extra_config; returns the connector's settings. Only keys present are
     passed on to tqkv.checkpoint, so absent ones take the library's defaults."""
     known = {"store", "codec", "exact_tokens", "key_means", "chunk_tokens", "read_only",
-             "namespace", "link_gbps"}
+             "namespace", "link_gbps", "async_save", "save_queue"}
     unknown = set(extra) - known
     if unknown:
         raise ValueError(f"tqkv connector: unknown kv_connector_extra_config keys {sorted(unknown)}"
@@ -81,9 +84,16 @@ def parse_config(extra: Dict[str, Any], block_size: int) -> Dict[str, Any]:
     if not 0 <= link < float("inf"):  # also refuses NaN
         raise ValueError(f"tqkv connector: link_gbps {extra['link_gbps']!r} is not a number >= 0"
                          " (GB/s; 0: no emulated link)")
+    async_save = extra.get("async_save", True)
+    if not isinstance(async_save, bool):
+        raise ValueError(f"tqkv connector: async_save {async_save!r} is not true or false")
+    queue = extra.get("save_queue", 64)
+    if isinstance(queue, bool) or not isinstance(queue, int) or queue < 1:
+        raise ValueError(f"tqkv connector: save_queue {queue!r} is not a whole number >= 1 "
+                         "(chunks waiting to be written)")
     return {"store": str(extra["store"]), "chunk_tokens": chunk, "namespace": ns,
             "read_only": bool(extra.get("read_only", False)), "save_kwargs": save_kwargs,
-            "link_gbps": link}
+            "link_gbps": link, "async_save": async_save, "save_queue": queue}
 
 
 def model_identity(vllm_config: Any) -> Tuple[str, Dict[str, Any]]:

@@ -81,3 +81,14 @@ def test_chunk_model_string_fits_the_header():
     m = tv.chunk_model(ident, "ab" * 20)
     assert len(m.encode()) <= 256 and m.endswith("chunk=" + "ab" * 20)
     assert m != tv.chunk_model(ident.replace("L=30", "L=31"), "ab" * 20)
+
+
+def test_config_async_save():
+    c = tv.parse_config({"store": "/tmp/kv"}, 128)
+    assert c["async_save"] is True and c["save_queue"] == 64
+    c = tv.parse_config({"store": "/tmp/kv", "async_save": False, "save_queue": 3}, 128)
+    assert c["async_save"] is False and c["save_queue"] == 3
+    for bad in ({"async_save": "yes"}, {"save_queue": 0}, {"save_queue": 2.5},
+                {"save_queue": True}):
+        with pytest.raises(ValueError, match="async_save|save_queue"):
+            tv.parse_config({"store": "/tmp/kv", **bad}, 128)
