@@ -645,7 +645,9 @@ TEST(KernelsSimd, FusedConversionMatchesReference) {
           for (bool with_mean : {false, true}) {
             std::vector<float> dec(n * x_stride, 0.0f);
             scalar.decode(p, want.data(), want.data() + nb, code_stride, n, dec.data(), x_stride);
-            if (with_mean) scalar.add_scaled(mean.data(), scale.data(), n, dim, dec.data(), x_stride);
+            if (with_mean) {
+              scalar.add_scaled(mean.data(), scale.data(), n, dim, dec.data(), x_stride);
+            }
             std::vector<uint8_t> want_out(n * x_stride * el, 0xEE);
             for (size_t i = 0; i < n; ++i) {
               scalar.from_f32(&dec[i * x_stride], dim, dt, &want_out[i * x_stride * el]);

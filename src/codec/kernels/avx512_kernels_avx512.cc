@@ -289,9 +289,9 @@ using ForwardFn = void (*)(const SubsetPlan&, const float*, float, float*);
 using InverseFn = void (*)(const SubsetPlan&, const float*, float*);
 
 // z = Fwht(s2 * Fwht(s1 * x)) * scale (Hadamard2) or Fwht(s1 * x) * scale.
+// v = Fwht(s2 * Fwht(s1 * x)) (Hadamard2) or Fwht(s1 * x), m = 16 R floats in registers.
 template <int R>
-void HadamardForward(const SubsetPlan& p, const float* x, float scale, float* z) {
-  __m512 v[R];
+[[gnu::always_inline]] inline void HadamardRegs(const SubsetPlan& p, const float* x, __m512* v) {
 #pragma GCC unroll 64
   for (int r = 0; r < R; ++r) {
     v[r] = _mm512_mul_ps(_mm512_loadu_ps(x + 16 * r), _mm512_loadu_ps(p.signs1 + 16 * r));
@@ -302,6 +302,12 @@ void HadamardForward(const SubsetPlan& p, const float* x, float scale, float* z)
     for (int r = 0; r < R; ++r) v[r] = _mm512_mul_ps(v[r], _mm512_loadu_ps(p.signs2 + 16 * r));
     FwhtRegs<R>(v);
   }
+}
+
+template <int R>
+void HadamardForward(const SubsetPlan& p, const float* x, float scale, float* z) {
+  __m512 v[R];
+  HadamardRegs<R>(p, x, v);
   const __m512 s = _mm512_set1_ps(scale);
 #pragma GCC unroll 64
   for (int r = 0; r < R; ++r) _mm512_store_ps(z + 16 * r, _mm512_mul_ps(v[r], s));
@@ -640,17 +646,9 @@ void EncodeVecHadamard(const SubsetPlan& plan, const VecCoder& c, const float* x
                        float*, uint8_t* norm_out, uint8_t* planes) {
   if (EncodeDegenerate(plan, norm, norm_out, planes)) return;
   __m512 v[R];
-#pragma GCC unroll 16
-  for (int r = 0; r < R; ++r) {
-    v[r] = _mm512_mul_ps(_mm512_loadu_ps(xv + 16 * r), _mm512_loadu_ps(plan.signs1 + 16 * r));
-  }
-  FwhtRegs<R>(v);
-  if (plan.rotation == RotationKind::kHadamard2) {
-#pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) v[r] = _mm512_mul_ps(v[r], _mm512_loadu_ps(plan.signs2 + 16 * r));
-    FwhtRegs<R>(v);
-  }
-  const float csum = QuantizeRegs<kBits, R>(plan, c, v, _mm512_set1_ps(plan.enc_scale / norm), planes);
+  HadamardRegs<R>(plan, xv, v);
+  const __m512 s = _mm512_set1_ps(plan.enc_scale / norm);
+  const float csum = QuantizeRegs<kBits, R>(plan, c, v, s, planes);
   StoreEncodedNorm(plan, norm, csum, norm_out);
 }
 
@@ -680,7 +678,8 @@ void EncodeVecKron(const SubsetPlan& plan, const VecCoder& c, const float* xv, f
     }
   }
   // One multiply by enc_scale / norm, as KronForward's.
-  const float csum = QuantizeRegs<kBits, N>(plan, c, v, _mm512_set1_ps(plan.enc_scale / norm), planes);
+  const __m512 s = _mm512_set1_ps(plan.enc_scale / norm);
+  const float csum = QuantizeRegs<kBits, N>(plan, c, v, s, planes);
   StoreEncodedNorm(plan, norm, csum, norm_out);
 }
 
@@ -1026,7 +1025,8 @@ void InitSplitMap(const uint8_t* mask, size_t d, SplitMap* map) {
 inline void PrefetchRows(const uint8_t* src, size_t pitch, size_t first, size_t n, size_t bytes) {
   const size_t end = std::min(n, first + kNormBatch);
   for (size_t i = first; i < end; ++i) {
-    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(src + i * pitch + o), _MM_HINT_T0);
+    const char* row = reinterpret_cast<const char*>(src + i * pitch);
+    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(row + o, _MM_HINT_T0);
   }
 }
 

@@ -44,7 +44,9 @@ void EncodeFrom(const KernelTable& k, const SubsetPlan& plan, const void* x, DTy
     if (x_stride == d) {  // contiguous: one conversion call for the batch
       k.to_f32(src + start * pitch, dtype, cnt * d, xf.get());
     } else {
-      for (size_t i = 0; i < cnt; ++i) k.to_f32(src + (start + i) * pitch, dtype, d, xf.get() + i * d);
+      for (size_t i = 0; i < cnt; ++i) {
+        k.to_f32(src + (start + i) * pitch, dtype, d, xf.get() + i * d);
+      }
     }
     k.encode(plan, xf.get(), d, cnt, norm_out + start * code_stride,
              planes_out + start * code_stride, code_stride);
@@ -74,7 +76,9 @@ void DecodeTo(const KernelTable& k, const SubsetPlan& plan, const uint8_t* norm_
     if (out_stride == d) {
       k.from_f32(xf.get(), cnt * d, dtype, dst + start * pitch);
     } else {
-      for (size_t i = 0; i < cnt; ++i) k.from_f32(xf.get() + i * d, d, dtype, dst + (start + i) * pitch);
+      for (size_t i = 0; i < cnt; ++i) {
+        k.from_f32(xf.get() + i * d, d, dtype, dst + (start + i) * pitch);
+      }
     }
   }
 }
