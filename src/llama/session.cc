@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <optional>
 
@@ -12,7 +13,8 @@ namespace tqkv::llama {
 namespace {
 
 constexpr uint8_t kTag[4] = {'l', 'l', 's', 'q'};
-constexpr uint32_t kEngineLayoutVersion = 1;
+// 1: a session row per cell; 2 (written now): runs of consecutive cells, rows derived (AssignRows).
+constexpr uint32_t kEngineLayoutVersion = 2;
 
 std::optional<DType> DTypeOf(int32_t type) {
   switch (type) {
@@ -123,6 +125,17 @@ class In {
   Status status_;
 };
 
+// A run of more than one cell has at most this many sequence ids (each cell holds a copy, so a
+// reader's memory stays within a small multiple of the session's tokens).
+constexpr uint32_t kMaxRunSeqs = 8;
+
+// Cells i and i + 1 share a run: the next position, the same sequences and extension.
+bool ExtendsRun(const Cell& prev, const Cell& next) {
+  return prev.pos != std::numeric_limits<int32_t>::max() && next.pos == prev.pos + 1 &&
+         next.seq_ids.size() <= kMaxRunSeqs && next.seq_ids == prev.seq_ids &&
+         next.ext == prev.ext;
+}
+
 std::vector<uint8_t> EncodeEngineState(const SeqState& state, const std::vector<Placed>& placed,
                                        const std::vector<int32_t>* tokens) {
   Out o;
@@ -155,10 +168,19 @@ std::vector<uint8_t> EncodeEngineState(const SeqState& state, const std::vector<
         o.U32(static_cast<uint32_t>(s.layers[l].k_type));
         o.U32(static_cast<uint32_t>(s.layers[l].v_type));
       }
+      std::vector<std::pair<size_t, uint32_t>> runs;  // first cell, length
       for (size_t i = 0; i < s.cells.size(); ++i) {
-        const Cell& c = s.cells[i];
+        if (!runs.empty() && ExtendsRun(s.cells[i - 1], s.cells[i])) {
+          ++runs.back().second;
+        } else {
+          runs.emplace_back(i, 1);
+        }
+      }
+      o.U32(static_cast<uint32_t>(runs.size()));
+      for (const auto& [first, length] : runs) {
+        const Cell& c = s.cells[first];
         o.U32(static_cast<uint32_t>(c.pos));
-        o.U32(p.rows[i]);
+        o.U32(length);
         o.U32(static_cast<uint32_t>(c.seq_ids.size()));
         if (state.cell_ext) {
           for (uint8_t x : c.ext) o.U8(x);
@@ -209,6 +231,37 @@ std::vector<uint32_t> PlaceRows(const Stream& s, const std::map<int32_t, uint32_
   return rows;
 }
 
+// The session row of every cell of every stream with cells (blob order): the one rule that import
+// places rows by and that layout 2 derives them by. Tokens: the most cells a stream holds. Rows:
+// the first such stream's cells in order, the other full streams aligned to it by position; a
+// stream with fewer cells (a sliding-window cache) holds only those, its layers ragged (RankRows).
+std::vector<std::vector<uint32_t>> AssignRows(const std::vector<const Stream*>& streams) {
+  size_t tokens_n = 0;
+  for (const Stream* s : streams) tokens_n = std::max(tokens_n, s->cells.size());
+  const Stream* ref = nullptr;
+  for (const Stream* s : streams) {
+    if (s->cells.size() == tokens_n) {
+      ref = s;
+      break;
+    }
+  }
+  std::map<int32_t, uint32_t> ref_rows;
+  for (size_t i = 0; ref != nullptr && i < ref->cells.size(); ++i) {
+    ref_rows.emplace(ref->cells[i].pos, static_cast<uint32_t>(i));
+  }
+  const bool ref_unique = ref != nullptr && ref_rows.size() == ref->cells.size();
+  std::vector<std::vector<uint32_t>> rows;
+  rows.reserve(streams.size());
+  for (const Stream* s : streams) {
+    if (s->cells.size() < tokens_n) {
+      rows.push_back(RankRows(*s));
+    } else {
+      rows.push_back(PlaceRows(*s, s == ref || !ref_unique ? nullptr : &ref_rows));
+    }
+  }
+  return rows;
+}
+
 }  // namespace
 
 Result<Session> ToSession(const SeqState& state, uint32_t head_dim, std::string model,
@@ -248,33 +301,19 @@ Result<Session> ToSession(const SeqState& state, uint32_t head_dim, std::string 
     return Status::InvalidArgument("llama.cpp state: head_dim " + std::to_string(head_dim) +
                                    " does not divide the row width " + std::to_string(n_embd));
   }
-  // Tokens: the most cells a stream holds. Rows: the first such stream's cells in order, the
-  // other full streams aligned to it by position; a stream with fewer cells (a sliding-window
-  // cache) holds only those, its layers ragged (RankRows), so every size follows the blob's.
   uint64_t tokens_n = 0;
-  for (const Placed& p : placed) tokens_n = std::max<uint64_t>(tokens_n, p.stream->cells.size());
-  const Stream* ref = nullptr;
+  std::vector<const Stream*> streams;
   for (const Placed& p : placed) {
-    if (p.stream->cells.size() == tokens_n) {
-      ref = p.stream;
-      break;
-    }
+    tokens_n = std::max<uint64_t>(tokens_n, p.stream->cells.size());
+    streams.push_back(p.stream);
   }
-  std::map<int32_t, uint32_t> ref_rows;
-  for (size_t i = 0; i < ref->cells.size(); ++i) {
-    ref_rows.emplace(ref->cells[i].pos, static_cast<uint32_t>(i));
-  }
-  const bool ref_unique = ref_rows.size() == ref->cells.size();
+  std::vector<std::vector<uint32_t>> rows = AssignRows(streams);
   std::vector<uint64_t> layer_tokens;
   layer_tokens.reserve(layers);
-  for (Placed& p : placed) {
-    const Stream& s = *p.stream;
-    if (s.cells.size() < tokens_n) {
-      p.rows = RankRows(s);
-    } else {
-      p.rows = PlaceRows(s, &s == ref || !ref_unique ? nullptr : &ref_rows);
-    }
-    layer_tokens.insert(layer_tokens.end(), s.layers.size(), s.cells.size());
+  for (size_t i = 0; i < placed.size(); ++i) {
+    placed[i].rows = std::move(rows[i]);
+    layer_tokens.insert(layer_tokens.end(), placed[i].stream->layers.size(),
+                        placed[i].stream->cells.size());
   }
 
   const DType dtype = mixed ? DType::kF32 : *DTypeOf(*common_type);
@@ -320,7 +359,61 @@ struct Target {
   Stream* stream = nullptr;
   std::vector<uint32_t> rows;    // session row of each cell
   std::vector<uint32_t> layers;  // session layer of each of the stream's layers
+  uint64_t room = 0;             // the fewest tokens those layers hold: rows stay below
 };
+
+// Layout 1: per cell its position, session row, sequences and extension.
+void ReadCellsV1(In& r, bool cell_ext, Stream& s, Target& t) {
+  const uint64_t cells = s.cells.size();
+  if (!r.Need(cells * (12 + (cell_ext ? 12 : 0)), "cells")) return;
+  t.rows.resize(cells);
+  for (uint64_t i = 0; i < cells && r.ok(); ++i) {
+    Cell& cell = s.cells[i];
+    cell.pos = static_cast<int32_t>(r.U32("cell position"));
+    t.rows[i] = r.U32("cell row");
+    const uint32_t n_seq = r.U32("cell sequence count");
+    if (cell_ext && r.Need(12, "cell extension")) {
+      for (uint8_t& x : cell.ext) x = r.U8("cell extension");
+    }
+    if (!r.Need(uint64_t{n_seq} * 4, "cell sequence ids")) return;
+    cell.seq_ids.resize(n_seq);
+    for (int32_t& id : cell.seq_ids) id = static_cast<int32_t>(r.U32("sequence id"));
+  }
+}
+
+// Layout 2: runs of cells at consecutive positions with the same sequences and extension.
+void ReadCellRuns(In& r, bool cell_ext, Stream& s) {
+  const uint64_t cells = s.cells.size();
+  const uint32_t n_run = r.U32("run count");
+  if (r.ok() && (n_run == 0 || n_run > cells)) r.Fail("run count", "0 or more than the cells");
+  if (!r.Need(uint64_t{n_run} * (12 + (cell_ext ? 12 : 0)), "runs")) return;
+  uint64_t next = 0;
+  for (uint32_t k = 0; k < n_run && r.ok(); ++k) {
+    Cell first;
+    first.pos = static_cast<int32_t>(r.U32("run position"));
+    const uint32_t length = r.U32("run length");
+    const uint32_t n_seq = r.U32("run sequence count");
+    if (cell_ext && r.Need(12, "run extension")) {
+      for (uint8_t& x : first.ext) x = r.U8("run extension");
+    }
+    if (!r.ok()) return;
+    if (length == 0 || length > cells - next ||
+        int64_t{first.pos} + length - 1 > std::numeric_limits<int32_t>::max() ||
+        (length > 1 && n_seq > kMaxRunSeqs)) {
+      r.Fail("run length", std::to_string(length) + " (0, past the cells or the positions, or " +
+                               std::to_string(n_seq) + " sequence ids)");
+      return;
+    }
+    if (!r.Need(uint64_t{n_seq} * 4, "run sequence ids")) return;
+    first.seq_ids.resize(n_seq);
+    for (int32_t& id : first.seq_ids) id = static_cast<int32_t>(r.U32("sequence id"));
+    for (uint32_t j = 0; j < length; ++j, ++next) {
+      s.cells[next] = first;
+      s.cells[next].pos = first.pos + static_cast<int32_t>(j);
+    }
+  }
+  if (r.ok() && next != cells) r.Fail("runs", "cover " + std::to_string(next) + " of the cells");
+}
 
 Status DecodeEngineState(std::span<const uint8_t> bytes, const KvCache& kv, SeqState* state,
                          std::vector<Target>* targets, Rebuilt* out) {
@@ -332,9 +425,9 @@ Status DecodeEngineState(std::span<const uint8_t> bytes, const KvCache& kv, SeqS
     }
   }
   const uint32_t version = r.U32("layout version");
-  if (r.ok() && version != kEngineLayoutVersion) {
+  if (r.ok() && (version < 1 || version > kEngineLayoutVersion)) {
     return Status::Unsupported("llama.cpp engine state: layout version " + std::to_string(version) +
-                               " (this build reads 1)");
+                               " (this build reads 1 and 2)");
   }
   const uint8_t cell_ext = r.U8("cell_ext");
   const uint8_t has_tokens = r.U8("has_tokens");
@@ -388,46 +481,49 @@ Status DecodeEngineState(std::span<const uint8_t> bytes, const KvCache& kv, SeqS
         }
         s.layers[l].n_embd_k = s.layers[l].n_embd_v = static_cast<uint32_t>(g.token_elems());
       }
-      // Rows index every layer of the stream: below the fewest tokens those layers hold.
-      uint64_t room = kv.tokens();
-      for (uint32_t l : session_layers) room = std::min(room, kv.layer_tokens(l));
-      const uint64_t per_cell = 12 + (state->cell_ext ? 12 : 0);
-      if (!r.Need(uint64_t{cells} * per_cell, "cells")) return r.status();
-      s.cells.resize(cells);
-      Target p;
-      p.stream = &s;
-      p.rows.resize(cells);
-      for (uint32_t i = 0; i < cells && r.ok(); ++i) {
-        Cell& cell = s.cells[i];
-        cell.pos = static_cast<int32_t>(r.U32("cell position"));
-        p.rows[i] = r.U32("cell row");
-        if (r.ok() && p.rows[i] >= room) {
-          r.Fail("cell row", std::to_string(p.rows[i]) + " beyond the " + std::to_string(room) +
-                                 " tokens its layers hold");
-        }
-        const uint32_t n_seq = r.U32("cell sequence count");
-        if (state->cell_ext && r.Need(12, "cell extension")) {
-          for (uint8_t& x : cell.ext) x = r.U8("cell extension");
-        }
-        if (!r.Need(uint64_t{n_seq} * 4, "cell sequence ids")) return r.status();
-        cell.seq_ids.resize(n_seq);
-        for (int32_t& id : cell.seq_ids) id = static_cast<int32_t>(r.U32("sequence id"));
-      }
-      if (!r.ok()) return r.status();
-      std::vector<uint32_t> sorted = p.rows;
-      std::sort(sorted.begin(), sorted.end());
-      if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
-        r.Fail("cell rows", "two cells of a stream share a row");
+      // Rows index every layer of the stream: below the fewest tokens those layers hold, so a
+      // stream has at most that many cells (which also bounds what a run count allocates).
+      Target t;
+      t.stream = &s;
+      t.room = kv.tokens();
+      for (uint32_t l : session_layers) t.room = std::min(t.room, kv.layer_tokens(l));
+      if (cells > t.room) {
+        r.Fail("cell count", std::to_string(cells) + " cells, more than the " +
+                                 std::to_string(t.room) + " tokens its layers hold");
         return r.status();
       }
-      p.layers = std::move(session_layers);
-      targets->push_back(std::move(p));
+      s.cells.resize(cells);
+      if (version == 1) {
+        ReadCellsV1(r, state->cell_ext, s, t);
+      } else {
+        ReadCellRuns(r, state->cell_ext, s);
+      }
+      if (!r.ok()) return r.status();
+      t.layers = std::move(session_layers);
+      targets->push_back(std::move(t));
     }
   }
   if (!r.ok()) return r.status();
   if (r.remaining() != 0) r.Fail("end", std::to_string(r.remaining()) + " trailing bytes");
   if (r.ok() && std::find(layer_used.begin(), layer_used.end(), false) != layer_used.end()) {
     r.Fail("layers", "a session layer belongs to no stream");
+  }
+  if (!r.ok()) return r.status();
+  if (version >= 2) {
+    std::vector<const Stream*> streams;
+    for (const Target& t : *targets) streams.push_back(t.stream);
+    std::vector<std::vector<uint32_t>> rows = AssignRows(streams);
+    for (size_t i = 0; i < targets->size(); ++i) (*targets)[i].rows = std::move(rows[i]);
+  }
+  for (const Target& t : *targets) {
+    std::vector<uint32_t> sorted = t.rows;
+    std::sort(sorted.begin(), sorted.end());
+    if (!sorted.empty() && sorted.back() >= t.room) {
+      r.Fail("cell row", std::to_string(sorted.back()) + " beyond the " + std::to_string(t.room) +
+                             " tokens its layers hold");
+    } else if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
+      r.Fail("cell rows", "two cells of a stream share a row");
+    }
   }
   return r.status();
 }

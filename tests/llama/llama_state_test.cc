@@ -491,5 +491,116 @@ TEST(LlamaStateTest, DamagedEngineStatesAreRefusedNeverMisread) {
   EXPECT_GT(refused, es.size());
 }
 
+// Issue 34: layout 2 stores runs of consecutive cells and derives each cell's row by the import
+// rule (layout 1 stored a 4-byte row per cell), so a Gemma-3-like state (3 full-attention layers,
+// 15 window layers of 256 cells, one head of 256 f16 per row) makes an fp16 object no larger
+// than the state, and the engine state does not grow with the cells.
+TEST(LlamaStateTest, Fp16ObjectOfAWindowedStateIsNoLargerThanTheState) {
+  size_t engine_bytes[2] = {};
+  for (int i = 0; i < 2; ++i) {
+    const int32_t n = 1000 * (i + 1);
+    SCOPED_TRACE(n);
+    CacheSpec full{Range(0, n), 3, 256, kGgmlF16, kGgmlF16, false, 0, 3};
+    CacheSpec swa{Range(n - 256, n), 15, 256, kGgmlF16, kGgmlF16, false, 0, 5};
+    const std::vector<uint8_t> blob = MakeBlob({full, swa}, true, 0);
+    auto st = ParseSeqState(blob);
+    ASSERT_TRUE(st.ok()) << st.status().ToString();
+    auto session = ToSession(*st, 256, "gemma-like");
+    ASSERT_TRUE(session.ok()) << session.status().ToString();
+    engine_bytes[i] = session->engine_state.size();
+    MemoryStore store;
+    CheckpointOptions opts;
+    opts.codec = *ParseCodecSpec("fp16");
+    auto cp = CheckpointSeqState(blob, 256, "gemma-like", nullptr, opts, store, "g");
+    ASSERT_TRUE(cp.ok()) << cp.status().ToString();
+    EXPECT_LE(cp->bytes_written, blob.size());
+    auto back = RestoreSeqState(store, "g");
+    ASSERT_TRUE(back.ok()) << back.status().ToString();
+    EXPECT_EQ(back->blob, blob);
+  }
+  EXPECT_EQ(engine_bytes[0], engine_bytes[1]);
+}
+
+// An engine state of layout 1 as docs/format.md §13 gives it (a row per cell), one stream per
+// cache: what tqkv wrote before layout 2.
+std::vector<uint8_t> EngineStateV1(const SeqState& st, const std::vector<uint32_t>& first_layer,
+                                   const std::vector<std::vector<uint32_t>>& rows) {
+  Blob o;
+  o.Raw("llsq", 4);
+  o.U32(1);
+  const uint8_t flags[4] = {0, 0, static_cast<uint8_t>(st.io_header ? 1 : 0), 0};
+  o.Raw(flags, 4);
+  o.U32(static_cast<uint32_t>(st.io_header ? st.seq_id : 0));
+  o.U32(0);  // no slot tokens
+  o.U32(static_cast<uint32_t>(st.caches.size()));
+  for (size_t c = 0; c < st.caches.size(); ++c) {
+    const Stream& s = st.caches[c].streams.at(0);
+    o.U32(1);
+    o.U32(static_cast<uint32_t>(s.cells.size()));
+    const uint8_t vt[4] = {static_cast<uint8_t>(s.v_trans ? 1 : 0), 0, 0, 0};
+    o.Raw(vt, 4);
+    o.U32(static_cast<uint32_t>(s.layers.size()));
+    for (size_t l = 0; l < s.layers.size(); ++l) {
+      o.U32(first_layer[c] + static_cast<uint32_t>(l));
+      o.U32(static_cast<uint32_t>(s.layers[l].k_type));
+      o.U32(static_cast<uint32_t>(s.layers[l].v_type));
+    }
+    for (size_t i = 0; i < s.cells.size(); ++i) {
+      o.U32(static_cast<uint32_t>(s.cells[i].pos));
+      o.U32(rows[c][i]);
+      o.U32(1);
+      o.U32(0);
+    }
+  }
+  return o.b;
+}
+
+TEST(LlamaStateTest, LayoutOneEngineStatesStillExportByteForByte) {
+  CacheSpec full{Range(0, 12), 2, 8, kGgmlF16, kGgmlF16, false, 0, 3};
+  CacheSpec swa{{9, 10, 11, 7, 8}, 3, 8, kGgmlF16, kGgmlF16, true, 0, 5};
+  const std::vector<uint8_t> blob = MakeBlob({full, swa}, true, 3);
+  auto st = ParseSeqState(blob);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  auto session = ToSession(*st, 8, "ring");
+  ASSERT_TRUE(session.ok()) << session.status().ToString();
+  // The rows import placed (the window's ranked by position), written the old way.
+  const std::vector<uint8_t> v1 =
+      EngineStateV1(*st, {0, 2}, {{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, {2, 3, 4, 0, 1}});
+  EXPECT_GT(v1.size(), session->engine_state.size());
+  MemoryStore store;
+  CheckpointOptions opts;
+  opts.codec = *ParseCodecSpec("fp16");
+  opts.engine_state = v1;
+  ASSERT_TRUE(Checkpoint(session->kv->cache(), opts, store, "old").ok());
+  auto back = RestoreSeqState(store, "old");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->blob, blob);
+  // A layout-1 row past the window's 5 tokens is still refused.
+  auto bad = EngineStateV1(*st, {0, 2}, {{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, {2, 3, 5, 0, 1}});
+  EXPECT_TRUE(FromSession(session->kv->cache(), bad).status().IsCorruption());
+}
+
+// Layout 2's counts are bounded by the session before anything is allocated: a cell count past
+// the tokens its layers hold, a run count past the cells, a run past the cells, a run of many
+// cells with many sequence ids.
+TEST(LlamaStateTest, HugeEngineStateCountsAreRefusedBeforeAllocating) {
+  auto st = ParseSeqState(MakeBlob({CacheSpec{Range(0, 6), 1, 8}}));
+  ASSERT_TRUE(st.ok());
+  auto session = ToSession(*st, 4, "m");
+  ASSERT_TRUE(session.ok());
+  const std::vector<uint8_t>& es = session->engine_state;
+  // tag, version, flags, seq id, tokens (20); caches, streams, cells (28); v_trans, layers,
+  // one layer (52); runs (52); run: position, length, sequence count, one id (56..72).
+  ASSERT_EQ(es.size(), 72u);
+  for (size_t at : {size_t{28}, size_t{52}, size_t{60}, size_t{64}}) {
+    for (uint32_t v : {0xFFFFFFF0u, 9u}) {
+      std::vector<uint8_t> bad = es;
+      std::memcpy(bad.data() + at, &v, 4);
+      auto r = FromSession(session->kv->cache(), bad);
+      EXPECT_TRUE(r.status().IsCorruption()) << at << " " << v << ": " << r.status().ToString();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tqkv::llama
