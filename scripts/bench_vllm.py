@@ -3,7 +3,7 @@
 
     PY=$(scripts/setup-vllm.sh); PYTHONPATH=build/python $PY scripts/bench_vllm.py \
         --model $($PY scripts/vllm_model.py) --tokens 8192 [--modes recompute,example,fp16,tq3] \
-        [--link-gbps 0.05] [--turn2-tokens 512]    # tokens + turn2 + 64 <= the model's context
+        [--link-gbps 0.05] [--turn2-tokens 512] [--cold]  # tokens + turn2 + 64 <= the context
 
 For each mode a first vLLM process serves a prompt P of --tokens random token ids (and saves it
 through the connector); a fresh second process serves a short warm-up prompt, then P with
@@ -12,7 +12,10 @@ modes run that second process again with the store's reads through an emulated l
 GB/s (the connector's link_gbps); ExampleConnector cannot be throttled, so for it only the
 computed (not measured) bytes / link is given. With --turn2-tokens N, a third fresh process serves
 turn 2 of the conversation, P + N new tokens: its time to first token, the tokens restored and the
-bytes the store grew by (what turn 2 wrote). Progress goes to stderr; one JSON object to stdout:
+bytes the store grew by (what turn 2 wrote). With --cold (root), the page cache is dropped before
+the second and the turn-2 processes, so their restores read the disk (the model is loaded before
+the timed prompt, so only the store's reads are cold); the link runs read the page cache, so the
+emulated link alone limits them (the link's wait and a cold read would add up, chunk by chunk). Progress goes to stderr; one JSON object to stdout:
 per mode the seconds, the tokens vLLM reports cached (restored), the bytes the store holds for the
 session, and for tqkv the bytes and seconds of the connector's restore (from its log). Name the CPU
 and the load with the figures (docs/lab/vllm.md).
@@ -39,8 +42,16 @@ def log(msg: str) -> None:
           file=sys.stderr, flush=True)
 
 
-def serve(model: str, prompts: list, conn: str, work: Path, name: str, max_len: int) -> dict:
+def drop_page_cache() -> None:
+    os.sync()
+    Path("/proc/sys/vm/drop_caches").write_text("3\n")
+
+
+def serve(model: str, prompts: list, conn: str, work: Path, name: str, max_len: int,
+          cold: bool = False) -> dict:
     """Runs one vLLM process; returns the last prompt's result plus the connector's restores."""
+    if cold:
+        drop_page_cache()
     pj, out = work / f"{name}.prompts.json", work / f"{name}.json"
     pj.write_text(json.dumps(prompts))
     cmd = [sys.executable, str(RUN), "--model", model, "--prompts", str(pj), "--out", str(out),
@@ -96,7 +107,20 @@ def main() -> int:
     ap.add_argument("--turn2-tokens", type=int, default=0,
                     help="also serve turn 2: the prompt plus this many new tokens (0: no)")
     ap.add_argument("--work", default="", help="keep the stores and logs here")
+    ap.add_argument("--cold", action="store_true",
+                    help="drop the page cache before each returning process (needs root)")
     a = ap.parse_args()
+    if a.cold:
+        try:
+            drop_page_cache()
+        except OSError as e:
+            ap.error(f"--cold needs root to write /proc/sys/vm/drop_caches: {e}")
+    # a 16K prefill step on 2 vCPUs can outlast vLLM's default 300 s step timeout
+    os.environ.setdefault("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", "3600")
+    # vLLM's CPU worker leaves one core per rank to the scheduler, one more with any KV connector
+    # (ompmultiprocessing.py), and none when that is every core: on 2 vCPUs the recompute run
+    # would get one core and the connector runs two. Every mode gets the same cores.
+    os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
     if a.link_gbps < 0 or a.turn2_tokens < 0 or a.tokens <= 0:
         ap.error("--tokens must be > 0, --link-gbps and --turn2-tokens >= 0")
     rng = random.Random(0)
@@ -109,7 +133,7 @@ def main() -> int:
     max_len = a.tokens + a.turn2_tokens + 64
     results = {"model": a.model, "tokens": a.tokens, "cpu_count": os.cpu_count(),
                "link_gbps": a.link_gbps or None, "turn2_tokens": a.turn2_tokens or None,
-               "modes": {}}
+               "cold": a.cold, "modes": {}}
     for mode in a.modes.split(","):
         store = work / f"store-{mode}"
         shutil.rmtree(store, ignore_errors=True)
@@ -118,7 +142,7 @@ def main() -> int:
             store.mkdir()
         first = serve(a.model, [prompt], conn, work, f"{mode}-first", max_len) if conn else None
         stored = du(store)
-        r = ttft(serve(a.model, [warm, prompt], conn, work, f"{mode}-second", max_len))
+        r = ttft(serve(a.model, [warm, prompt], conn, work, f"{mode}-second", max_len, a.cold))
         r.update(first_process_s=None if first is None else round(first["seconds"], 3),
                  stored_bytes=stored, load_avg_1m=round(os.getloadavg()[0], 2))
         if a.link_gbps and mode == "example":
@@ -129,7 +153,7 @@ def main() -> int:
                                    max_len))
         if a.turn2_tokens and conn:
             before = du(store)
-            t2 = ttft(serve(a.model, [warm, turn2], conn, work, f"{mode}-turn2", max_len))
+            t2 = ttft(serve(a.model, [warm, turn2], conn, work, f"{mode}-turn2", max_len, a.cold))
             t2["bytes_written"] = du(store) - before
             r["turn2"] = t2
         elif a.turn2_tokens:
