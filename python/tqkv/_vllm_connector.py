@@ -4,6 +4,7 @@ from __future__ import annotations
 import re
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -323,53 +324,76 @@ class TqkvConnector(KVConnectorBase_V1):
                                              name="tqkv-vllm-load", daemon=True)
         self._load_thread.start()
 
+    def _restore_chunk(self, op: Any, ks: List[Any], vs: List[Any], layout: str,
+                       last: bool) -> int:
+        """Restores one chunk into its blocks; returns the bytes read, raises on a failure."""
+        # STAGED: the chunk is decoded into contiguous copies of its blocks (one chunk's memory),
+        # copied into vLLM's blocks once the restore returned
+        out, ids = (ks, vs), op.block_ids
+        if layout == STAGED:
+            out, ids = (gather(ks, ids), gather(vs, ids)), list(range(len(ids)))
+
+        def on_layer(layer: int, _k: Any, _v: Any) -> None:
+            if last and layout != STAGED:
+                with self._cv:
+                    self._ready_layers = layer
+                    self._cv.notify_all()
+        st: Dict[str, Any] = {}
+        _session.restore(self._store, op.key, out=out,
+                         layout="paged_hnd" if layout == STAGED else layout,
+                         block_ids=ids, tokens=self._chunk, on_layer=on_layer, stats=st)
+        if st.get("model") not in (None, op.model):
+            raise _tqkv.CorruptionError(f"{op.key} holds model {st.get('model')!r}")
+        if layout == STAGED:
+            for layer in range(len(ks)):
+                ks[layer][op.block_ids] = out[0][layer]
+                vs[layer][op.block_ids] = out[1][layer]
+        return int(st.get("bytes_read", 0))
+
     def _load(self, ops: List[Any]) -> None:
         t0 = time.perf_counter()
-        nbytes, failed = 0, []
+        nbytes, loaded, failed = 0, 0, []
         try:
             ks, vs, layout = self._views()
         except Exception as e:  # noqa: BLE001 - any failure is a miss
             logger.warning("tqkv connector: cannot restore into this KV cache: %s", e)
             ops, failed = [], ops
-        last = len(ops) - 1
-        for j, op in enumerate(ops):
-            # STAGED: the chunk is decoded into contiguous copies of its blocks (one chunk's
-            # memory), copied into vLLM's blocks once the restore returned
-            out, ids = (ks, vs), op.block_ids
-            if layout == STAGED:
-                out, ids = (gather(ks, ids), gather(vs, ids)), list(range(len(ids)))
 
-            def on_layer(layer: int, _k: Any, _v: Any, j: int = j) -> None:
-                if j == last and layout != STAGED:
-                    with self._cv:
-                        self._ready_layers = layer
-                        self._cv.notify_all()
-            st: Dict[str, Any] = {}
+        def one(j: int) -> Any:
             try:
-                _session.restore(self._store, op.key, out=out,
-                                 layout="paged_hnd" if layout == STAGED else layout,
-                                 block_ids=ids, tokens=self._chunk,
-                                 on_layer=on_layer, stats=st)
-                if st.get("model") not in (None, op.model):
-                    raise _tqkv.CorruptionError(f"{op.key} holds model {st.get('model')!r}")
-                if layout == STAGED:
-                    for layer in range(len(ks)):
-                        ks[layer][op.block_ids] = out[0][layer]
-                        vs[layer][op.block_ids] = out[1][layer]
-                nbytes += int(st.get("bytes_read", 0))
+                return self._restore_chunk(ops[j], ks, vs, layout, j == len(ops) - 1)
             except Exception as e:  # noqa: BLE001 - a miss, recomputed by vLLM
+                return e
+        # Two chunks in flight, in order: one's bytes arrive while the other decodes and copies,
+        # so through a slow link the transfer alone sets the pace. The last chunk runs after all
+        # the others: its on_layer tells vLLM a layer is ready in every chunk.
+        results: List[Any] = []
+        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="tqkv-vllm-load") as pool:
+            futures = [pool.submit(one, j) for j in range(len(ops) - 1)]
+            for f in futures:
+                results.append(f.result())
+                if isinstance(results[-1], Exception):
+                    for g in futures:
+                        g.cancel()
+                    break
+        if ops and not any(isinstance(r, Exception) for r in results):
+            results.append(one(len(ops) - 1))
+        for j, r in enumerate(results):
+            if isinstance(r, Exception):
                 logger.warning("tqkv connector: restoring %s failed (recomputed): %s",
-                               op.key, e)
+                               ops[j].key, r)
                 failed = ops[j:]
                 break
+            nbytes += r
+            loaded += 1
         for op in failed:
             self._failed_blocks.update(op.block_ids)
         secs = time.perf_counter() - t0
-        self._stats.add(chunks_loaded=len(ops) - len(failed), bytes_read=nbytes,
-                        restore_seconds=secs, load_failures=len(failed))
+        self._stats.add(chunks_loaded=loaded, bytes_read=nbytes, restore_seconds=secs,
+                        load_failures=len(failed))
         logger.info("tqkv connector: restored %d chunks (%d tokens, %d bytes) in %.3f s%s",
-                    len(ops) - len(failed), (len(ops) - len(failed)) * self._chunk, nbytes,
-                    secs, f", {len(failed)} failed" if failed else "")
+                    loaded, loaded * self._chunk, nbytes, secs,
+                    f", {len(failed)} failed" if failed else "")
         with self._cv:
             self._ready_layers = 1 << 30
             self._cv.notify_all()
