@@ -136,30 +136,30 @@ class LlamaBlobs(unittest.TestCase):
         self.check_roundtrip("gemma3", False)
 
     def test_gemma3_past_its_window_stores_what_each_cache_holds(self):
-        """Issue 34: 700 tokens of Gemma 3 (window 512): the window layers hold the window cache's
-        cells only (format version 7), so the fp16 session is no larger than the state, and the
-        export is byte-identical."""
+        """Issue 34: 2,048 tokens of Gemma 3 (window 512): the window layers hold the window
+        cache's cells only (format version 7) and the cells are runs (engine-state layout 2), so
+        the fp16 session is no larger than the state, and the export is byte-identical."""
         import llama_cpp
         import tqkv_llama
-        llm = open_llm(self.need("gemma3"), True, n_ctx=1024)
-        toks = prompt_tokens(llm, 700)
+        llm = open_llm(self.need("gemma3"), True, n_ctx=2304)
+        toks = prompt_tokens(llm, 2048)
         llm.eval(toks)
         blob = tqkv_llama.get_sequence_state(llm)
         path = self.write("state.bin", blob)
         j = json.loads(tqkv("llama", "inspect", path).stdout)
         cells = [max(s["cells"] for s in c["streams"]) for c in j["caches"]]
-        self.assertEqual(cells[0], 700)
-        self.assertLess(cells[1], 700)
+        self.assertEqual(cells[0], 2048)
+        self.assertLess(cells[1], 2048)
         store = os.path.join(self.dir, "store")
         tqkv("llama", "import", path, "--store", store, "--session", "g", "--codec", "fp16",
              "--head-dim", str(tqkv_llama.head_dim_of(llm)))
         obj = os.path.join(store, "g.tqkv")
         d = json.loads(tqkv("inspect", obj, "--json").stdout)
         self.assertEqual(d["format_version"], 7)
-        self.assertEqual(sorted(set(d["layer_tokens"])), [cells[1], 700])
+        self.assertEqual(sorted(set(d["layer_tokens"])), [cells[1], 2048])
         # The state's rows, its cells as runs (engine-state layout 2) and the container's fixed
-        # cost (4 KiB alignment, index): no larger than the state; padded, the window layers
-        # alone would have added 15 x (700 - window) rows.
+        # cost (index; 4 KiB alignment, nothing here: 2,048 and 512 rows of 512 bytes): no larger
+        # than the state; padded, the window layers alone would have added 15 x 1,536 rows.
         self.assertLessEqual(os.path.getsize(obj), len(blob))
         out = os.path.join(self.dir, "g.out")
         tqkv("llama", "export", "--store", store, "--session", "g", "--out", out)
