@@ -7,6 +7,9 @@
 #     without a network, its decode-bound floor on this machine), rounds interleaved;
 #  2. the store alone: `tqkv bench restore --workers 1` stages (raw read, read+checksum);
 #  3. `tqkv bench restore --workers 8` on s3:// next to file:// (unless --no-workers).
+# Each round also counts CPU seconds (SeaweedFS's process and the client's) of the curl fetch and
+# of the s3:// restore: with the server on the same cores, (server + client CPU) / cores bounds
+# how fast either can be here ("cpu_bound_s").
 #   bash scripts/bench-s3.sh [--tokens 10000] [--rounds 3] [--gets 8] [--no-workers] > out.json
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,6 +41,11 @@ size=$(curl -sfI "${sig[@]}" "$url" | tr -d '\r' | awk 'tolower($1)=="content-le
 # The same object in a local directory store: restored from the page cache, no network.
 mkdir -p "$work/local"
 curl -sf "${sig[@]}" -o "$work/local/s.tqkv" "$url"
+weed_pid=$(cat "$TQKV_TEST_SERVERS_DIR/weed.pid")
+hz=$(getconf CLK_TCK)
+# CPU seconds so far: SeaweedFS's (utime + stime) and this shell's reaped children's.
+server_cpu() { awk -v hz="$hz" '{print ($14 + $15) / hz}' "/proc/$weed_pid/stat"; }
+client_cpu() { awk -v hz="$hz" '{print ($16 + $17) / hz}' "/proc/$$/stat"; }
 curl_once() {  # wall seconds of $gets parallel ranged GETs covering the object
   local t0 t1 i a b
   t0=$(date +%s.%N)
@@ -51,17 +59,25 @@ curl_once() {  # wall seconds of $gets parallel ranged GETs covering the object
 }
 : >"$work/rounds"
 for ((r = 1; r <= rounds; ++r)); do
+  s0=$(server_cpu) c0=$(client_cpu)
   c=$(curl_once)
+  s1=$(server_cpu) c1=$(client_cpu)
   "$tqkv" restore --store "$uri" --session s --read-lanes 4 --json >"$work/restore.json"
+  s2=$(server_cpu) c2=$(client_cpu)
+  cpu=$(python3 -c "print($s1 - $s0, $c1 - $c0, $s2 - $s1, $c2 - $c1)")
   "$tqkv" restore --store "$work/local" --session s --read-lanes 4 --json >"$work/local.json"
-  python3 - "$work/restore.json" "$c" "$work/local.json" >>"$work/rounds" <<'EOF'
-import json, sys
+  python3 - "$work/restore.json" "$c" "$work/local.json" $cpu >>"$work/rounds" <<'EOF'
+import json, os, sys
 d = json.load(open(sys.argv[1]))
 loc = json.load(open(sys.argv[3]))
+cs, cc, rs, rc = map(float, sys.argv[4:8])
+n = os.cpu_count()
 print(json.dumps({"curl_s": float(sys.argv[2]), "restore_s": d["restore_s"],
                   "read_busy_s": d["read_busy_s"], "decode_busy_s": d["decode_busy_s"],
                   "first_layer_s": d["first_layer_s"], "bytes": d["bytes_read"],
-                  "local_restore_s": loc["restore_s"]}))
+                  "local_restore_s": loc["restore_s"],
+                  "curl_cpu": {"server_s": cs, "client_s": cc, "cpu_bound_s": (cs + cc) / n},
+                  "restore_cpu": {"server_s": rs, "client_s": rc, "cpu_bound_s": (rs + rc) / n}}))
 EOF
 done
 # The store alone (the restore's own reader, no decode): bench restore's stages, one worker.
@@ -90,6 +106,11 @@ out = {
     "local_restore_s_median": med("local_restore_s"),
     "local_restore_vs_curl": med("curl_s") / med("local_restore_s"),
     "restore_vs_local_restore": med("local_restore_s") / med("restore_s"),
+    # CPU seconds (server + client) of each; with the server on these cores, the restore can
+    # be no faster than its CPU seconds / cores, so curl_s / that bounds restore_vs_curl here.
+    "curl_cpu_s_median": statistics.median(r["curl_cpu"]["server_s"] + r["curl_cpu"]["client_s"] for r in rounds),
+    "restore_cpu_s_median": statistics.median(r["restore_cpu"]["server_s"] + r["restore_cpu"]["client_s"] for r in rounds),
+    "restore_vs_curl_cpu_bound": med("curl_s") / statistics.median(r["restore_cpu"]["cpu_bound_s"] for r in rounds),
     "load_average": open("/proc/loadavg").read().split()[:3],
 }
 def rows(name):
