@@ -19,9 +19,9 @@ from .vllm import Stats, chunk_hashes, chunk_key, chunk_model, model_identity, p
 
 logger = init_logger("vllm.tqkv")  # vLLM's log format and level
 
-# Chunks restored at once (each stages one chunk's blocks): 4 overlap a cold disk's per-object
-# latency, where 2 left a 16K restore at 71 MB/s (docs/lab/vllm.md).
-_RESTORE_IN_FLIGHT = 4
+# Chunks restored at once (each stages one chunk's blocks). 2 let one chunk's bytes arrive while
+# another decodes; 4 were slower from a cold disk at 16K on 2 vCPUs (docs/lab/vllm.md).
+_RESTORE_IN_FLIGHT = 2
 
 
 def _layer_index(name: str, fallback: int) -> int:
@@ -369,9 +369,8 @@ class TqkvConnector(KVConnectorBase_V1):
             except Exception as e:  # noqa: BLE001 - a miss, recomputed by vLLM
                 return e
         # Chunks in flight, in order: some chunks' bytes arrive while others decode and copy, so
-        # a slow link's transfer alone sets the pace, and a cold disk's per-object latency
-        # overlaps. The last chunk runs after all the others: its on_layer tells vLLM a layer is
-        # ready in every chunk.
+        # a slow link's transfer alone sets the pace. The last chunk runs after all the others:
+        # its on_layer tells vLLM a layer is ready in every chunk.
         results: List[Any] = []
         with ThreadPoolExecutor(max_workers=_RESTORE_IN_FLIGHT,
                                 thread_name_prefix="tqkv-vllm-load") as pool:
