@@ -15,7 +15,8 @@ turn 2 of the conversation, P + N new tokens: its time to first token, the token
 bytes the store grew by (what turn 2 wrote). With --cold (root), the page cache is dropped before
 the second and the turn-2 processes, so their restores read the disk (the model is loaded before
 the timed prompt, so only the store's reads are cold); the link runs read the page cache, so the
-emulated link alone limits them (the link's wait and a cold read would add up, chunk by chunk). Progress goes to stderr; one JSON object to stdout:
+emulated link alone limits them (the link's wait and a cold read would add up, chunk by chunk).
+Progress goes to stderr; one JSON object to stdout:
 per mode the seconds, the tokens vLLM reports cached (restored), the bytes the store holds for the
 session, and for tqkv the bytes and seconds of the connector's restore (from its log). Name the CPU
 and the load with the figures (docs/lab/vllm.md).
@@ -108,7 +109,7 @@ def main() -> int:
                     help="also serve turn 2: the prompt plus this many new tokens (0: no)")
     ap.add_argument("--work", default="", help="keep the stores and logs here")
     ap.add_argument("--cold", action="store_true",
-                    help="drop the page cache before each returning process (needs root)")
+                    help="drop the page cache before the second and turn-2 processes (root)")
     a = ap.parse_args()
     if a.cold:
         try:
