@@ -51,10 +51,26 @@ std::string Unquote(std::string s) {
   return s;
 }
 
+// Writes the access record `name` with the time now, in ns as text: gc's last use of an object.
+// Best effort and bounded: read-only credentials, or a cluster that cannot write now, still work.
+void PutAccessTime(Client& client, const std::string& name) {
+  const std::string now = std::to_string(store_internal::NowUnixNs());
+  HttpRequest req;
+  req.method = "PUT";
+  req.key = name;
+  req.body = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(now.data()), now.size());
+  req.deadline_ms = 3000;
+  (void)client.Run(req);
+}
+
 class S3Writable final : public store_internal::PublishingWriter {
  public:
-  S3Writable(std::shared_ptr<Client> client, std::string key, std::string object)
-      : PublishingWriter("s3", key), client_(std::move(client)), object_(std::move(object)) {
+  S3Writable(std::shared_ptr<Client> client, std::string key, std::string object,
+             std::string access)
+      : PublishingWriter("s3", key),
+        client_(std::move(client)),
+        object_(std::move(object)),
+        access_(std::move(access)) {
     buf_.reserve(client_->cfg().part_bytes);
   }
   ~S3Writable() override {
@@ -76,7 +92,15 @@ class S3Writable final : public store_internal::PublishingWriter {
     return Status::Ok();
   }
 
+  // Publishes, then records the publish time exactly (as a read's touch does): listings give
+  // whole seconds on some servers, and gc's least-recently-used order needs the exact one.
   Status Publish() override {
+    TQKV_RETURN_IF_ERROR(PublishObject());
+    PutAccessTime(*client_, access_);
+    return Status::Ok();
+  }
+
+  Status PublishObject() {
     if (upload_id_.empty()) {  // smaller than one part: one PUT
       HttpRequest req;
       req.method = "PUT";
@@ -192,6 +216,7 @@ class S3Writable final : public store_internal::PublishingWriter {
 
   std::shared_ptr<Client> client_;
   std::string object_;
+  std::string access_;  // the access record: written with the exact time on publish
   std::vector<uint8_t> buf_;
   std::string upload_id_;
   std::deque<std::future<Result<std::string>>> inflight_;
@@ -361,7 +386,8 @@ class S3Store final : public Store, public SessionAdmin {
   Result<std::unique_ptr<WritableObject>> Create(std::string_view key) override {
     TQKV_RETURN_IF_ERROR(ValidateKey(key));
     return std::unique_ptr<WritableObject>(
-        std::make_unique<S3Writable>(client_, std::string(key), names_.Object(key)));
+        std::make_unique<S3Writable>(client_, std::string(key), names_.Object(key),
+                                     names_.Access(key)));
   }
 
   Result<std::unique_ptr<ReadableObject>> Open(std::string_view key) override {
@@ -371,16 +397,9 @@ class S3Store final : public Store, public SessionAdmin {
     if (r.code == 404) return Status::NotFound("s3: no object " + std::string(key) + " in " + Uri());
     TQKV_RETURN_IF_ERROR(client_->Check(r, "HEAD", obj));
     if (r.etag.empty()) return Status::IoError("s3: HEAD of " + obj + " returned no ETag");
-    // Last access for LRU gc across processes, written while the reads run; best effort and
-    // bounded (read-only credentials, or a cluster that cannot write now, still restore).
+    // Last access for LRU gc across processes, written while the reads run.
     auto touch = std::async(std::launch::async, [c = client_, name = names_.Access(key)] {
-      const std::string now = std::to_string(store_internal::NowUnixNs());
-      HttpRequest req;
-      req.method = "PUT";
-      req.key = name;
-      req.body = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(now.data()), now.size());
-      req.deadline_ms = 3000;
-      (void)c->Run(req);
+      PutAccessTime(*c, name);
     });
     return std::unique_ptr<ReadableObject>(std::make_unique<S3Readable>(
         client_, std::string(key), obj, r.length, r.etag, std::move(touch)));
