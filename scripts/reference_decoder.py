@@ -358,6 +358,69 @@ class SubsetDecoder:
         return [x * s for x, s in zip(v, self.signs1)]
 
 
+KL_CLASS_SEED = 0x74716B766B6C0001  # codec.md section 11: block rotations of m channels
+
+
+class KlDecoder:
+    """The transform codec kl (codec.md section 11)."""
+
+    def __init__(self, c):
+        self.c, self.d = c, c["head_dim"]
+        self.nb = DTYPE_SIZE[c["norm_dtype"]]
+        self.code_bytes = self.nb + c["code_bits"] // 8
+        self.blocks = {}  # m -> a Hadamard SubsetDecoder per bits, built on first use
+
+    def meta_bytes(self):
+        return 5 * self.d + 4
+
+    def block(self, m, bits):
+        key = (m, bits)
+        if key not in self.blocks:
+            sub = {"channels": m, "bits": bits, "rotation": HADAMARD,
+                   "seed": derive_seed(KL_CLASS_SEED, m),
+                   "centroids": self.c["subsets"][bits - 1]["centroids"]}
+            dec = SubsetDecoder(sub, self.c["norm_dtype"])
+            dec.scale = f32(1.0 / math.sqrt(m))  # enc and dec scale 1/sqrt(m)
+            self.blocks[key] = dec
+        return self.blocks[key]
+
+    def decode(self, code, meta):
+        d = self.d
+        bits = list(meta[:d])
+        means = [half_to_float(struct.unpack_from("<H", meta, d + 2 * c)[0]) for c in range(d)]
+        scales = [half_to_float(struct.unpack_from("<H", meta, 3 * d + 2 * c)[0]) for c in range(d)]
+        g = struct.unpack_from("<f", meta, 5 * d)[0]
+        if (any(b > 8 for b in bits) or sum(bits) != self.c["code_bits"]
+                or any(not math.isfinite(v) for v in means + scales)
+                or any(math.copysign(1.0, s) < 0 for s in scales)
+                or any(bits.count(b) % 8 for b in range(1, 9))
+                or not (math.isfinite(g) and g > 0 and math.frexp(g)[0] == 0.5
+                        and -125 <= math.frexp(g)[1] <= 128)):
+            raise Corrupt("kl group metadata")
+        if self.c["norm_dtype"] == F16:
+            norm = half_to_float(struct.unpack_from("<H", code, 0)[0])
+        else:
+            norm = struct.unpack_from("<f", code, 0)[0]
+        x = [f32(f32(means[c] * g) * norm) for c in range(d)]  # 0-bit channels: a_c * N
+        at = self.nb
+        for b in range(1, 9):
+            chans = [c for c in range(d) if bits[c] == b]
+            taken = 0
+            m = 1 << 15
+            while m >= 8:  # blocks by the binary digits of the class size, largest first
+                if len(chans) & m:
+                    row = self.block(m, b).decode(code, 0, at)
+                    for j, c in enumerate(chans[taken:taken + m]):
+                        x[c] = f32(f32(f32(means[c] * g) * norm) + f32(f32(scales[c] * g) * row[j]))
+                    taken += m
+                    at += b * m // 8
+                m >>= 1
+        return x
+
+    def decode_to(self, code, meta, out_dtype):
+        return store_bits([f32_bits(v) for v in self.decode(code, meta)], out_dtype)
+
+
 class CodecDecoder:
     def __init__(self, c):
         self.c = c
@@ -466,6 +529,7 @@ def parse_header(body, version):
             raise Corrupt("codec reserved")
         c["head_dim"] = r.take("I")
         c["qjl_seed"] = r.take("Q")
+        c["code_bits"] = r.take("I") if (c["kind"] == 2 and version >= 8) else 0  # kl (version 8)
         c["subsets"] = []
         for _ in range(count):
             s = {"channels": r.take("H"), "bits": r.take("B"), "rotation": r.take("B")}
@@ -509,10 +573,12 @@ def parse_header(body, version):
         if r.pos + 8 * h["layers"] > len(body):
             raise Corrupt("layer tokens")
         h["layer_tokens"] = [r.take("Q") for _ in range(h["layers"])]
+        full = all(n == h["tokens"] for n in h["layer_tokens"])
         if (any(n < 1 or n > h["tokens"] for n in h["layer_tokens"])
-                or all(n == h["tokens"] for n in h["layer_tokens"])
-                or max(h["layer_tokens"]) != h["tokens"]):
+                or (full and version == 7) or max(h["layer_tokens"]) != h["tokens"]):
             raise Corrupt("layer tokens")
+        if full:  # version 8 always has the table; all entries `tokens`: not ragged
+            h["layer_tokens"] = []
     if r.pos != len(body):
         raise Corrupt("trailing header bytes")
     return h
@@ -528,6 +594,21 @@ def validate_codec(c, head_dim):
     if c["kind"] == 0:
         if c["raw_dtype"] not in (F32, F16, BF16) or c["subsets"]:
             bad("raw codec")
+        return
+    if c["kind"] == 2:  # kl (codec.md section 11)
+        d, cb = head_dim, c["code_bits"]
+        if (d < 16 or d > 256 or d % 8 or c["norm_dtype"] not in (F32, F16) or c["qjl"]
+                or c["norm_correction"] or c["qjl_seed"] or cb < 8 or cb > 8 * d or cb % 8):
+            bad("kl shape")
+        if len(c["subsets"]) != 8:
+            bad("kl codebooks")
+        for j, sub in enumerate(c["subsets"]):
+            cs = sub["centroids"]
+            if (sub["channels"] != d or sub["bits"] != j + 1 or sub["rotation"] != 0
+                    or sub["seed"] != 0 or len(cs) != 1 << (j + 1)
+                    or any(not math.isfinite(x) for x in cs)
+                    or any(not cs[i] > cs[i - 1] for i in range(1, len(cs)))):
+                bad("kl codebook")
         return
     if c["kind"] != 1:
         bad("kind")
@@ -557,7 +638,7 @@ def validate_codec(c, head_dim):
 
 
 def has_key_means(h, layer):
-    return h["key_mean_block"] > 0 and h["codecs"][h["layer_codec"][layer]]["kind"] == 1
+    return h["key_mean_block"] > 0 and h["codecs"][h["layer_codec"][layer]]["kind"] != 0
 
 
 def layer_tokens(h, layer):
@@ -622,7 +703,7 @@ def read_container(data):
     if size < ALIGN + 16 + 64 or data[:8] != MAGIC or data[-8:] != MAGIC:
         raise Corrupt("size or magic")
     version, flags, checksum_type = struct.unpack_from("<IIB", data, 8)
-    if not 1 <= version <= 7:
+    if not 1 <= version <= 8:
         raise Corrupt("unsupported format version %d" % version)
     if flags != 0 or checksum_type != 1 or data[17:20] != b"\0\0\0":
         raise Corrupt("flags, checksum type or reserved")
@@ -638,7 +719,8 @@ def read_container(data):
     if header_end > index_offset or any(data[32 + header_size:header_end]):
         raise Corrupt("header block")
     h = parse_header(data[32:32 + header_size], version)
-    want_version = (7 if h["layer_tokens"] else
+    want_version = (8 if any(c["kind"] == 2 for c in h["codecs"]) else
+                    7 if h["layer_tokens"] else
                     6 if h["guard_stride"] or h["allocated_bits"] else
                     5 if h["layer_codec_v"] != h["layer_codec"] else
                     4 if h["key_mean_block"] else 3 if h["engine_state"] else
@@ -659,7 +741,7 @@ def read_container(data):
         validate_codec(c, h["head_dim"])
     if any(i >= len(h["codecs"]) for i in h["layer_codec"] + h["layer_codec_v"]):
         raise Corrupt("layer codec index")
-    decoders = [CodecDecoder(c) for c in h["codecs"]]
+    decoders = [KlDecoder(c) if c["kind"] == 2 else CodecDecoder(c) for c in h["codecs"]]
     keys = chunk_keys(h, decoders)
     count = struct.unpack_from("<Q", data, index_offset)[0]
     if count != len(keys) or count != (index_size - 16) // 48:
@@ -710,7 +792,7 @@ def decode_container(data, out_dtype):
             mb = dec.meta_bytes()
             base = heads * layer_decoder(h, decoders, layer, 0).meta_bytes() if kv else 0
             for hd in range(heads):
-                mask = metas[base + hd * mb:base + (hd + 1) * mb] if dec.split() else b""
+                mask = metas[base + hd * mb:base + (hd + 1) * mb] if mb else b""
                 for t in range(tc):
                     at = (hd * tc + t) * cb
                     if centered:  # x + alpha * mu: the product rounded to binary32, then the sum

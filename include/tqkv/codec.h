@@ -4,7 +4,10 @@
 // into a CodecSpec; Codec::Create resolves it for one head dimension into CodecParams (every value
 // needed to decode, as stored in the container) and builds rotations and codebooks.
 //
-// Encoded layout of one vector (docs/codec.md has the byte-level description):
+// "kl:B" is the transform codec (docs/codec.md §11): a per-group basis and bit allocation fitted
+// at checkpoint time from the session itself, B bits per value for each vector's code.
+//
+// Encoded layout of one TurboQuant vector (docs/codec.md has the byte-level description):
 //   norms:  one per subset, f32 or f16, subset order (outliers first when split)
 //   planes: per subset, `bits` bit-planes of ceil(channels/8) bytes; plane p holds bit p of each index
 //   qjl:    [f32 gamma][ceil(d/8) sign bytes] when qjl is on (unsplit codecs only)
@@ -27,7 +30,7 @@ namespace tqkv {
 class ThreadPool;
 
 // Serialized in the container: never renumber.
-enum class CodecKind : uint8_t { kRaw = 0, kTurboQuant = 1 };
+enum class CodecKind : uint8_t { kRaw = 0, kTurboQuant = 1, kTransform = 2 };
 enum class RotationKind : uint8_t {
   kAuto = 0,       // parse-time only: Hadamard for powers of two, Kronecker otherwise
   kHadamard = 1,   // H·D/sqrt(d): random signs, one round
@@ -51,6 +54,9 @@ struct CodecSpec {
   DType norm_dtype = DType::kF32;             // kF32 or kF16
   bool norm_correction = false;
   bool qjl = false;  // TurboQuant_prod: (bits-1)-bit mse + 1-bit QJL residual
+  // kTransform ("kl:B"): the budget B in thousandths of a bit per value (norm included); its
+  // norm_dtype is f16 unless the spec says norm=f32.
+  uint32_t kl_milli = 0;
 
   bool operator==(const CodecSpec&) const = default;
 };
@@ -58,6 +64,7 @@ struct CodecSpec {
 // Parses "fp16", "bf16", "fp32", "tq2", "tq3", "tq4", "tq2.5", "tq3.5", optionally followed by
 // ",key=value" modifiers, or the general "tq:key=value,...". Keys: b (bits), split (K@B or
 // N/D@B, e.g. 32@4 or 1/4@4), rot (auto|hd|hd2|haar|kron), seed, norm (f32|f16), nc (0|1), qjl (0|1).
+// Or the transform codec "kl:B[,norm=f16|f32]", B in [1, 8] with at most 3 decimals.
 Result<CodecSpec> ParseCodecSpec(std::string_view spec);
 // The shortest string that parses back to `spec` (a preset name where one matches).
 std::string FormatCodecSpec(const CodecSpec& spec);
@@ -83,7 +90,9 @@ std::string FormatKvCodecSpec(const KvCodecSpec& spec);
 // Joins two labels (FormatCodecSpec or CodecLabel strings) the way FormatKvCodecSpec does.
 std::string JoinKvLabels(const std::string& k, const std::string& v);
 
-// One subset of channels with its own rotation and codebook.
+// One subset of channels with its own rotation and codebook. A transform codec (kTransform) holds
+// its codebooks here instead: subset j is the Gaussian Lloyd-Max codebook of j + 1 bits
+// (channels = head_dim, rotation kAuto meaning none, seed 0).
 struct SubsetParams {
   uint16_t channels = 0;
   uint8_t bits = 0;  // index bits (mse part)
@@ -104,8 +113,9 @@ struct CodecParams {
   bool norm_correction = false;
   bool qjl = false;
   uint64_t qjl_seed = 0;
+  uint32_t code_bits = 0;  // kTransform: index bits per vector (the group's allocation sums to it)
 
-  bool split() const { return subsets.size() == 2; }
+  bool split() const { return kind == CodecKind::kTurboQuant && subsets.size() == 2; }
   bool operator==(const CodecParams&) const = default;
 };
 
@@ -137,6 +147,8 @@ uint32_t MaxRotationChannels(RotationKind kind);
 CodecSetupCost RotationSetupCost(RotationKind kind, uint32_t channels);
 // The QJL matrix is dense (head_dim x head_dim Gaussians).
 inline constexpr uint32_t kMaxQjlHeadDim = 512;
+// A transform codec's head_dim: a multiple of 8 from 16 to this (its classes are multiples of 8).
+inline constexpr uint32_t kMaxTransformHeadDim = 256;
 // Every table of one codec (subset rotations, codebooks, QJL matrix). Params must be valid.
 CodecSetupCost SetupCostOf(const CodecParams& params);
 // All codecs of one container together (they are built when it is opened) stay within these.

@@ -29,10 +29,11 @@ namespace tqkv {
 // version 5 separate K and V codecs (ContainerHeader::layer_codec_v), version 6 the codec's
 // measured error per layer and tensor (ContainerHeader::guard_stride, codec_error) and the
 // allocator's budget (allocated_bits), version 7 a token count per layer (ragged sessions,
-// ContainerHeader::layer_tokens);
+// ContainerHeader::layer_tokens), version 8 the transform codec (CodecKind::kTransform, whose
+// record adds code_bits; layer_tokens always present, ragged or not);
 // a writer emits the lowest version that holds the session, so files without the newer features
 // stay readable by older readers.
-inline constexpr uint32_t kContainerVersion = 7;
+inline constexpr uint32_t kContainerVersion = 8;
 // The largest engine state a header may carry (docs/format.md §4): 64 MiB, about 2 million cells
 // of a llama.cpp sequence state's metadata.
 inline constexpr uint64_t kMaxEngineStateBytes = 64ull << 20;
@@ -156,7 +157,7 @@ inline uint64_t LayerGroupMetaBytes(const ContainerHeader& h, uint32_t layer) {
 // Whether `layer`'s K codes are mean-removed (the header has key means and the layer's codec is
 // TurboQuant). The header must be valid (layer_codec in range).
 inline bool LayerHasKeyMeans(const ContainerHeader& h, uint32_t layer) {
-  return h.key_mean_block != 0 && h.codecs[h.layer_codec[layer]].kind == CodecKind::kTurboQuant;
+  return h.key_mean_block != 0 && h.codecs[h.layer_codec[layer]].kind != CodecKind::kRaw;
 }
 // Mean blocks per KV head of `layer`: ceil(LayerTokens / key_mean_block); 0 without key means.
 inline uint64_t KeyMeanBlocks(const ContainerHeader& h, uint32_t layer) {
@@ -181,9 +182,12 @@ inline std::array<TokenRange, 2> ExactRanges(const ContainerHeader& h, uint32_t 
 
 inline bool HasExactRows(const ContainerHeader& h) { return h.exact_head != 0 || h.exact_tail != 0; }
 
-// The format version a header needs: 7 with a per-layer token count, 6 with codec errors, else 5 with separate K/V codecs, else 4
+// The format version a header needs: 8 with a transform codec (kl:B), 7 with a per-layer token count, 6 with codec errors, else 5 with separate K/V codecs, else 4
 // with key means, else 3 with an engine state, else 2 with exact rows, else 1.
 inline uint32_t ContainerVersionFor(const ContainerHeader& h) {
+  for (const CodecParams& c : h.codecs) {
+    if (c.kind == CodecKind::kTransform) return 8;
+  }
   if (IsRagged(h)) return 7;
   if (h.guard_stride != 0 || h.allocated_bits != 0) return 6;
   if (HasSeparateKvCodecs(h)) return 5;

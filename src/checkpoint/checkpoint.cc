@@ -180,11 +180,11 @@ ContainerHeader PlanHeader(const KvSource& source, const CheckpointOptions& opti
   header.exact_tail = static_cast<uint32_t>(
       std::min<uint64_t>(options.exact_tail, shortest - header.exact_head));
   header.engine_state = options.engine_state;
-  bool any_tq = false;
+  bool any_lossy_k = false;
   for (uint16_t i : codecs.layer_codec) {  // key means are for keys: K's codecs decide
-    any_tq |= codecs.codecs[i]->params().kind == CodecKind::kTurboQuant;
+    any_lossy_k |= codecs.codecs[i]->params().kind != CodecKind::kRaw;
   }
-  if (options.key_mean_block != 0 && header.tokens > 0 && any_tq) {
+  if (options.key_mean_block != 0 && header.tokens > 0 && any_lossy_k) {
     header.key_mean_block = static_cast<uint32_t>(
         std::min<uint64_t>(options.key_mean_block, header.tokens));  // larger: one per session
     header.key_mean_dtype = options.key_mean_dtype;

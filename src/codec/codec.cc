@@ -1,4 +1,5 @@
 // Codec::Create / Codec::FromParams: spec resolution and argument checks shared by the codecs.
+#include <algorithm>
 #include <limits>
 #include <string>
 
@@ -17,6 +18,38 @@ constexpr uint32_t kMinSubset = 4;
 
 bool IsPow2(uint32_t m) { return m != 0 && (m & (m - 1)) == 0; }
 
+// kl:B: B * head_dim bits per vector (rounded down), less the norm's; 8 codebooks.
+Result<CodecParams> ResolveTransform(const CodecSpec& spec, uint32_t head_dim,
+                                     const std::string& where) {
+  CodecParams p;
+  p.kind = CodecKind::kTransform;
+  p.head_dim = head_dim;
+  if (head_dim < 16 || head_dim > kMaxTransformHeadDim || head_dim % 8 != 0) {
+    return Status::InvalidArgument("codec: kl needs a head_dim that is a multiple of 8 from 16 to " +
+                                   std::to_string(kMaxTransformHeadDim) + where);
+  }
+  if (spec.kl_milli < 1000 || spec.kl_milli > 8000) {
+    return Status::InvalidArgument("codec: kl:B needs 1 <= B <= 8" + where);
+  }
+  if (spec.norm_dtype != DType::kF32 && spec.norm_dtype != DType::kF16) {
+    return Status::InvalidArgument("codec: kl norm dtype must be f16 or f32" + where);
+  }
+  p.norm_dtype = spec.norm_dtype;
+  p.code_bits = KlCodeBits(spec.kl_milli, head_dim, spec.norm_dtype);
+  if (p.code_bits == 0) return Status::InvalidArgument("codec: kl:B leaves no index byte" + where);
+  for (uint8_t bits = 1; bits <= 8; ++bits) {
+    SubsetParams s;
+    s.channels = static_cast<uint16_t>(head_dim);
+    s.bits = bits;
+    s.rotation = RotationKind::kAuto;  // none
+    const auto cb = LloydMaxCodebook(kGaussianDim, bits);
+    if (!cb) return Status::Internal("codec: no Gaussian codebook of " + std::to_string(bits));
+    s.centroids.assign(cb->centroids.begin(), cb->centroids.end());
+    p.subsets.push_back(std::move(s));
+  }
+  return p;
+}
+
 }  // namespace
 
 Result<CodecParams> ResolveParams(const CodecSpec& spec, uint32_t head_dim) {
@@ -32,6 +65,7 @@ Result<CodecParams> ResolveParams(const CodecSpec& spec, uint32_t head_dim) {
     p.raw_dtype = spec.raw_dtype;
     return p;
   }
+  if (spec.kind == CodecKind::kTransform) return ResolveTransform(spec, head_dim, where);
   if (spec.kind != CodecKind::kTurboQuant) return Status::InvalidArgument("codec: unknown kind");
   if (head_dim < 16)
     return Status::InvalidArgument("codec: TurboQuant needs head_dim >= 16" + where);
@@ -109,6 +143,14 @@ Status CheckVectors(const char* what, const void* p, DType dtype, size_t n, size
   return Status::Ok();
 }
 
+Status CheckMeanScale(size_t mean, size_t scale, uint32_t head_dim, size_t n) {
+  if (mean == head_dim && scale == n) return Status::Ok();
+  return Status::InvalidArgument("DecodeAdd: " + std::to_string(mean) + " mean and " +
+                                 std::to_string(scale) + " scale values for head_dim " +
+                                 std::to_string(head_dim) + " and " + std::to_string(n) +
+                                 " vectors");
+}
+
 Status CheckSpan(const char* what, size_t have, size_t n, size_t per_item) {
   if (per_item != 0 && n > std::numeric_limits<size_t>::max() / per_item) {
     return Status::InvalidArgument(std::string(what) + ": size overflows");
@@ -137,6 +179,7 @@ Status Codec::DecodeAdd(std::span<const uint8_t>, size_t, std::span<const uint8_
 Result<std::unique_ptr<Codec>> Codec::FromParams(const CodecParams& params) {
   TQKV_RETURN_IF_ERROR(ValidateCodecParams(params));
   if (params.kind == CodecKind::kRaw) return codec::MakeRawCodec(params);
+  if (params.kind == CodecKind::kTransform) return codec::MakeTransformCodec(params);
   return codec::MakeTurboQuantCodec(params);
 }
 

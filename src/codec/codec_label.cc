@@ -1,4 +1,5 @@
 // CodecLabel: the spec a stored codec was resolved from (the inverse of Codec::Create).
+#include "codec/codec_internal.h"
 #include "tqkv/codec.h"
 
 namespace tqkv {
@@ -10,6 +11,24 @@ std::string CodecLabel(const CodecParams& p) {
       case DType::kBF16: return "bf16";
       case DType::kF32: return "fp32";
     }
+  }
+  if (p.kind == CodecKind::kTransform) {
+    // The shortest B (whole, tenths, hundredths, then thousandths) that resolves to these bits.
+    CodecSpec spec;
+    spec.kind = CodecKind::kTransform;
+    spec.norm_dtype = p.norm_dtype;
+    spec.kl_milli = 8000;
+    for (uint32_t step : {1000u, 100u, 10u, 1u}) {
+      bool found = false;
+      for (uint32_t milli = 1000; milli <= 8000 && !found; milli += step) {
+        if (codec::KlCodeBits(milli, p.head_dim, p.norm_dtype) == p.code_bits) {
+          spec.kl_milli = milli;
+          found = true;
+        }
+      }
+      if (found) break;
+    }
+    return FormatCodecSpec(spec);
   }
   // Rebuild the spec the params were resolved from (seeds aside) and print it.
   CodecSpec spec;

@@ -82,7 +82,7 @@ Result<KvCodecSpec> ParseAuto(std::string_view spec) {
 Result<KvCodecSpec> ParseKvCodecSpec(std::string_view spec) {
   if (spec.substr(0, 5) == "auto:") return ParseAuto(spec);
   if (spec.substr(0, 2) == "k:") return ParseGeneral(spec);
-  if (!spec.empty() && spec[0] == 'k') return ParsePresetFamily(spec);
+  if (!spec.empty() && spec[0] == 'k' && spec.substr(0, 3) != "kl:") return ParsePresetFamily(spec);
   if (spec.substr(0, 2) == "v:") return Bad(spec, "the K part comes first: k:SPEC/v:SPEC");
   TQKV_ASSIGN_OR_RETURN(CodecSpec both, ParseCodecSpec(spec));
   return KvCodecSpec{both, both};

@@ -51,6 +51,16 @@ CodecSetupCost RotationSetupCost(RotationKind k, uint32_t channels) {
 
 CodecSetupCost SetupCostOf(const CodecParams& p) {
   CodecSetupCost cost;
+  if (p.kind == CodecKind::kTransform) {  // codebooks, thresholds, one rotation per class size
+    cost = {8 * 510, 510};
+    for (uint32_t m = 8; m <= p.head_dim; m += 8) {
+      const CodecSetupCost r = RotationSetupCost(
+          (m & (m - 1)) == 0 ? RotationKind::kHadamard : RotationKind::kKronecker, m);
+      cost.bytes += r.bytes;
+      cost.ops += r.ops;
+    }
+    return cost;
+  }
   for (const auto& s : p.subsets) {
     const CodecSetupCost r = RotationSetupCost(s.rotation, s.channels);
     cost.bytes += r.bytes + 8 * s.centroids.size();  // centroids and thresholds
@@ -66,6 +76,7 @@ CodecSetupCost SetupCostOf(const CodecParams& p) {
 
 size_t CodeBytesOf(const CodecParams& p) {
   if (p.kind == CodecKind::kRaw) return static_cast<size_t>(p.head_dim) * DTypeSize(p.raw_dtype);
+  if (p.kind == CodecKind::kTransform) return DTypeSize(p.norm_dtype) + p.code_bits / 8;
   size_t bytes = 0;
   for (const auto& s : p.subsets) {
     bytes += DTypeSize(p.norm_dtype) + static_cast<size_t>(s.bits) * ((s.channels + 7) / 8);
@@ -75,7 +86,46 @@ size_t CodeBytesOf(const CodecParams& p) {
 }
 
 size_t GroupMetaBytesOf(const CodecParams& p) {
+  // bits, means and scales per channel, then the norm scale
+  if (p.kind == CodecKind::kTransform) return size_t{5} * p.head_dim + 4;
   return p.kind == CodecKind::kTurboQuant && p.split() ? (p.head_dim + 7) / 8 : 0;
+}
+
+static Status ValidateCodebook(const SubsetParams& s, const char* what) {
+  if (s.centroids.size() != (size_t{1} << s.bits)) {
+    return Status::InvalidArgument(std::string("codec params: ") + what + ": centroid count");
+  }
+  for (size_t i = 0; i < s.centroids.size(); ++i) {
+    if (!std::isfinite(s.centroids[i]) || (i > 0 && !(s.centroids[i] > s.centroids[i - 1]))) {
+      return Status::InvalidArgument(std::string("codec params: ") + what +
+                                     ": centroids not finite and ascending");
+    }
+  }
+  return Status::Ok();
+}
+
+static Status ValidateTransform(const CodecParams& p) {
+  auto bad = [](const std::string& why) { return Status::InvalidArgument("codec params: " + why); };
+  if (p.head_dim < 16 || p.head_dim > kMaxTransformHeadDim || p.head_dim % 8 != 0) {
+    return bad("kl needs a head_dim that is a multiple of 8 from 16 to " +
+               std::to_string(kMaxTransformHeadDim));
+  }
+  if (p.norm_dtype != DType::kF32 && p.norm_dtype != DType::kF16) return bad("kl norm dtype");
+  if (p.norm_correction || p.qjl || p.qjl_seed != 0) return bad("kl with nc, qjl or a qjl seed");
+  if (p.code_bits < 8 || p.code_bits > 8ull * p.head_dim || p.code_bits % 8 != 0) {
+    return bad("kl code bits " + std::to_string(p.code_bits) + " (1.." +
+               std::to_string(8ull * p.head_dim) + ", whole bytes)");
+  }
+  if (p.subsets.size() != 8) return bad("kl needs 8 codebooks");
+  for (size_t j = 0; j < 8; ++j) {
+    const SubsetParams& s = p.subsets[j];
+    if (s.channels != p.head_dim || s.bits != j + 1 || s.rotation != RotationKind::kAuto ||
+        s.seed != 0) {
+      return bad("kl codebook " + std::to_string(j) + ": channels, bits, rotation or seed");
+    }
+    TQKV_RETURN_IF_ERROR(ValidateCodebook(s, "kl codebook"));
+  }
+  return Status::Ok();
 }
 
 Status ValidateCodecParams(const CodecParams& p) {
@@ -88,6 +138,7 @@ Status ValidateCodecParams(const CodecParams& p) {
     if (!p.subsets.empty()) return bad("raw codec with subsets");
     return Status::Ok();
   }
+  if (p.kind == CodecKind::kTransform) return ValidateTransform(p);
   if (p.kind != CodecKind::kTurboQuant) return bad("unknown codec kind");
   if (p.head_dim < 16) return bad("TurboQuant needs head_dim >= 16");
   if (p.subsets.empty() || p.subsets.size() > 2) return bad("1 or 2 subsets");

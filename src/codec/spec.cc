@@ -133,6 +133,39 @@ Status ApplyModifier(std::string_view spec, std::string_view kv, CodecSpec* out,
   return Status::Ok();
 }
 
+// "kl:B[,norm=f16|f32]": B bits per value, 1 <= B <= 8, at most three decimals.
+Result<CodecSpec> ParseTransformSpec(std::string_view spec) {
+  CodecSpec out;
+  out.kind = CodecKind::kTransform;
+  out.norm_dtype = DType::kF16;
+  const std::vector<std::string_view> parts = Split(spec.substr(3), ',');
+  const std::string_view b = parts[0];
+  const size_t dot = b.find('.');
+  const std::string_view whole = b.substr(0, dot);
+  const std::string_view frac = dot == std::string_view::npos ? std::string_view{} : b.substr(dot + 1);
+  uint64_t w = 0, f = 0;
+  const bool frac_ok = dot == std::string_view::npos ||
+                       (!frac.empty() && frac.size() <= 3 && ParseUint(frac, 999, &f));
+  if (whole.size() != 1 || !ParseUint(whole, 8, &w) || !frac_ok || frac.find('x') != frac.npos) {
+    return Bad(spec, "kl:B wants B bits per value, 1 to 8 with at most 3 decimals (e.g. kl:2.5)");
+  }
+  for (size_t i = frac.size(); i < 3; ++i) f *= 10;
+  const uint64_t milli = w * 1000 + f;
+  if (milli < 1000 || milli > 8000) return Bad(spec, "kl:B wants 1 <= B <= 8");
+  out.kl_milli = static_cast<uint32_t>(milli);
+  for (size_t i = 1; i < parts.size(); ++i) {
+    const std::string_view kv = parts[i];
+    if (kv == "norm=f16" || kv == "norm=fp16") {
+      out.norm_dtype = DType::kF16;
+    } else if (kv == "norm=f32" || kv == "norm=fp32") {
+      out.norm_dtype = DType::kF32;
+    } else {
+      return Bad(spec, "kl:B takes only norm=f16|f32, got '" + std::string(kv) + "'");
+    }
+  }
+  return out;
+}
+
 struct Preset {
   std::string_view name;
   uint8_t bits, outlier_bits;
@@ -144,6 +177,7 @@ constexpr Preset kSplitPresets[] = {{"tq2.5", 2, 4}, {"tq3.5", 3, 5}};
 Result<CodecSpec> ParseCodecSpec(std::string_view spec) {
   CodecSpec out;
   if (spec.empty()) return Bad(spec, "empty");
+  if (spec.substr(0, 3) == "kl:") return ParseTransformSpec(spec);
   std::string_view head = spec;
   std::string_view rest;
   bool general = false;
@@ -152,7 +186,7 @@ Result<CodecSpec> ParseCodecSpec(std::string_view spec) {
   if (colon != std::string_view::npos && (comma == std::string_view::npos || colon < comma)) {
     head = spec.substr(0, colon);
     rest = spec.substr(colon + 1);
-    if (head != "tq") return Bad(spec, "only 'tq:' takes the general key=value form");
+    if (head != "tq") return Bad(spec, "only 'tq:' takes the general key=value form (and 'kl:B')");
     general = true;
     if (rest.empty()) return Bad(spec, "no keys after 'tq:'");
   } else if (comma != std::string_view::npos) {
@@ -182,7 +216,7 @@ Result<CodecSpec> ParseCodecSpec(std::string_view spec) {
   }
   if (!matched) {
     return Bad(spec, "unknown codec '" + std::string(head) +
-                         "' (fp16, bf16, fp32, tq1..tq8, tq2.5, tq3.5, tq:key=value,...)");
+                         "' (fp16, bf16, fp32, tq1..tq8, tq2.5, tq3.5, tq:key=value,..., kl:B)");
   }
   std::vector<std::string_view> seen;
   if (!rest.empty()) {
@@ -206,6 +240,16 @@ std::string FormatCodecSpec(const CodecSpec& spec) {
         return "fp32";
     }
     return "fp16";
+  }
+  if (spec.kind == CodecKind::kTransform) {
+    char b[16];
+    std::snprintf(b, sizeof b, "%u.%03u", spec.kl_milli / 1000, spec.kl_milli % 1000);
+    std::string s = b;
+    while (s.back() == '0') s.pop_back();
+    if (s.back() == '.') s.pop_back();
+    s = "kl:" + s;
+    if (spec.norm_dtype == DType::kF32) s += ",norm=f32";
+    return s;
   }
   const CodecSpec defaults;
   std::string s;

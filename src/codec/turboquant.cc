@@ -159,12 +159,7 @@ class TurboQuantCodec final : public Codec {
   Status DecodeAdd(std::span<const uint8_t> codes, size_t n, std::span<const uint8_t> meta,
                    std::span<const float> mean, std::span<const float> scale, void* out,
                    DType dtype, size_t stride, ThreadPool* pool) const override {
-    if (mean.size() != params_.head_dim || scale.size() != n) {
-      return Status::InvalidArgument("DecodeAdd: " + std::to_string(mean.size()) + " mean and " +
-                                     std::to_string(scale.size()) + " scale values for head_dim " +
-                                     std::to_string(params_.head_dim) + " and " +
-                                     std::to_string(n) + " vectors");
-    }
+    TQKV_RETURN_IF_ERROR(CheckMeanScale(mean.size(), scale.size(), params_.head_dim, n));
     return DecodeImpl(codes, n, meta, mean.data(), scale.data(), out, dtype, stride, pool);
   }
 

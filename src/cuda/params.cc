@@ -108,6 +108,9 @@ GpuDType ToGpuDType(DType t) {
 Result<PackedCodec> PackCodecParams(const CodecParams& params) {
   TQKV_RETURN_IF_ERROR(ValidateCodecParams(params));
   if (params.qjl) return Status::Unsupported("GPU kernels: qjl=1 codecs are not supported");
+  if (params.kind == CodecKind::kTransform) {
+    return Status::Unsupported("GPU kernels: the kl transform codec has no CUDA decoder yet");
+  }
   if (params.head_dim > kGpuMaxHeadDim) {
     return Status::Unsupported("GPU kernels: head_dim " + std::to_string(params.head_dim) +
                                " > " + std::to_string(kGpuMaxHeadDim));

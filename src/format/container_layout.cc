@@ -297,6 +297,7 @@ std::vector<uint8_t> EncodeHeaderBody(const ContainerHeader& h) {
     w.U16(0);  // reserved
     w.U32(c.head_dim);
     w.U64(c.qjl_seed);
+    if (c.kind == CodecKind::kTransform) w.U32(c.code_bits);  // version 8
     for (const SubsetParams& s : c.subsets) {
       w.U16(s.channels);
       w.U8(s.bits);
@@ -333,8 +334,8 @@ std::vector<uint8_t> EncodeHeaderBody(const ContainerHeader& h) {
       w.F64(e.energy);
     }
   }
-  if (version >= 7) {
-    for (uint64_t n : h.layer_tokens) w.U64(n);
+  if (version >= 7) {  // version 8 has the table for every session: each entry `tokens` unless ragged
+    for (uint32_t l = 0; l < h.geometry.layers; ++l) w.U64(LayerTokens(h, l));
   }
   return out;
 }
@@ -370,13 +371,18 @@ Result<ContainerHeader> DecodeHeaderBody(std::span<const uint8_t> body, uint64_t
     c.qjl = r.Bool("codec qjl");
     const uint64_t subsets_at = r.offset();
     const uint8_t subset_count = r.U8("codec subset count");
-    if (r.ok() && subset_count > 2)
-      r.Fail("codec subset count", subsets_at, "0..2", std::to_string(subset_count));
+    // A transform codec (version 8) stores its 8 codebooks as subset records.
+    const uint8_t max_subsets = c.kind == CodecKind::kTransform && version >= 8 ? 8 : 2;
+    if (r.ok() && subset_count > max_subsets) {
+      r.Fail("codec subset count", subsets_at, "0.." + std::to_string(max_subsets),
+             std::to_string(subset_count));
+    }
     const uint64_t reserved_at = r.offset();
     const uint16_t reserved = r.U16("codec reserved");
     if (r.ok() && reserved != 0) r.Fail("codec reserved", reserved_at, "0", Hex(reserved));
     c.head_dim = r.U32("codec head_dim");
     c.qjl_seed = r.U64("codec qjl_seed");
+    if (c.kind == CodecKind::kTransform && version >= 8) c.code_bits = r.U32("codec code bits");
     for (uint8_t j = 0; j < subset_count && r.ok(); ++j) {
       SubsetParams s;
       s.channels = r.U16("subset channels");
@@ -453,6 +459,10 @@ Result<ContainerHeader> DecodeHeaderBody(std::span<const uint8_t> body, uint64_t
     if (!r.Need(uint64_t{h.geometry.layers} * 8, "layer tokens")) return r.status();
     h.layer_tokens.resize(h.geometry.layers);
     for (uint64_t& n : h.layer_tokens) n = r.U64("layer tokens");
+    // Version 8 always has the table: one whose every entry is `tokens` is no ragged session.
+    const bool all_full = std::all_of(h.layer_tokens.begin(), h.layer_tokens.end(),
+                                      [&](uint64_t n) { return n == h.tokens; });
+    if (version >= 8 && all_full) h.layer_tokens.clear();
   }
   if (!r.ok()) return r.status();
   if (r.remaining() != 0) {

@@ -183,7 +183,7 @@ TEST_P(CheckpointRoundTrip, RestoreEqualsDirectDecodeBitForBit) {
       ASSERT_TRUE(object.ok());
       auto reader = ContainerReader::Open(object->get(), "s/one");
       ASSERT_TRUE(reader.ok());
-      const bool tq = opts.codec.kind == CodecKind::kTurboQuant;  // K's codec decides
+      const bool tq = opts.codec.kind != CodecKind::kRaw;  // K's codec decides
       EXPECT_EQ(HasSeparateKvCodecs((*reader)->header()), opts.v_codec.has_value());
       EXPECT_EQ((*reader)->header().key_mean_block,
                 tq ? std::min<uint32_t>(means.block, tokens) : 0u);
@@ -199,7 +199,8 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values("fp16", "tq2", "tq3", "tq4", "tq2.5", "tq3.5", "bf16",
                                          "tq3,norm=f16,nc=1", "tq:b=3,rot=haar", "k4v2",
                                          "k3v2", "k3.5v2.5", "k:tq2.5/v:fp16",
-                                         "k:fp16/v:tq3,qjl=1")),
+                                         "k:fp16/v:tq3,qjl=1", "kl:2.5", "kl:3,norm=f32",
+                                         "k:kl:3/v:tq2")),
     [](const auto& info) {
       std::string s = std::get<0>(info.param).name + "_" + std::get<1>(info.param);
       for (char& c : s) {

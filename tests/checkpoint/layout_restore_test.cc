@@ -116,7 +116,8 @@ TEST_P(LayoutRestore, StridedChannelsGoThroughStaging) {
   CheckRestore(l, kTokens * kGeo.token_elems(), nullptr);
 }
 
-INSTANTIATE_TEST_SUITE_P(Codecs, LayoutRestore, ::testing::Values("tq3", "tq2.5", "fp16"));
+INSTANTIATE_TEST_SUITE_P(Codecs, LayoutRestore,
+                         ::testing::Values("tq3", "tq2.5", "fp16", "kl:2.5"));
 
 TEST(LayoutRestoreRefuses, BadDestinations) {
   auto session = testing_util::MakeSession(kGeo, kTokens, DType::kF16, 12);

@@ -66,6 +66,11 @@ CASES = [
     # The bit allocator (format version 6 with a budget).
     # (a tiny session: 4 KiB pages dominate its bits per value)
     ("auto:40", 64, "F32", ["--codec", "auto:40"], ["f32"]),
+    # The transform codec (format version 8), with key means, a raw layer and an f32 norm.
+    ("kl:2.5", 64, "F32", ["--codec", "kl:2.5"], ["f16", "f32"]),
+    ("kl:3,norm=f32 + layer 1 fp16, key means off", 32, "F16",
+     ["--codec", "kl:3,norm=f32", "--layer-codec", "1:fp16", "--key-means", "off"], ["f32"]),
+    ("k:kl:2/v:tq3", 128, "BF16", ["--codec", "k:kl:2/v:tq3"], ["bf16"]),
     ("k:tq2.5/v:tq3,qjl=1 + exact tokens 1,1", 64, "F32",
      ["--codec", "k:tq2.5/v:tq3,qjl=1", "--exact-tokens", "1,1"], ["f32"]),
     ("tq3 + layer 0 k:fp16/v:tq2.5 + layer 1 k4v3", 64, "BF16",

@@ -88,6 +88,20 @@ std::vector<Golden> Goldens() {
   ContainerHeader ragged_all = guard_all;
   ragged_all.layer_tokens = {3, 2};
   g.push_back({"v7_ragged_guard_kv_key_means.tqkv", ragged_all});
+  // Version 8: the transform codec kl (layer 0, with key means and guard figures; layer 1 raw),
+  // and the same session ragged, kl on V of layer 1.
+  ContainerHeader kl =
+      MakeHeader({2, 1, 16}, 3, 2, {KlParams(16, 40), RawParams(16)}, {0, 1});
+  kl.key_mean_block = 2;
+  kl.key_mean_dtype = DType::kF16;
+  kl.guard_stride = 1;
+  kl.codec_error = guard.codec_error;
+  kl.exact_tail = 1;
+  g.push_back({"v8_kl.tqkv", kl});
+  ContainerHeader kl_ragged = kl;
+  kl_ragged.layer_codec_v = {0, 0};
+  kl_ragged.layer_tokens = {3, 2};
+  g.push_back({"v8_kl_ragged_kv.tqkv", kl_ragged});
   return g;
 }
 
@@ -171,6 +185,46 @@ TEST(ContainerGoldenTest, AnInvalidMaskFailsVerifyAsItFailsRestore) {
   EXPECT_TRUE(restored.IsCorruption()) << restored.ToString();
   EXPECT_NE(verified.message().find("outlier mask"), std::string::npos) << verified.ToString();
   EXPECT_EQ(verified.message(), restored.message());
+}
+
+// A kl codec's metadata whose bits do not sum to the codec's code bits (docs/codec.md §11):
+// corruption for verify and restore alike, naming why.
+TEST(ContainerGoldenTest, AnInvalidKlMetadataFailsVerifyAsItFailsRestore) {
+  const ContainerHeader h = MakeHeader({1, 1, 16}, 2, 2, {KlParams(16, 40)}, {0});
+  const std::vector<ChunkEntry> keys = ExpectedKeys(h);
+  ASSERT_EQ(keys.front().type, ChunkType::kGroupMeta);
+  for (int fault = 0; fault < 3; ++fault) {
+    SCOPED_TRACE(fault);
+    MemoryWritable out;
+    auto writer = ContainerWriter::Create(&out, h);
+    ASSERT_TRUE(writer.ok()) << writer.status().ToString();
+    for (size_t i = 0; i < keys.size(); ++i) {
+      std::vector<uint8_t> payload =
+          i == 0 ? ValidMasks(h, keys[i], 5) : Payload(ChunkBytes(h, keys[i]), 3 + i);
+      if (i == 0 && fault == 0) payload[84 + 3] ^= 1;  // V (after K's 84 bytes): a bit more or fewer
+      if (i == 0 && fault == 1) payload[3] = 9;           // K: a channel of 9 bits
+      if (i == 0 && fault == 2) payload[16 + 2 * 3 + 1] = 0xFC;  // K: a NaN mean
+      const Status added = (*writer)->AddChunk(keys[i], payload);
+      ASSERT_TRUE(added.ok()) << i << ": " << added.ToString();
+    }
+    ASSERT_TRUE((*writer)->Finish().ok());
+    const auto [verified, restored] = VerifyAndRestore(out.bytes);
+    EXPECT_TRUE(verified.IsCorruption()) << verified.ToString();
+    EXPECT_TRUE(restored.IsCorruption()) << restored.ToString();
+    EXPECT_NE(verified.message().find("kl group metadata"), std::string::npos)
+        << verified.ToString();
+  }
+}
+
+// A kl codec record is version 8's: the same header written as version 7 is refused.
+TEST(ContainerGoldenTest, AKlCodecInAnOlderVersionIsRefused) {
+  std::vector<uint8_t> bytes = ReadGolden("v8_kl.tqkv");
+  ASSERT_GT(bytes.size(), 12u);
+  bytes[8] = 7;  // format version
+  const auto [verified, restored] = VerifyAndRestore(bytes);
+  EXPECT_FALSE(verified.ok());
+  EXPECT_TRUE(verified.IsCorruption()) << verified.ToString();
+  EXPECT_FALSE(restored.ok());
 }
 
 }  // namespace

@@ -97,6 +97,24 @@ inline CodecParams TqParams(uint32_t d, uint8_t bits, bool qjl = false) {
   return p;
 }
 
+// The transform codec kl with `code_bits` index bits per vector and an f16 norm.
+inline CodecParams KlParams(uint32_t d, uint32_t code_bits) {
+  CodecParams p;
+  p.kind = CodecKind::kTransform;
+  p.head_dim = d;
+  p.norm_dtype = DType::kF16;
+  p.code_bits = code_bits;
+  for (uint8_t b = 1; b <= 8; ++b) {
+    SubsetParams s;
+    s.channels = static_cast<uint16_t>(d);
+    s.bits = b;
+    s.rotation = RotationKind::kAuto;
+    s.centroids = Centroids(b);
+    p.subsets.push_back(s);
+  }
+  return p;
+}
+
 // Split TurboQuant: d/4 outlier channels at 4 bits (Hadamard), the rest at 2 bits (Haar).
 inline CodecParams SplitParams(uint32_t d) {
   CodecParams p;
@@ -231,7 +249,7 @@ inline std::vector<ChunkEntry> ExpectedKeys(const ContainerHeader& h) {
       e.layer = l;
       keys.push_back(e);
     }
-    if (h.key_mean_block > 0 && h.codecs[h.layer_codec[l]].kind == CodecKind::kTurboQuant) {
+    if (h.key_mean_block > 0 && h.codecs[h.layer_codec[l]].kind != CodecKind::kRaw) {
       ChunkEntry e;
       e.type = ChunkType::kKeyMeans;
       e.layer = l;
@@ -289,6 +307,27 @@ inline std::vector<uint8_t> ValidMasks(const ContainerHeader& h, const ChunkEntr
                                                           : h.layer_codec_v[e.layer];
     const CodecParams& p = h.codecs[c];
     const size_t bytes = GroupMetaBytesOf(p);
+    if (p.kind == CodecKind::kTransform) {  // bits dealt to bundles of 8; small means; scales > 0
+      for (uint32_t head = 0; head < h.geometry.kv_heads; ++head) {
+        std::vector<uint8_t> meta(bytes, 0);
+        const uint32_t d = p.head_dim, bundles = d / 8;
+        for (uint32_t left = p.code_bits / 8, u = head % bundles; left > 0; u = (u + 1) % bundles) {
+          if (meta[8 * u] == 8) continue;
+          for (uint32_t j = 0; j < 8; ++j) ++meta[8 * u + j];
+          --left;
+        }
+        for (uint32_t c = 0; c < d; ++c) {
+          const uint16_t mean = FloatToHalf(0.01f * static_cast<float>(pick[c] % 16) - 0.08f);
+          const uint16_t scale = FloatToHalf(0.02f + 0.01f * static_cast<float>(pick[c] % 8));
+          std::memcpy(&meta[d + 2 * c], &mean, 2);
+          std::memcpy(&meta[3 * d + 2 * c], &scale, 2);
+        }
+        const float g = 1.0f;
+        std::memcpy(&meta[5 * d], &g, 4);
+        out.insert(out.end(), meta.begin(), meta.end());
+      }
+      continue;
+    }
     for (uint32_t head = 0; head < h.geometry.kv_heads && bytes > 0; ++head) {
       std::vector<uint8_t> mask(bytes, 0);
       // Channels in the order of their pseudo-random key, the first `channels` marked.

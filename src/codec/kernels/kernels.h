@@ -132,6 +132,12 @@ struct KernelTable {
   void (*decode_to)(const SubsetPlan& plan, const uint8_t* norm_in, const uint8_t* planes_in,
                     size_t code_stride, size_t n, const float* mean, const float* scale,
                     void* out, DType dtype, size_t out_stride);
+  // The transform codec's assembly (docs/codec.md §11): for n vectors and d channels,
+  // out[i * out_stride + c] = a[c] * norms[i] + b[c] * row[i * row_stride + from[c]], each product
+  // rounded, then the sum (no fma). from[c] < row_stride.
+  void (*gather_affine)(const float* row, size_t row_stride, const uint32_t* from, const float* a,
+                        const float* b, const float* norms, size_t n, size_t d, float* out,
+                        size_t out_stride);
 };
 inline constexpr size_t kSplitSlack = 8;
 
@@ -168,6 +174,9 @@ void MatVecT(const float* mt, const float* x, size_t m, float* y);  // y = M x, 
 // y = (M (x) I_block) x for m = q * block, mt = M^T (q*q row-major); y and x must not overlap.
 void KronMix(const float* mt, const float* x, size_t q, size_t block, float* y);
 uint32_t Quantize(float z, const float* thresholds, uint32_t bits);
+void GatherAffine(const float* row, size_t row_stride, const uint32_t* from, const float* a,
+                  const float* b, const float* norms, size_t n, size_t d, float* out,
+                  size_t out_stride);
 void PackPlanes(const uint8_t* idx, size_t m, uint32_t bits, uint8_t* planes);
 void UnpackPlanes(const uint8_t* planes, size_t m, uint32_t bits, uint8_t* idx);
 }  // namespace ref

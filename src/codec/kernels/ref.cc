@@ -93,6 +93,20 @@ void UnpackPlanes(const uint8_t* planes, size_t m, uint32_t bits, uint8_t* idx) 
   }
 }
 
+void GatherAffine(const float* row, size_t row_stride, const uint32_t* from, const float* a,
+                  const float* b, const float* norms, size_t n, size_t d, float* out,
+                  size_t out_stride) {
+  for (size_t i = 0; i < n; ++i) {
+    const float* r = row + i * row_stride;
+    float* o = out + i * out_stride;
+    for (size_t c = 0; c < d; ++c) {
+      const float base = a[c] * norms[i];
+      const float step = b[c] * r[from[c]];
+      o[c] = base + step;
+    }
+  }
+}
+
 }  // namespace ref
 
 namespace {
@@ -276,7 +290,7 @@ void AddScaled(const float* mean, const float* scale, size_t n, size_t d, float*
 const KernelTable& ScalarKernels() {
   static const KernelTable table{"scalar", ToF32, FromF32, Encode, Decode, SplitGather,
                                  SplitScatter, SplitEncode, SplitDecode, ChannelEnergy,
-                                 AddScaled, nullptr, nullptr};
+                                 AddScaled, nullptr, nullptr, ref::GatherAffine};
   return table;
 }
 

@@ -1,0 +1,433 @@
+// The transform codec "kl:B" (docs/codec.md §11): transform coding fitted per group (layer, K/V,
+// KV head) from the session's own vectors at checkpoint time.
+//
+// Each vector x is coded as its norm n and the unit vector u = x / n. The group metadata holds,
+// per channel c, a bit count b_c (0..8), a mean m_c and a scale s_c, and one power-of-two norm
+// scale g. b_c comes from reverse water-filling over bundles of 8 channels of similar variance;
+// the channels of equal b_c form a class (a multiple of 8 channels) whose values
+// w_c = (u_c - m_c) / s_c (s_c: the class's root mean square deviation) are rotated in
+// power-of-two Hadamard blocks and quantized as TurboQuant quantizes a subset, the vector's norm
+// shared by every block. So blocks decode with TurboQuant's own kernels (every SIMD level,
+// bit-identical to the scalar reference), and the rotation keeps a token's outlier in one channel
+// from being clipped: quantizing each channel on its own measured 3-4x the mean KL.
+//
+// Why a diagonal basis and not the session's eigenvectors: on Qwen2.5-Coder-1.5B a dense
+// eigenbasis per group lowers the error at a given rate by a further ~25 %, but costs
+// 16 * head_dim / N bits per value in f16 (1.0 at N = 2,048, head_dim 128), more than it saves
+// below ~8K tokens; block-diagonal and low-rank approximations kept little of its gain
+// (docs/lab/kl.md, scripts/kl_basis_study.py).
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <numeric>
+#include <queue>
+#include <string>
+#include <vector>
+
+#include "codec/codec_internal.h"
+#include "codec/kernels/kernels.h"
+#include "codec/lloyd_max.h"
+#include "codec/rotation.h"
+#include "common/prng.h"
+#include "tqkv/thread_pool.h"
+
+namespace tqkv::codec {
+namespace {
+
+constexpr uint32_t kMaxBits = 8;
+constexpr uint32_t kBundle = 8;  // channels per allocation unit: every class is a multiple
+// Class rotations depend on the class size m only: DeriveSeed(kClassSeed, m).
+constexpr uint64_t kClassSeed = 0x7471'6b76'6b6c'0001ull;  // "tqkvkl" + 1
+
+uint16_t LoadU16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
+
+// [b]: the Gaussian Lloyd-Max MSE at b bits ([0] = 1), for the encoder's bit allocation only:
+// solved on first use, so opening a kl file to decode it does not solve eight codebooks.
+const std::array<double, kMaxBits + 1>& GaussianDistortion() {
+  static const std::array<double, kMaxBits + 1> table = [] {
+    std::array<double, kMaxBits + 1> t{1.0};
+    for (uint32_t b = 1; b <= kMaxBits; ++b) {
+      const auto cb = LloydMaxCodebook(kGaussianDim, b);
+      t[b] = cb ? cb->mse : t[b - 1] / 4;
+    }
+    return t;
+  }();
+  return table;
+}
+
+// The rotation of a block of m channels (a power of two) and 1 / sqrt(m), the scale that makes
+// it orthonormal (docs/codec.md §11).
+struct ClassRotation {
+  Rotation rot;
+  float scale = 1.0f;
+};
+
+// A block: a power-of-two run of one class's channels with its own Hadamard rotation. A class of
+// m channels (a multiple of 8) splits into blocks by the binary digits of m, largest first, its
+// channels (ascending) taken in that order: every block decodes with the fastest kernels.
+struct Block {
+  uint32_t dim = 0;
+  const uint32_t* channels = nullptr;  // dim channel indices
+  size_t planes_offset = 0;            // within a code
+  size_t row_offset = 0;               // within a decode row (blocks in code order)
+  kernels::SubsetPlan plan;
+};
+
+// One group's metadata, unpacked.
+struct Group {
+  std::vector<float> mean, scale;  // m_c, s_c as stored (f16)
+  float g = 1.0f;
+  std::vector<uint32_t> classes[kMaxBits + 1];  // [b]: channels with b_c = b, ascending
+  std::vector<Block> blocks;                    // classes 1..8 in order, each by its digits
+  // Blocks decode into a row (the blocks' channels in block order); channel c is then
+  // a[c] * n + b[c] * row[from_row[c]] (kernels' gather_affine).
+  std::vector<uint32_t> from_row;  // [c]: channel c's position in a row (0 for a 0-bit channel)
+  std::vector<float> a, b;         // m_c * g, and s_c * g or 0 for a 0-bit channel (g exact)
+};
+
+class TransformCodec final : public Codec {
+ public:
+  explicit TransformCodec(const CodecParams& params) : params_(params) {
+    d_ = params_.head_dim;
+    norm_bytes_ = DTypeSize(params_.norm_dtype);
+    code_bytes_ = norm_bytes_ + params_.code_bits / 8;
+    for (uint32_t b = 1; b <= kMaxBits; ++b) {
+      const std::vector<float>& c = params_.subsets[b - 1].centroids;
+      thresholds_[b].resize(c.size() - 1);
+      for (size_t k = 0; k + 1 < c.size(); ++k) thresholds_[b][k] = 0.5f * (c[k] + c[k + 1]);
+    }
+  }
+
+  const CodecParams& params() const override { return params_; }
+  size_t code_bytes() const override { return code_bytes_; }
+  size_t group_meta_bytes() const override { return GroupMetaBytesOf(params_); }
+
+  Status CheckGroupMeta(std::span<const uint8_t> meta) const override {
+    auto bad = [](const std::string& why) {
+      return Status::InvalidArgument("kl group metadata: " + why);
+    };
+    if (meta.size() != group_meta_bytes()) {
+      return bad(std::to_string(meta.size()) + " bytes, need " +
+                 std::to_string(group_meta_bytes()));
+    }
+    uint64_t total = 0;
+    uint32_t count[kMaxBits + 1] = {};
+    for (uint32_t c = 0; c < d_; ++c) {
+      if (meta[c] > kMaxBits) {
+        return bad("channel " + std::to_string(c) + " has " + std::to_string(meta[c]) +
+                   " bits (at most 8)");
+      }
+      total += meta[c];
+      ++count[meta[c]];
+      const uint16_t m = LoadU16(&meta[d_ + 2 * c]), s = LoadU16(&meta[3 * d_ + 2 * c]);
+      if ((m & 0x7C00u) == 0x7C00u || (s & 0x7C00u) == 0x7C00u || (s & 0x8000u) != 0) {
+        return bad("channel " + std::to_string(c) +
+                   " has a mean or scale that is not finite, or a negative scale");
+      }
+    }
+    if (total != params_.code_bits) {
+      return bad("bits sum to " + std::to_string(total) + ", the codec codes " +
+                 std::to_string(params_.code_bits));
+    }
+    for (uint32_t b = 1; b <= kMaxBits; ++b) {
+      if (count[b] % kBundle != 0) {
+        return bad(std::to_string(count[b]) + " channels of " + std::to_string(b) +
+                   " bits (a multiple of 8)");
+      }
+    }
+    float g;
+    std::memcpy(&g, &meta[5 * d_], 4);
+    int e = 0;
+    if (!(g > 0.0f) || !std::isfinite(g) || std::frexp(g, &e) != 0.5f || e < -125 || e > 128) {
+      return bad("norm scale is not a normal power of two");
+    }
+    return Status::Ok();
+  }
+
+  Status SelectGroupMeta(const void* x, DType dtype, size_t n, size_t stride,
+                         std::span<uint8_t> meta) const override {
+    TQKV_RETURN_IF_ERROR(CheckVectors("SelectGroupMeta", x, dtype, n, stride, d_));
+    if (meta.size() != group_meta_bytes()) {
+      return Status::InvalidArgument("SelectGroupMeta: meta has " + std::to_string(meta.size()) +
+                                     " bytes, need " + std::to_string(group_meta_bytes()));
+    }
+    const auto& k = kernels::ActiveKernels();
+    std::vector<double> s1(d_, 0.0), s2(d_, 0.0);
+    std::vector<float> xf(d_);
+    size_t count = 0;
+    float largest = 0.0f;
+    const size_t pitch = stride * DTypeSize(dtype);
+    for (size_t i = 0; i < n; ++i) {
+      k.to_f32(static_cast<const uint8_t*>(x) + i * pitch, dtype, d_, xf.data());
+      const float norm = std::sqrt(kernels::ref::Sum8Squares(xf.data(), d_));
+      if (!(norm > 0.0f) || !std::isfinite(norm)) continue;  // zero or not finite: no say
+      ++count;
+      largest = std::max(largest, norm);
+      for (uint32_t c = 0; c < d_; ++c) {
+        const double u = xf[c] / norm;
+        s1[c] += u;
+        s2[c] += u * u;
+      }
+    }
+    std::vector<double> var(d_, 0.0);
+    for (uint32_t c = 0; c < d_; ++c) {
+      const double mean = count ? s1[c] / count : 0.0;
+      var[c] = count ? std::max(0.0, s2[c] / count - mean * mean) : 0.0;
+      const uint16_t m = FloatToHalf(static_cast<float>(mean));
+      std::memcpy(&meta[d_ + 2 * c], &m, 2);
+    }
+    // g: the smallest power of two >= 1 that keeps every stored norm n / g within f16's range.
+    float g = 1.0f;
+    if (params_.norm_dtype == DType::kF16) {
+      while (largest / g >= 32768.0f && g < 0x1p100f) g *= 2.0f;
+    }
+    std::memcpy(&meta[5 * d_], &g, 4);
+    AllocateBits(var, meta.first(d_));
+    // One scale per class, the root mean square deviation of its channels: the quantization error
+    // then falls evenly on the class's channels (as TurboQuant's on a vector's), not in
+    // proportion to each channel's variance.
+    double class_var[kMaxBits + 1] = {}, class_n[kMaxBits + 1] = {};
+    for (uint32_t c = 0; c < d_; ++c) {
+      class_var[meta[c]] += var[c];
+      class_n[meta[c]] += 1;
+    }
+    for (uint32_t c = 0; c < d_; ++c) {
+      const double v = class_var[meta[c]] / class_n[meta[c]];
+      const uint16_t s = FloatToHalf(static_cast<float>(std::sqrt(v)));
+      std::memcpy(&meta[3 * d_ + 2 * c], &s, 2);
+    }
+    return Status::Ok();
+  }
+
+  Status Encode(const void* x, DType dtype, size_t n, size_t stride, std::span<const uint8_t> meta,
+                std::span<uint8_t> out, ThreadPool* pool) const override {
+    TQKV_RETURN_IF_ERROR(CheckVectors("Encode", x, dtype, n, stride, d_));
+    TQKV_RETURN_IF_ERROR(CheckSpan("Encode output", out.size(), n, code_bytes_));
+    TQKV_RETURN_IF_ERROR(CheckGroupMeta(meta));
+    const Group g = Unpack(meta);
+    const size_t pitch = stride * DTypeSize(dtype);
+    const auto& k = kernels::ActiveKernels();
+    std::atomic<bool> overflow{false};
+    ParallelFor(pool, n, kGrain, [&](size_t b, size_t e) {
+      std::vector<float> xf(d_), w(d_);
+      std::vector<uint8_t> idx(d_);
+      for (size_t i = b; i < e; ++i) {
+        k.to_f32(static_cast<const uint8_t*>(x) + i * pitch, dtype, d_, xf.data());
+        if (!EncodeOne(g, xf.data(), out.data() + i * code_bytes_, w.data(), idx.data())) {
+          overflow.store(true);
+        }
+      }
+    });
+    if (overflow.load()) {
+      return Status::InvalidArgument(
+          "Encode: a vector's norm over the group's norm scale is 65520 or more, beyond what a "
+          "kl code's f16 norm stores (metadata selected on other vectors?); use norm=f32");
+    }
+    return Status::Ok();
+  }
+
+  Status Decode(std::span<const uint8_t> codes, size_t n, std::span<const uint8_t> meta, void* out,
+                DType dtype, size_t stride, ThreadPool* pool) const override {
+    return DecodeImpl(codes, n, meta, nullptr, nullptr, out, dtype, stride, pool);
+  }
+  Status DecodeAdd(std::span<const uint8_t> codes, size_t n, std::span<const uint8_t> meta,
+                   std::span<const float> mean, std::span<const float> scale, void* out,
+                   DType dtype, size_t stride, ThreadPool* pool) const override {
+    TQKV_RETURN_IF_ERROR(CheckMeanScale(mean.size(), scale.size(), d_, n));
+    return DecodeImpl(codes, n, meta, mean.data(), scale.data(), out, dtype, stride, pool);
+  }
+
+ private:
+  // Greedy reverse water-filling over bundles of 8 channels (channels by variance, largest
+  // first, ties to the lower channel): code_bits / 8 steps, each giving one more bit to every
+  // channel of the bundle whose distortion falls most (ties to the earlier bundle), at most 8.
+  void AllocateBits(const std::vector<double>& var, std::span<uint8_t> bits) const {
+    std::vector<uint32_t> order(d_);
+    std::iota(order.begin(), order.end(), 0u);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](uint32_t a, uint32_t b) { return var[a] > var[b]; });
+    const uint32_t bundles = d_ / kBundle;
+    std::vector<double> bundle_var(bundles, 0.0);
+    for (uint32_t j = 0; j < d_; ++j) bundle_var[j / kBundle] += var[order[j]];
+    std::vector<uint32_t> bundle_bits(bundles, 0);
+    const std::array<double, kMaxBits + 1>& dist = GaussianDistortion();
+    using Item = std::pair<double, int64_t>;  // (gain, -bundle): the larger pops first
+    std::priority_queue<Item> heap;
+    for (uint32_t u = 0; u < bundles; ++u) {
+      heap.push({bundle_var[u] * (1.0 - dist[1]), -int64_t{u}});
+    }
+    for (uint32_t left = params_.code_bits / kBundle; left > 0 && !heap.empty(); --left) {
+      const auto [gain, neg_u] = heap.top();
+      heap.pop();
+      const auto u = static_cast<uint32_t>(-neg_u);
+      const uint32_t b = ++bundle_bits[u];
+      if (b < kMaxBits) heap.push({bundle_var[u] * (dist[b] - dist[b + 1]), neg_u});
+    }
+    for (uint32_t j = 0; j < d_; ++j) bits[order[j]] = static_cast<uint8_t>(bundle_bits[j / kBundle]);
+  }
+
+  const ClassRotation& RotationOf(uint32_t m) const {
+    std::lock_guard<std::mutex> lock(rot_mu_);
+    auto& r = rotations_[m];
+    if (!r) {
+      r = std::make_unique<ClassRotation>();
+      r->rot = MakeRotation(RotationKind::kHadamard, DeriveSeed(kClassSeed, m), m);
+      r->scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(m)));
+    }
+    return *r;
+  }
+
+  Group Unpack(std::span<const uint8_t> meta) const {
+    Group g;
+    g.mean.resize(d_);
+    g.scale.resize(d_);
+    std::memcpy(&g.g, &meta[5 * d_], 4);
+    for (uint32_t c = 0; c < d_; ++c) {
+      g.mean[c] = HalfToFloat(LoadU16(&meta[d_ + 2 * c]));
+      g.scale[c] = HalfToFloat(LoadU16(&meta[3 * d_ + 2 * c]));
+      g.classes[meta[c]].push_back(c);
+    }
+    size_t at = norm_bytes_, row = 0;
+    for (uint32_t b = 1; b <= kMaxBits; ++b) {
+      const std::vector<uint32_t>& cls = g.classes[b];
+      size_t taken = 0;
+      for (uint32_t m = 1u << 15; m >= kBundle; m >>= 1) {
+        if ((cls.size() & m) == 0) continue;
+        const ClassRotation& cr = RotationOf(m);
+        Block k;
+        k.dim = m;
+        k.channels = cls.data() + taken;
+        k.planes_offset = at;
+        k.row_offset = row;
+        kernels::SubsetPlan& p = k.plan;
+        p.dim = m;
+        p.bits = b;
+        p.rotation = RotationKind::kHadamard;
+        p.signs1 = cr.rot.signs1.data();
+        p.centroids = params_.subsets[b - 1].centroids.data();
+        p.thresholds = thresholds_[b].data();
+        p.enc_scale = cr.scale;
+        p.dec_scale = cr.scale;
+        p.norm_dtype = params_.norm_dtype;
+        g.blocks.push_back(k);
+        taken += m;
+        at += size_t{b} * m / 8;
+        row += m;
+      }
+    }
+    g.from_row.assign(d_, 0);
+    g.a.resize(d_);
+    g.b.assign(d_, 0.0f);
+    for (uint32_t c = 0; c < d_; ++c) g.a[c] = g.mean[c] * g.g;
+    for (const Block& k : g.blocks) {
+      for (uint32_t j = 0; j < k.dim; ++j) {
+        const uint32_t c = k.channels[j];
+        g.from_row[c] = static_cast<uint32_t>(k.row_offset + j);
+        g.b[c] = g.scale[c] * g.g;
+      }
+    }
+    return g;
+  }
+
+  // One vector into its code; false when its stored norm would not fit f16.
+  bool EncodeOne(const Group& g, const float* x, uint8_t* code, float* w, uint8_t* idx) const {
+    std::memset(code, 0, code_bytes_);
+    const float norm = std::sqrt(kernels::ref::Sum8Squares(x, d_));
+    const bool valid = norm > 0.0f && std::isfinite(norm);
+    const float stored = std::isfinite(norm) ? norm / g.g : norm;  // exact: g a power of two
+    bool fits = true;
+    // A zero vector stores +0, one that is not finite the kernels' NaN (kernels.h).
+    if (params_.norm_dtype == DType::kF32) {
+      const uint32_t f = valid ? std::bit_cast<uint32_t>(stored) : norm == 0.0f ? 0u : 0x7FC00000u;
+      std::memcpy(code, &f, 4);
+    } else {
+      const uint16_t h = valid ? FloatToHalf(stored) : norm == 0.0f ? uint16_t{0} : uint16_t{0x7E00};
+      if ((h & 0x7FFFu) == 0x7C00u) fits = false;
+      std::memcpy(code, &h, 2);
+    }
+    if (!valid) return fits;  // every index 0
+    for (const Block& k : g.blocks) {
+      const uint32_t m = k.dim;
+      for (uint32_t j = 0; j < m; ++j) {  // whitened, then the signs
+        const uint32_t c = k.channels[j];
+        const float u = x[c] / norm;
+        const float wc = g.scale[c] > 0.0f ? (u - g.mean[c]) / g.scale[c] : 0.0f;
+        w[j] = k.plan.signs1[j] * wc;
+      }
+      kernels::ref::Fwht(w, m);
+      for (uint32_t j = 0; j < m; ++j) {
+        const float z = w[j] * k.plan.enc_scale;
+        idx[j] = static_cast<uint8_t>(kernels::ref::Quantize(z, k.plan.thresholds, k.plan.bits));
+      }
+      kernels::ref::PackPlanes(idx, m, k.plan.bits, code + k.planes_offset);
+    }
+    return fits;
+  }
+
+  Status DecodeImpl(std::span<const uint8_t> codes, size_t n, std::span<const uint8_t> meta,
+                    const float* mean, const float* scale, void* out, DType dtype, size_t stride,
+                    ThreadPool* pool) const {
+    TQKV_RETURN_IF_ERROR(CheckVectors("Decode", out, dtype, n, stride, d_));
+    TQKV_RETURN_IF_ERROR(CheckSpan("Decode input", codes.size(), n, code_bytes_));
+    TQKV_RETURN_IF_ERROR(CheckGroupMeta(meta));
+    const Group g = Unpack(meta);
+    const auto& dec = kernels::ActiveKernels();
+    const size_t pitch = stride * DTypeSize(dtype);
+    ParallelFor(pool, n, kGrain, [&](size_t b, size_t e) {
+      const size_t cap = std::min(kBatch, e - b);
+      std::vector<float> xf(cap * d_), cls_out(cap * d_ + 16), norms(cap);  // SIMD stores
+      for (size_t start = b; start < e; start += kBatch) {
+        const size_t cnt = std::min(kBatch, e - start);
+        const uint8_t* code = codes.data() + start * code_bytes_;
+        for (size_t i = 0; i < cnt; ++i) norms[i] = LoadNorm(code + i * code_bytes_);
+        // Each block decodes into its own columns of a row (block order, contiguous); the row
+        // then gathers into channel order.
+        for (const Block& k : g.blocks) {
+          dec.decode(k.plan, code, code + k.planes_offset, code_bytes_, cnt,
+                     cls_out.data() + k.row_offset, d_);
+        }
+        dec.gather_affine(cls_out.data(), d_, g.from_row.data(), g.a.data(), g.b.data(),
+                          norms.data(), cnt, d_, xf.data(), d_);
+        if (mean != nullptr) dec.add_scaled(mean, scale + start, cnt, d_, xf.data(), d_);
+        auto* dst = static_cast<uint8_t*>(out) + start * pitch;
+        if (stride == d_) {
+          dec.from_f32(xf.data(), cnt * d_, dtype, dst);
+        } else {
+          for (size_t i = 0; i < cnt; ++i) dec.from_f32(xf.data() + i * d_, d_, dtype, dst + i * pitch);
+        }
+      }
+    });
+    return Status::Ok();
+  }
+
+  float LoadNorm(const uint8_t* code) const {
+    if (params_.norm_dtype == DType::kF32) {
+      float f;
+      std::memcpy(&f, code, 4);
+      return f;
+    }
+    return HalfToFloat(LoadU16(code));
+  }
+
+  CodecParams params_;
+  uint32_t d_ = 0;
+  size_t norm_bytes_ = 0, code_bytes_ = 0;
+  std::vector<float> thresholds_[kMaxBits + 1];  // [b]: 2^b - 1 midpoints
+  mutable std::mutex rot_mu_;
+  mutable std::map<uint32_t, std::unique_ptr<ClassRotation>> rotations_;
+};
+
+}  // namespace
+
+std::unique_ptr<Codec> MakeTransformCodec(const CodecParams& params) {
+  return std::make_unique<TransformCodec>(params);
+}
+
+}  // namespace tqkv::codec
