@@ -11,7 +11,8 @@ class Codec:
 
     ``spec`` is any spec the library parses (docs/codec.md): ``fp16``, ``bf16``, ``fp32``,
     ``tq2``, ``tq2.5``, ``tq3``, ``tq3.5``, ``tq4``, with ``,key=value`` modifiers
-    (``tq3,norm=f16``) or the general ``tq:b=3,rot=haar,seed=7``.
+    (``tq3,norm=f16``) or the general ``tq:b=3,rot=haar,seed=7``, or the transform codec
+    ``kl:B`` (B bits per value, e.g. ``kl:2.5``).
 
     ``encode`` and ``decode`` take arrays ``[..., head_dim]`` (numpy, or anything with
     ``__dlpack__`` such as a CPU torch tensor) of float16, bfloat16 or float32, and give the same
@@ -21,7 +22,8 @@ class Codec:
 
     Split codecs (tq2.5, tq3.5) keep a few outlier channels at more bits; which channels is the
     group metadata (``meta_bytes`` bytes) chosen from a group of vectors by ``select_meta``,
-    and needed by both ``encode`` and ``decode``.
+    and needed by both ``encode`` and ``decode``. ``kl:B`` has group metadata too: its bits,
+    mean and scale per channel, fitted by ``select_meta`` on the group's vectors.
     """
 
     def __init__(self, spec: str, head_dim: int) -> None:
@@ -53,7 +55,7 @@ class Codec:
 
     @property
     def split(self) -> bool:
-        """True for codecs with outlier channels (they need ``meta``)."""
+        """True for codecs with group metadata: outlier channels, or kl's fit (they need ``meta``)."""
         return self._c.meta_bytes > 0
 
     @property

@@ -235,3 +235,25 @@ def test_warm_restore_memory_keeps_what_restores_take():
     assert kept >= 2 * (4 << 20)
     with pytest.raises(tqkv.InvalidArgumentError):
         tqkv.warm_restore_memory(3, read_ahead=1 << 30)  # 3 GiB: more than the pool keeps
+
+
+def test_kl_transform_codec_round_trips_and_mixes_with_others(store):
+    # kl:B (docs/codec.md §11) wherever a spec is taken: a session codec, a per-layer codec and
+    # one side of a K/V spec; format version 8; restored values closer than tq2's at fewer bytes.
+    k, v = session_arrays(layers=3, tokens=256, dtype=np.float16)
+    tqkv.checkpoint(store, "kl", k, v, codec="kl:2.5", layer_codecs={1: "k:kl:3/v:fp16"})
+    tqkv.checkpoint(store, "tq2", k, v, codec="tq2")
+    d = store.inspect("kl")
+    assert d["format_version"] == 8 and d["codec"] == "kl:2.5"
+    assert d["layer_codecs"] == ["kl:2.5", "k:kl:3/v:fp16", "kl:2.5"]
+    rk, rv = tqkv.restore(store, "kl")
+    qk, qv = tqkv.restore(store, "tq2")
+    assert np.array_equal(rv[1], v[1])  # layer 1's values are raw fp16
+
+    def err(a, b):
+        a, b = a.astype(np.float32), b.astype(np.float32)
+        return float(((a - b) ** 2).sum() / (b ** 2).sum())
+
+    assert err(rk[0], k[0]) < err(qk[0], k[0]) and err(rv[0], v[0]) < err(qv[0], v[0])
+    with pytest.raises(ValueError, match="kl:B"):
+        tqkv.checkpoint(store, "bad", k, v, codec="kl:9")

@@ -92,3 +92,8 @@ def test_config_async_save():
                 {"save_queue": True}):
         with pytest.raises(ValueError, match="async_save|save_queue"):
             tv.parse_config({"store": "/tmp/kv", **bad}, 128)
+
+
+def test_the_transform_codec_is_a_codec_like_any_other():
+    s = tv.parse_config({"store": "/tmp/s", "codec": "kl:2.5"}, 16)
+    assert s["save_kwargs"]["codec"] == "kl:2.5"
