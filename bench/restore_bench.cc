@@ -83,7 +83,11 @@ bool IsGpu(const Cell& c) { return c.target == bench::Target::kGpu; }
 std::string Key(const Cell& c, size_t w) {
   char link[32] = "";
   if (c.link_gbps > 0) std::snprintf(link, sizeof(link), "-link%g", c.link_gbps);
-  return "bench/" + c.codec + "-" + c.io + "-" + std::to_string(c.tokens) + link + "-w" +
+  std::string codec = c.codec;  // specs hold ':' ',' '=' '/' (kl:2.5, k:tq4/v:tq2): not in keys
+  for (char& ch : codec) {
+    if (ch == ':' || ch == ',' || ch == '=' || ch == '/' || ch == '@') ch = '_';
+  }
+  return "bench/" + codec + "-" + c.io + "-" + std::to_string(c.tokens) + link + "-w" +
          std::to_string(w) + (IsGpu(c) ? "-gpu" : "");
 }
 

@@ -34,8 +34,12 @@ STYLES = {                 # kind -> (shape, fill, stroke, legend)
     "tqkv-km-session": ("triangle", "#9467bd", "#9467bd", "tqkv, one key mean per session"),
     "tqkv-kv": ("square", "#ff7f0e", "#ff7f0e", "tqkv, separate K/V codecs (k4v2 ...)"),
     "tqkv-auto": ("circle", "white", "#ff7f0e", "tqkv, bit allocator (auto:B)"),
+    "tqkv-kl": ("diamond", "#e377c2", "#e377c2", "tqkv, transform codec kl:B (last tokens exact)"),
     "llama.cpp": ("diamond", "#d62728", "#d62728", "llama.cpp KV type (flash attention)"),
 }
+
+
+TQ_PRESETS = {"tq2", "tq2.5", "tq3", "tq3.5", "tq4", "tq5"}
 
 
 def style_of(row):
@@ -44,6 +48,8 @@ def style_of(row):
     spec = row.get("spec", row["codec"])
     if spec.startswith("auto"):
         return "tqkv-auto"
+    if "kl:" in spec:
+        return "tqkv-kl"
     if row.get("exact_tokens"):  # "F,L": only the first tokens (attention sinks) when L is 0
         if row["exact_tokens"].endswith(",0"):
             return "tqkv-sinks"
@@ -135,6 +141,13 @@ def panel(title, report, ox, oy, y_lo, y_hi):
         if X_MIN <= b <= X_MAX:
             points.append((px(b), py(max(row["kl_mean"], 10.0 ** y_lo)), row))
     taken = [(x - 6, y - 6, x + 6, y + 6) for x, y, _ in points]
+    # Two curves, joined by bits: kl:B and TurboQuant's tqN with the default settings.
+    for kind, colour in (("tqkv-kl", "#e377c2"), ("tqkv-recent", "#17becf")):
+        curve = sorted((x, y) for x, y, row in points if style_of(row) == kind
+                       and (kind == "tqkv-kl" or row.get("spec", row["codec"]) in TQ_PRESETS))
+        if len(curve) > 1:
+            out.append('<polyline fill="none" stroke="%s" stroke-width="1.2" points="%s"/>' % (
+                colour, " ".join(f"{x:.1f},{y:.1f}" for x, y in curve)))
     for x, y, row in points:
         shape, fill, stroke, _ = STYLES[style_of(row)]
         out.append(marker(shape, x, y, fill, stroke))

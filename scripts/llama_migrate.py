@@ -31,7 +31,8 @@ flip at a margin of 0.05 is a near-tie, one at 5 is a broken cache.
 The JSON (rewritten as each row comes in, so a long run keeps its finished rows; `done_s` is when
 a row was written) has the keys of `tqkv migrate` (model, prompt_tokens, steps, results[codec,
 top1, kl_mean, kl_max, max_logit_diff, k_cosine_mean, v_cosine_mean]) plus sizes, times and
-bits_per_value (.tqkv bytes x 8 / (2 x layers x kv_heads x head_dim x N); for llama.cpp's types
+bits_per_value (.tqkv bytes x 8 / the values it holds: 2 x layers x kv_heads x head_dim x N, less
+what the window layers of a sliding-window model do not hold); for llama.cpp's types
 the bits of their ggml blocks: q8_0 8.5, q5_0 5.5, q4_1 5.0, q4_0 4.5, f16 16).
 
 A --codecs entry is a codec spec with optional settings, each `@NAME=VALUE` (a ',' inside a value
@@ -204,6 +205,22 @@ def _write_prefill(cache, blob, ref, meta):
     os.replace(part, cache)
 
 
+def _decompress_cli(path, tmp):
+    """{"layers.L.k"/"layers.L.v": [n_l, heads, head_dim] float32} of a .tqkv file, through
+    `tqkv decompress` (format.md section 12), for sessions whose layers hold different counts."""
+    out = os.path.join(tmp, "decompressed.safetensors")
+    subprocess.run([os.environ.get("TQKV_CLI", "tqkv"), "decompress", path, out, "--dtype", "f32"],
+                   check=True, stdout=subprocess.DEVNULL)
+    with open(out, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(n))
+        data = f.read()
+    os.unlink(out)
+    return {name: np.frombuffer(data[t["data_offsets"][0]:t["data_offsets"][1]],
+                                dtype=np.float32).reshape(t["shape"])
+            for name, t in header.items() if name != "__metadata__"}
+
+
 def _mean_cosine(a, b):
     """Mean cos(a, b) over the vectors (last axis) in double; vectors whose reference is zero
     (rows a sliding-window cache lacks) are left out, a zero restored vector counts 0, and no
@@ -344,7 +361,10 @@ def run(args, emit=lambda report: None):
     worker = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", spec_path])
 
     def decompress(key):
-        k, v = tqkv.restore(store, key, dtype="float32")
+        try:
+            k, v = tqkv.restore(store, key, dtype="float32")
+        except tqkv.UnsupportedError:  # ragged layers (a sliding-window model): tqkv decompress
+            return _decompress_cli(os.path.join(args.store, key + ".tqkv"), tmp)
         return {f"layers.{l}.{kv}": t[l] for kv, t in (("k", k), ("v", v)) for l in range(len(k))}
 
     report = {
@@ -390,7 +410,8 @@ def run(args, emit=lambda report: None):
             "codec": job["codec"], "kind": "tqkv", "spec": spec,
             "key_means": key_means or "default",
             "exact_tokens": _stored_exact_tokens(store, job["key"]),
-            "bits_per_value": size * 8 / values,
+            # the values the session holds: a sliding-window layer holds its window (ragged)
+            "bits_per_value": size * 8 / (store.inspect(job["key"])["fp16_bytes"] / 2),
             "top1": int((ref.argmax(-1) == got.argmax(-1)).sum()),
             "kl_mean": float(kl.mean()), "kl_max": float(kl.max()),
             "max_logit_diff": float(np.abs(ref - got).max()), "flipped_steps": _flips(ref, got),
