@@ -154,10 +154,14 @@ inline uint64_t LayerGroupMetaBytes(const ContainerHeader& h, uint32_t layer) {
                                           GroupMetaBytesOf(h.codecs[LayerCodecIndex(h, layer, 1)]));
 }
 
-// Whether `layer`'s K codes are mean-removed (the header has key means and the layer's codec is
-// TurboQuant). The header must be valid (layer_codec in range).
+// Whether keys coded by a codec of this kind are mean-removed when the header has key means: every
+// lossy kind (TurboQuant, kl), never raw. The one rule for writers, the guard and readers.
+inline bool KindTakesKeyMeans(CodecKind kind) { return kind != CodecKind::kRaw; }
+
+// Whether `layer`'s K codes are mean-removed (the header has key means and the layer's K codec
+// takes them). The header must be valid (layer_codec in range).
 inline bool LayerHasKeyMeans(const ContainerHeader& h, uint32_t layer) {
-  return h.key_mean_block != 0 && h.codecs[h.layer_codec[layer]].kind != CodecKind::kRaw;
+  return h.key_mean_block != 0 && KindTakesKeyMeans(h.codecs[h.layer_codec[layer]].kind);
 }
 // Mean blocks per KV head of `layer`: ceil(LayerTokens / key_mean_block); 0 without key means.
 inline uint64_t KeyMeanBlocks(const ContainerHeader& h, uint32_t layer) {

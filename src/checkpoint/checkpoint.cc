@@ -182,7 +182,7 @@ ContainerHeader PlanHeader(const KvSource& source, const CheckpointOptions& opti
   header.engine_state = options.engine_state;
   bool any_lossy_k = false;
   for (uint16_t i : codecs.layer_codec) {  // key means are for keys: K's codecs decide
-    any_lossy_k |= codecs.codecs[i]->params().kind != CodecKind::kRaw;
+    any_lossy_k |= KindTakesKeyMeans(codecs.codecs[i]->params().kind);
   }
   if (options.key_mean_block != 0 && header.tokens > 0 && any_lossy_k) {
     header.key_mean_block = static_cast<uint32_t>(

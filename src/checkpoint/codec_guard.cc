@@ -132,7 +132,7 @@ Result<CandidateErrors> MeasureCodecErrors(const ContainerHeader& h, uint32_t st
       for (const Codec* codec : candidates(layer, kv)) {
         TensorView view{tensors[kv], h.source_dtype, tensors[kv], h.source_dtype, nullptr};
         const bool centered = kv == 0 && h.key_mean_block != 0 && h.tokens > 0 &&
-                              codec->params().kind != CodecKind::kRaw;
+                              KindTakesKeyMeans(codec->params().kind);
         if (centered) {
           if (!means) {  // once per layer, as the checkpoint computes them
             means_bytes.resize(KeyMeanValues(h, layer) * DTypeSize(h.key_mean_dtype));
