@@ -197,4 +197,39 @@ TEST(Cli, SimdLevelFromTheEnvironment) {
   }
 }
 
+// --simd times several levels in the same repetitions: one row per level, the later ones with
+// their ratios against the first; a level this CPU lacks is refused, naming those it has.
+TEST(Cli, BenchCodecInterleavesSimdLevels) {
+  tqkv::testing_util::ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  const std::string json = dir.path() + "/codec.json";
+  const std::string best(tqkv::SimdLevelName(tqkv::BestSimdLevel()));
+  CmdResult ok = Tqkv("bench codec --codec tq3 --codec kl:2.5 --vectors 64 --groups 1 --reps 2 "
+                      "--simd scalar --simd " + best + " --json " + json);
+  ASSERT_EQ(ok.status, 0) << ok.out;
+  std::ifstream f(json);
+  const auto j = nlohmann::json::parse(f, nullptr, false);
+  ASSERT_FALSE(j.is_discarded());
+  ASSERT_EQ(j["results"].size(), 4u) << j.dump();
+  for (int c = 0; c < 2; ++c) {
+    const auto& first = j["results"][2 * c];
+    const auto& second = j["results"][2 * c + 1];
+    EXPECT_EQ(first["simd"], "scalar");
+    EXPECT_FALSE(first.contains("versus"));
+    EXPECT_EQ(second["simd"], best);
+    EXPECT_EQ(second["versus"], "scalar");
+    EXPECT_GT(second["decode_ratio"].get<double>(), 0.0);
+    EXPECT_EQ(first["nmse"], second["nmse"]);  // every level decodes the same bytes
+  }
+  for (tqkv::SimdLevel l : {tqkv::SimdLevel::kAvx2, tqkv::SimdLevel::kAvx512,
+                            tqkv::SimdLevel::kNeon}) {
+    if (tqkv::SimdLevelSupported(l)) continue;
+    const std::string name(tqkv::SimdLevelName(l));
+    CmdResult r = Tqkv("bench codec --codec tq3 --vectors 64 --groups 1 --reps 1 --simd " + name);
+    EXPECT_NE(r.status, 0) << r.out;
+    EXPECT_NE(r.out.find("--simd " + name), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(tqkv::SupportedSimdLevelNames()), std::string::npos) << r.out;
+  }
+}
+
 }  // namespace
