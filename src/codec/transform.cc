@@ -90,6 +90,7 @@ struct Group {
   // a[c] * n + b[c] * row[from_row[c]] (kernels' gather_affine).
   std::vector<uint32_t> from_row;  // [c]: channel c's position in a row (0 for a 0-bit channel)
   std::vector<float> a, b;         // m_c * g, and s_c * g or 0 for a 0-bit channel (g exact)
+  std::vector<kernels::TransformBlock> rotations;  // the blocks' columns and signs in a row
 };
 
 class TransformCodec final : public Codec {
@@ -317,6 +318,7 @@ class TransformCodec final : public Codec {
         p.dec_scale = cr.scale;
         p.norm_dtype = params_.norm_dtype;
         g.blocks.push_back(k);
+        g.rotations.push_back({row, m, cr.rot.signs1.data()});
         taken += m;
         at += size_t{b} * m / 8;
         row += m;
@@ -389,12 +391,22 @@ class TransformCodec final : public Codec {
         for (size_t i = 0; i < cnt; ++i) norms[i] = LoadNorm(code + i * code_bytes_);
         // Each block decodes into its own columns of a row (block order, contiguous); the row
         // then gathers into channel order.
-        for (const Block& k : g.blocks) {
-          dec.decode(k.plan, code, code + k.planes_offset, code_bytes_, cnt,
-                     cls_out.data() + k.row_offset, d_);
+        if (dec.dequantize != nullptr && dec.transform_assemble != nullptr) {  // the same floats
+          for (const Block& k : g.blocks) {
+            dec.dequantize(k.plan, code, code + k.planes_offset, code_bytes_, cnt,
+                           cls_out.data() + k.row_offset, d_);
+          }
+          dec.transform_assemble(cls_out.data(), d_, g.rotations.data(), g.rotations.size(),
+                                 g.from_row.data(), g.a.data(), g.b.data(), norms.data(), cnt, d_,
+                                 xf.data(), d_);
+        } else {
+          for (const Block& k : g.blocks) {
+            dec.decode(k.plan, code, code + k.planes_offset, code_bytes_, cnt,
+                       cls_out.data() + k.row_offset, d_);
+          }
+          dec.gather_affine(cls_out.data(), d_, g.from_row.data(), g.a.data(), g.b.data(),
+                            norms.data(), cnt, d_, xf.data(), d_);
         }
-        dec.gather_affine(cls_out.data(), d_, g.from_row.data(), g.a.data(), g.b.data(),
-                          norms.data(), cnt, d_, xf.data(), d_);
         if (mean != nullptr) dec.add_scaled(mean, scale + start, cnt, d_, xf.data(), d_);
         auto* dst = static_cast<uint8_t*>(out) + start * pitch;
         if (stride == d_) {

@@ -613,12 +613,16 @@ TEST(KernelsSimd, AddScaledMatchesReference) {
 }
 
 // The transform codec's gather_affine of every table against the reference, bit for bit: any
-// permutation with repeats, d with a tail, strided rows and outputs, padding untouched.
+// permutation with repeats, d with a tail, strided rows and outputs, padding untouched; vector
+// counts below, at and past a batch of 8, positions within whole registers of the row or not.
 TEST(KernelsSimd, GatherAffineMatchesReference) {
   std::mt19937 rng(46);
   std::normal_distribution<float> gauss;
-  for (size_t d : {1u, 8u, 13u, 16u, 64u, 128u, 200u, 256u}) {
-    const size_t n = 7, row_stride = d + 3, out_stride = d + 5;
+  for (size_t d : {1u, 8u, 13u, 16u, 64u, 128u, 200u, 256u})
+  for (size_t n : {7u, 8u, 21u})
+  for (bool whole : {false, true}) {
+    SCOPED_TRACE("n=" + std::to_string(n) + (whole ? " whole registers" : ""));
+    const size_t row_stride = d + 3, out_stride = d + 5;
     std::vector<float> row(n * row_stride), a(d), b(d), norms(n), out(n * out_stride);
     std::vector<uint32_t> from(d);
     for (auto& v : row) v = gauss(rng);
@@ -626,7 +630,8 @@ TEST(KernelsSimd, GatherAffineMatchesReference) {
     for (size_t c = 0; c < d; ++c) b[c] = c % 5 == 0 ? 0.0f : gauss(rng);  // 0-bit channels
     for (auto& v : norms) v = 100.0f * std::abs(gauss(rng));
     for (auto& v : out) v = gauss(rng);
-    for (auto& f : from) f = static_cast<uint32_t>(rng() % row_stride);
+    const size_t span = whole && row_stride >= 8 ? row_stride / 8 * 8 : row_stride;
+    for (auto& f : from) f = static_cast<uint32_t>(rng() % span);
     std::vector<float> want = out;
     ScalarKernels().gather_affine(row.data(), row_stride, from.data(), a.data(), b.data(),
                                   norms.data(), n, d, want.data(), out_stride);
@@ -644,6 +649,100 @@ TEST(KernelsSimd, GatherAffineMatchesReference) {
       table->gather_affine(row.data(), row_stride, from.data(), a.data(), b.data(), norms.data(),
                            n, d, got.data(), out_stride);
       for (size_t j = 0; j < got.size(); ++j) ASSERT_EQ(got[j], want[j]) << j;
+    }
+  }
+}
+
+// The transform codec's fused route (dequantize each block, then transform_assemble) against its
+// block route (decode each block, then gather_affine), in the reference and every table that has
+// it: the same floats bit for bit, for blocks of 8 to 64 channels at 1 to 8 bits, a zero and a
+// non-finite norm among the vectors, counts below, at and past a batch of 8, a d with a tail.
+TEST(KernelsSimd, TransformAssembleMatchesTheBlockRoute) {
+  std::mt19937 rng(48);
+  std::normal_distribution<float> gauss;
+  struct Shape {
+    size_t d;
+    std::vector<std::pair<uint32_t, uint32_t>> blocks;  // (dim, bits), in row order
+  };
+  const std::vector<Shape> shapes = {
+      {128, {{16, 1}, {8, 1}, {16, 2}, {32, 3}, {16, 4}, {8, 4}, {8, 5}}},
+      {64, {{32, 2}, {16, 6}, {8, 8}}},
+      {13, {{8, 3}}},
+  };
+  for (const Shape& shape : shapes) {
+    for (size_t n : {7u, 8u, 21u}) {
+      SCOPED_TRACE("d=" + std::to_string(shape.d) + " n=" + std::to_string(n));
+      const size_t d = shape.d, row_stride = (d + 7) / 8 * 8;
+      std::vector<TestPlan> plans;
+      std::vector<TransformBlock> blocks;
+      std::vector<size_t> planes_at;
+      size_t at = 2, offset = 0;  // an f16 norm, then the blocks' planes
+      for (const auto& [dim, bits] : shape.blocks) {
+        plans.push_back(MakePlan(dim, bits, RotationKind::kHadamard, DType::kF16, false, rng));
+        plans.back().plan.dec_scale = 1.0f / std::sqrt(static_cast<float>(dim));
+        planes_at.push_back(at);
+        at += plans.back().plan.planes_bytes();
+        offset += dim;
+      }
+      offset = 0;
+      for (TestPlan& t : plans) {  // signs pointers once the vector stops moving
+        blocks.push_back({offset, t.plan.dim, t.plan.signs1});
+        offset += t.plan.dim;
+      }
+      const size_t code_bytes = at;
+      std::vector<uint8_t> codes(n * code_bytes);
+      for (auto& c : codes) c = static_cast<uint8_t>(rng());
+      for (size_t i = 0; i < n; ++i) {
+        const float norm = i == 2 ? 0.0f : i == 4 ? std::numeric_limits<float>::infinity()
+                                                   : 10.0f * std::abs(gauss(rng));
+        const uint16_t h = FloatToHalf(norm);
+        std::memcpy(&codes[i * code_bytes], &h, 2);
+      }
+      std::vector<uint32_t> from(d);
+      std::vector<float> a(d), b(d), norms(n);
+      for (size_t c = 0; c < d; ++c) {
+        from[c] = static_cast<uint32_t>(rng() % offset);
+        a[c] = gauss(rng);
+        b[c] = c % 7 == 0 ? 0.0f : gauss(rng);
+      }
+      for (size_t i = 0; i < n; ++i) {
+        uint16_t h;
+        std::memcpy(&h, &codes[i * code_bytes], 2);
+        norms[i] = HalfToFloat(h);
+      }
+      const auto route = [&](const KernelTable& k, bool fused) {
+        std::vector<float> row(n * row_stride + 8, 0.0f), out(n * d, -1.0f);
+        for (size_t j = 0; j < plans.size(); ++j) {
+          const uint8_t* code = codes.data();
+          if (fused) {
+            k.dequantize(plans[j].plan, code, code + planes_at[j], code_bytes, n,
+                         row.data() + blocks[j].offset, row_stride);
+          } else {
+            k.decode(plans[j].plan, code, code + planes_at[j], code_bytes, n,
+                     row.data() + blocks[j].offset, row_stride);
+          }
+        }
+        if (fused) {
+          k.transform_assemble(row.data(), row_stride, blocks.data(), blocks.size(), from.data(),
+                               a.data(), b.data(), norms.data(), n, d, out.data(), d);
+        } else {
+          k.gather_affine(row.data(), row_stride, from.data(), a.data(), b.data(), norms.data(), n,
+                          d, out.data(), d);
+        }
+        return out;
+      };
+      const std::vector<float> want = route(ScalarKernels(), false);
+      ASSERT_NE(ScalarKernels().dequantize, nullptr);
+      const std::vector<float> fused_ref = route(ScalarKernels(), true);
+      ASSERT_EQ(std::memcmp(fused_ref.data(), want.data(), want.size() * 4), 0);
+      for (const KernelTable* table : SimdTables()) {
+        if (table->dequantize == nullptr) continue;
+        SCOPED_TRACE(table->name);
+        const std::vector<float> got = route(*table, true);
+        for (size_t j = 0; j < got.size(); ++j) {
+          ASSERT_EQ(std::memcmp(&got[j], &want[j], 4), 0) << j << ": " << got[j] << " " << want[j];
+        }
+      }
     }
   }
 }

@@ -1342,7 +1342,7 @@ namespace internal {
 const KernelTable& Avx512Table() {
   static const KernelTable table{"avx512", ToF32, FromF32, Encode, Decode, SplitGather,
                                  SplitScatter, SplitEncode, SplitDecode, ChannelEnergy,
-                                 AddScaled, EncodeFrom, DecodeTo, GatherAffine};
+                                 AddScaled, EncodeFrom, DecodeTo, GatherAffine, nullptr, nullptr};
   return table;
 }
 }  // namespace internal

@@ -80,6 +80,14 @@ struct SplitPlan {
   size_t planes_offset[2] = {0, 0};
 };
 
+// One Hadamard block of the transform codec's decode row (docs/codec.md §11): its columns
+// [offset, offset + dim) of the row, dim a power of two >= 8, and its dim signs.
+struct TransformBlock {
+  size_t offset = 0;
+  uint32_t dim = 0;
+  const float* signs = nullptr;
+};
+
 struct KernelTable {
   const char* name;
   // dst[i] = float(src[i]) for n elements.
@@ -138,6 +146,17 @@ struct KernelTable {
   void (*gather_affine)(const float* row, size_t row_stride, const uint32_t* from, const float* a,
                         const float* b, const float* norms, size_t n, size_t d, float* out,
                         size_t out_stride);
+  // Optional, both or neither (null: the transform codec decodes each block, then gather_affine):
+  // dequantize is decode of a Hadamard plan without its rotation, v[j] = centroid[idx[j]] * a
+  // (a = stored norm * dec_scale), vector i to out + i * out_stride.
+  void (*dequantize)(const SubsetPlan& plan, const uint8_t* norm_in, const uint8_t* planes_in,
+                     size_t code_stride, size_t n, float* out, size_t out_stride);
+  // Then for n rows (row i at row + i * row_stride, changed in place): each block's columns
+  // become Fwht(v) * signs, as decode rotates them; then gather_affine of the rows into out.
+  void (*transform_assemble)(float* row, size_t row_stride, const TransformBlock* blocks,
+                             size_t nblocks, const uint32_t* from, const float* a, const float* b,
+                             const float* norms, size_t n, size_t d, float* out,
+                             size_t out_stride);
 };
 inline constexpr size_t kSplitSlack = 8;
 
@@ -177,6 +196,11 @@ uint32_t Quantize(float z, const float* thresholds, uint32_t bits);
 void GatherAffine(const float* row, size_t row_stride, const uint32_t* from, const float* a,
                   const float* b, const float* norms, size_t n, size_t d, float* out,
                   size_t out_stride);
+void Dequantize(const SubsetPlan& plan, const uint8_t* norm_in, const uint8_t* planes_in,
+                size_t code_stride, size_t n, float* out, size_t out_stride);
+void TransformAssemble(float* row, size_t row_stride, const TransformBlock* blocks, size_t nblocks,
+                       const uint32_t* from, const float* a, const float* b, const float* norms,
+                       size_t n, size_t d, float* out, size_t out_stride);
 void PackPlanes(const uint8_t* idx, size_t m, uint32_t bits, uint8_t* planes);
 void UnpackPlanes(const uint8_t* planes, size_t m, uint32_t bits, uint8_t* idx);
 }  // namespace ref

@@ -673,7 +673,7 @@ namespace internal {
 const KernelTable& NeonTable() {
   static const KernelTable table{"neon", ToF32, FromF32, Encode, Decode, SplitGather,
                                  SplitScatter, SplitEncode, SplitDecode, ChannelEnergy,
-                                 AddScaled, nullptr, nullptr, ref::GatherAffine};
+                                 AddScaled, nullptr, nullptr, ref::GatherAffine, nullptr, nullptr};
   return table;
 }
 }  // namespace internal

@@ -107,6 +107,32 @@ void GatherAffine(const float* row, size_t row_stride, const uint32_t* from, con
   }
 }
 
+void Dequantize(const SubsetPlan& plan, const uint8_t* norm_in, const uint8_t* planes_in,
+                size_t code_stride, size_t n, float* out, size_t out_stride) {
+  const size_t m = plan.dim;
+  std::vector<uint8_t> idx(m);
+  for (size_t k = 0; k < n; ++k) {
+    float* o = out + k * out_stride;
+    const float a = internal::LoadNorm(norm_in + k * code_stride, plan.norm_dtype) * plan.dec_scale;
+    UnpackPlanes(planes_in + k * code_stride, m, plan.bits, idx.data());
+    for (size_t j = 0; j < m; ++j) o[j] = plan.centroids[idx[j]] * a;
+  }
+}
+
+void TransformAssemble(float* row, size_t row_stride, const TransformBlock* blocks, size_t nblocks,
+                       const uint32_t* from, const float* a, const float* b, const float* norms,
+                       size_t n, size_t d, float* out, size_t out_stride) {
+  for (size_t i = 0; i < n; ++i) {
+    float* r = row + i * row_stride;
+    for (size_t k = 0; k < nblocks; ++k) {
+      float* v = r + blocks[k].offset;
+      Fwht(v, blocks[k].dim);
+      for (uint32_t j = 0; j < blocks[k].dim; ++j) v[j] = v[j] * blocks[k].signs[j];
+    }
+  }
+  GatherAffine(row, row_stride, from, a, b, norms, n, d, out, out_stride);
+}
+
 }  // namespace ref
 
 namespace {
@@ -290,7 +316,8 @@ void AddScaled(const float* mean, const float* scale, size_t n, size_t d, float*
 const KernelTable& ScalarKernels() {
   static const KernelTable table{"scalar", ToF32, FromF32, Encode, Decode, SplitGather,
                                  SplitScatter, SplitEncode, SplitDecode, ChannelEnergy,
-                                 AddScaled, nullptr, nullptr, ref::GatherAffine};
+                                 AddScaled, nullptr, nullptr, ref::GatherAffine,
+                                 ref::Dequantize, ref::TransformAssemble};
   return table;
 }
 
