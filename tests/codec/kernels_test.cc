@@ -667,6 +667,7 @@ TEST(KernelsSimd, TransformAssembleMatchesTheBlockRoute) {
   const std::vector<Shape> shapes = {
       {128, {{16, 1}, {8, 1}, {16, 2}, {32, 3}, {16, 4}, {8, 4}, {8, 5}}},
       {64, {{32, 2}, {16, 6}, {8, 8}}},
+      {128, {{64, 3}, {32, 2}}},
       {13, {{8, 3}}},
   };
   for (const Shape& shape : shapes) {

@@ -1401,8 +1401,34 @@ void AffineOut(const Columns& tr, const uint32_t* from, const float* a, const fl
   }
 }
 
+// RotateColumns for a block of kM <= 32 positions, held in registers (spilled as the compiler sees fit).
+template <uint32_t kM>
+void RotateColumnsInRegisters(const TransformBlock& blk, Columns& tr) {
+  float(*t)[8] = tr + blk.offset;
+  __m256 v[kM];
+#pragma GCC unroll 32
+  for (uint32_t j = 0; j < kM; ++j) v[j] = _mm256_load_ps(t[j]);
+#pragma GCC unroll 8
+  for (uint32_t h = 1; h < kM; h <<= 1) {
+#pragma GCC unroll 32
+    for (uint32_t j = 0; j < kM; ++j) {
+      if (j & h) continue;
+      const __m256 x = v[j], y = v[j + h];
+      v[j] = _mm256_add_ps(x, y);
+      v[j + h] = _mm256_sub_ps(x, y);
+    }
+  }
+#pragma GCC unroll 32
+  for (uint32_t j = 0; j < kM; ++j) {
+    _mm256_store_ps(t[j], _mm256_mul_ps(v[j], _mm256_broadcast_ss(blk.signs + j)));
+  }
+}
+
 // Fwht(v) * signs of one block, each lane a vector: the reference's stages and pairs.
 void RotateColumns(const TransformBlock& blk, Columns& tr) {
+  if (blk.dim == 8) return RotateColumnsInRegisters<8>(blk, tr);
+  if (blk.dim == 16) return RotateColumnsInRegisters<16>(blk, tr);
+  if (blk.dim == 32) return RotateColumnsInRegisters<32>(blk, tr);
   float(*t)[8] = tr + blk.offset;
   const uint32_t m = blk.dim;
   for (uint32_t h = 1; h < m; h <<= 1) {
