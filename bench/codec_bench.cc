@@ -162,7 +162,9 @@ Status Run(const Options& o) {
       copies.push_back(t);
       for (Case& c : cases) {
         const size_t cb = c.codec->code_bytes(), mb = c.codec->group_meta_bytes();
-        const auto meta_of = [&](size_t g) { return std::span<uint8_t>(&c.meta[g * mb], mb); };
+        const auto meta_of = [&](size_t g) {  // data(): a codec without metadata has none
+          return std::span<uint8_t>(c.meta.data() + g * mb, mb);
+        };
         for (size_t l = 0; l < levels.size(); ++l) {
           TQKV_RETURN_IF_ERROR(ForceSimdLevel(levels[l]));
           TQKV_ASSIGN_OR_RETURN(double te, TimeOnce(cpu, [&]() -> Status {
