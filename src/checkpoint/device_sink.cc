@@ -4,7 +4,6 @@
 #include <utility>
 
 #include "checkpoint/destination.h"
-#include "checkpoint/session_codecs.h"
 
 namespace tqkv {
 
@@ -15,6 +14,8 @@ Result<DevicePlan> MakeDevicePlan(const ContainerHeader& h) {
   plan.codecs = h.codecs;
   TQKV_ASSIGN_OR_RETURN(std::unique_ptr<Codec> exact, ExactRowsCodec(h));
   plan.codecs.push_back(exact->params());
+  TQKV_ASSIGN_OR_RETURN(SessionCodecs decoders, SessionCodecsFromHeader(h));
+  plan.decoders = std::make_shared<const SessionCodecs>(std::move(decoders));
   plan.meta_at.assign(h.geometry.layers, 0);
   for (uint32_t l = 0; l < h.geometry.layers; ++l) {
     plan.meta_at[l] = plan.meta_total;
@@ -93,6 +94,9 @@ DeviceSink::DeviceSink(const ContainerReader& reader, RestoreDevice& device, Dev
 Status DeviceSink::Consume(size_t slot, size_t index, std::span<const uint8_t> payload) {
   const ChunkEntry& e = reader_.chunks()[index];
   TQKV_RETURN_IF_ERROR(PlanDeviceOps(reader_.header(), plan_, e, name_, &ops_));
+  if (e.type == ChunkType::kGroupMeta) {
+    TQKV_RETURN_IF_ERROR(CheckGroupMetaChunk(*plan_.decoders, reader_.header(), e, payload, name_));
+  }
   TQKV_RETURN_IF_ERROR(device_.Upload(slot, payload.size()));
   return device_.Run(slot, ops_);
 }

@@ -8,11 +8,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "checkpoint/chunk_loop.h"
+#include "checkpoint/session_codecs.h"
 #include "tqkv/codec.h"
 #include "tqkv/container.h"
 #include "tqkv/status.h"
@@ -24,6 +26,9 @@ namespace tqkv {
 // [layer][kv][head][meta_bytes of that kv's codec].
 struct DevicePlan {
   std::vector<CodecParams> codecs;
+  // The header's decoders, for the host's check of each group-meta chunk (CheckGroupMetaChunk):
+  // the kernels trust what they are given.
+  std::shared_ptr<const SessionCodecs> decoders;
   std::vector<uint64_t> meta_at;  // per layer: offset of its metadata
   uint64_t meta_total = 0;
   // Key means (format version 4) in one device array [layer][kv_head][mean block][head_dim] of
@@ -90,7 +95,8 @@ class DeviceSink final : public ChunkSink {
   Result<std::vector<std::span<uint8_t>>> AllocateSlots(size_t count, size_t bytes) override {
     return device_.AllocateSlots(count, bytes);
   }
-  // Plans first: a chunk the plan refuses is never uploaded.
+  // Plans and checks first: a chunk the plan refuses, or group metadata Decode would refuse, is
+  // never uploaded.
   Status Consume(size_t slot, size_t index, std::span<const uint8_t> payload) override;
   Status LayerDone(uint32_t layer) override { return device_.LayerReady(layer); }
   size_t held_slots() const override { return device_.held_slots(); }

@@ -136,7 +136,6 @@ class HostDecodeSink final : public ChunkSink {
 
  private:
   Status DecodeExactRows(const ChunkEntry& e, const uint8_t* src);
-  Status CheckMasks(const ChunkEntry& e) const;
   uint8_t* Destination(uint32_t layer, int kv, const Run& r) const {
     return static_cast<uint8_t*>(tensors_.Tensor(layer, kv)) +
            tensors_.layout().Offset(r.token, r.head) * DTypeSize(options_.dtype);
@@ -154,26 +153,6 @@ class HostDecodeSink final : public ChunkSink {
   KeyMeans means_;              // the current layer's key means and coefficients
   std::vector<Run> runs_;
 };
-
-// Every mask of a group-meta chunk as Decode would check it, when the chunk arrives: a stored
-// mask that Decode refuses is the container's corruption (docs/format.md §5), named here.
-Status HostDecodeSink::CheckMasks(const ChunkEntry& e) const {
-  const size_t heads = h_.geometry.kv_heads;
-  const uint8_t* at = metas_.data();
-  for (int kv = 0; kv < 2; ++kv) {
-    const Codec& codec = codecs_.of(e.layer, kv);
-    for (size_t h = 0; h < heads; ++h, at += codec.group_meta_bytes()) {
-      Status s = codec.CheckGroupMeta({at, codec.group_meta_bytes()});
-      if (!s.ok()) {
-        return Status::Corruption(name_ + ": layer " + std::to_string(e.layer) + " " +
-                                  (kv ? "V" : "K") + " head " + std::to_string(h) +
-                                  " outlier mask at offset " + std::to_string(e.offset) + ": " +
-                                  s.message());
-      }
-    }
-  }
-  return Status::Ok();
-}
 
 // Overwrites the decoded rows: the container puts this chunk after the layer's codes.
 Status HostDecodeSink::DecodeExactRows(const ChunkEntry& e, const uint8_t* src) {
@@ -198,7 +177,7 @@ Status HostDecodeSink::Consume(size_t, size_t index, std::span<const uint8_t> pa
   const ChunkEntry& e = reader_.chunks()[index];
   if (e.type == ChunkType::kGroupMeta) {
     metas_.assign(payload.begin(), payload.end());
-    return CheckMasks(e);
+    return CheckGroupMetaChunk(codecs_, h_, e, metas_, name_);
   }
   if (e.type == ChunkType::kExactRows) return DecodeExactRows(e, payload.data());
   if (e.type == ChunkType::kKeyMeans) {

@@ -43,6 +43,27 @@ Result<SessionCodecs> SessionCodecsFromHeader(const ContainerHeader& header) {
   return out;
 }
 
+Status CheckGroupMetaChunk(const SessionCodecs& codecs, const ContainerHeader& h,
+                           const ChunkEntry& e, std::span<const uint8_t> payload,
+                           const std::string& name) {
+  const size_t heads = h.geometry.kv_heads;
+  size_t at = 0;
+  for (int kv = 0; kv < 2; ++kv) {
+    const Codec& codec = codecs.of(e.layer, kv);
+    const size_t bytes = codec.group_meta_bytes();
+    const char* what = codec.params().kind == CodecKind::kTransform ? " kl metadata" : " outlier mask";
+    for (size_t head = 0; head < heads; ++head, at += bytes) {
+      const std::string where = name + ": layer " + std::to_string(e.layer) + " " +
+                                (kv ? "V" : "K") + " head " + std::to_string(head) + what +
+                                " at offset " + std::to_string(e.offset);
+      if (at + bytes > payload.size()) return Status::Corruption(where + ": the chunk is short");
+      Status s = codec.CheckGroupMeta(payload.subspan(at, bytes));
+      if (!s.ok()) return Status::Corruption(where + ": " + s.message());
+    }
+  }
+  return Status::Ok();
+}
+
 Result<std::unique_ptr<Codec>> ExactRowsCodec(const ContainerHeader& header) {
   CodecSpec spec;
   spec.raw_dtype = header.source_dtype;
