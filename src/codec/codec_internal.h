@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "tqkv/codec.h"
 
@@ -26,6 +27,14 @@ std::unique_ptr<Codec> MakeTransformCodec(const CodecParams& params);
 // The transform codec's codebooks: Lloyd-Max for a coordinate of a unit vector in this many
 // dimensions, i.e. N(0, 1) to within 1e-6 (lloyd_max.h).
 inline constexpr uint32_t kGaussianDim = uint32_t{1} << 20;
+
+// The rotation of a kl block of m channels (a power of two, 8..256; docs/codec.md §11): its
+// signs and its enc and dec scale float(1 / sqrt(m)). The codec and the CUDA tables take it here.
+struct KlBlockRotation {
+  std::vector<float> signs;
+  float scale = 1.0f;
+};
+KlBlockRotation KlRotationOf(uint32_t m);
 
 // kl:B's index bits per vector: B * head_dim rounded down, less the norm's, rounded down to whole
 // bytes (every class of the transform codec is a multiple of 8 channels); 0 when none are left.

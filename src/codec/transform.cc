@@ -62,12 +62,6 @@ const std::array<double, kMaxBits + 1>& GaussianDistortion() {
   return table;
 }
 
-// The rotation of a block of m channels (a power of two) and 1 / sqrt(m), the scale that makes
-// it orthonormal (docs/codec.md §11).
-struct ClassRotation {
-  Rotation rot;
-  float scale = 1.0f;
-};
 
 // A block: a power-of-two run of one class's channels with its own Hadamard rotation. A class of
 // m channels (a multiple of 8) splits into blocks by the binary digits of m, largest first, its
@@ -274,14 +268,10 @@ class TransformCodec final : public Codec {
     for (uint32_t j = 0; j < d_; ++j) bits[order[j]] = static_cast<uint8_t>(bundle_bits[j / kBundle]);
   }
 
-  const ClassRotation& RotationOf(uint32_t m) const {
+  const KlBlockRotation& RotationOf(uint32_t m) const {
     std::lock_guard<std::mutex> lock(rot_mu_);
     auto& r = rotations_[m];
-    if (!r) {
-      r = std::make_unique<ClassRotation>();
-      r->rot = MakeRotation(RotationKind::kHadamard, DeriveSeed(kClassSeed, m), m);
-      r->scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(m)));
-    }
+    if (!r) r = std::make_unique<KlBlockRotation>(KlRotationOf(m));
     return *r;
   }
 
@@ -301,7 +291,7 @@ class TransformCodec final : public Codec {
       size_t taken = 0;
       for (uint32_t m = 1u << 15; m >= kBundle; m >>= 1) {
         if ((cls.size() & m) == 0) continue;
-        const ClassRotation& cr = RotationOf(m);
+        const KlBlockRotation& cr = RotationOf(m);
         Block k;
         k.dim = m;
         k.channels = cls.data() + taken;
@@ -311,14 +301,14 @@ class TransformCodec final : public Codec {
         p.dim = m;
         p.bits = b;
         p.rotation = RotationKind::kHadamard;
-        p.signs1 = cr.rot.signs1.data();
+        p.signs1 = cr.signs.data();
         p.centroids = params_.subsets[b - 1].centroids.data();
         p.thresholds = thresholds_[b].data();
         p.enc_scale = cr.scale;
         p.dec_scale = cr.scale;
         p.norm_dtype = params_.norm_dtype;
         g.blocks.push_back(k);
-        g.rotations.push_back({row, m, cr.rot.signs1.data()});
+        g.rotations.push_back({row, m, cr.signs.data()});
         taken += m;
         at += size_t{b} * m / 8;
         row += m;
@@ -433,10 +423,19 @@ class TransformCodec final : public Codec {
   size_t norm_bytes_ = 0, code_bytes_ = 0;
   std::vector<float> thresholds_[kMaxBits + 1];  // [b]: 2^b - 1 midpoints
   mutable std::mutex rot_mu_;
-  mutable std::map<uint32_t, std::unique_ptr<ClassRotation>> rotations_;
+  mutable std::map<uint32_t, std::unique_ptr<KlBlockRotation>> rotations_;
 };
 
 }  // namespace
+
+// Block k of m channels: the Hadamard rotation of m with seed DeriveSeed(kClassSeed, m), scaled
+// by 1 / sqrt(m) to be orthonormal.
+KlBlockRotation KlRotationOf(uint32_t m) {
+  KlBlockRotation r;
+  r.signs = MakeRotation(RotationKind::kHadamard, DeriveSeed(kClassSeed, m), m).signs1;
+  r.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(m)));
+  return r;
+}
 
 std::unique_ptr<Codec> MakeTransformCodec(const CodecParams& params) {
   return std::make_unique<TransformCodec>(params);

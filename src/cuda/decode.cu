@@ -11,16 +11,6 @@
 namespace tqkv::cuda {
 namespace {
 
-// f32 -> f16/bf16 bits exactly as packed.h's ports (= tqkv/types.h): the hardware conversion is
-// IEEE round-to-nearest-even with overflow to inf and exact subnormals, which is what the ports
-// compute for every non-NaN value; NaN takes the port (the hardware returns a canonical NaN,
-// the CPU keeps the payload).
-__device__ __forceinline__ uint32_t ToHalfBits(float v, uint32_t dtype) {
-  if (isnan(v)) return dtype == kGpuF16 ? FloatToHalfBits(v) : FloatToBF16Bits(v);
-  return dtype == kGpuF16 ? __half_as_ushort(__float2half_rn(v))
-                          : __bfloat16_as_ushort(__float2bfloat16_rn(v));
-}
-
 template <int E>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     DecodeKernel(GpuCodecParams p, const uint8_t* __restrict__ codes,
@@ -89,30 +79,10 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
       }
       __syncwarp();
     }
-    const uint64_t row = DstElementOffset(dst, token_begin + tok, head, 0);
-    uint16_t* const row16 = static_cast<uint16_t*>(dst.base) + row;
-    if (dst.dtype != kGpuF32 && (p.head_dim & 1u) == 0 &&
-        (reinterpret_cast<uintptr_t>(row16) & 3u) == 0) {
-      // Two channels per lane, one 4-byte store: 128 coalesced bytes per warp instruction (rows
-      // of a caller's layout may sit at odd element offsets: those take the path below).
-      uint32_t* out = reinterpret_cast<uint32_t*>(row16);
-      for (uint32_t c2 = lane; c2 < p.head_dim / 2; c2 += 32) {
-        const uint32_t lo = ToHalfBits(buf[ChannelSlot(mask, 2 * c2, k_out)], dst.dtype);
-        const uint32_t hi = ToHalfBits(buf[ChannelSlot(mask, 2 * c2 + 1, k_out)], dst.dtype);
-        out[c2] = lo | hi << 16;
-      }
-    } else {
-      for (uint32_t c = lane; c < p.head_dim; c += 32) {
-        StoreElement(dst.base, dst.dtype, row + c, buf[ChannelSlot(mask, c, k_out)]);
-      }
-    }
+    StoreRow(dst, DstElementOffset(dst, token_begin + tok, head, 0), p.head_dim, lane,
+             [&](uint32_t c) { return buf[ChannelSlot(mask, c, k_out)]; });
     __syncwarp();
   }
-}
-
-uint32_t Blocks(uint64_t vectors) {
-  const uint64_t b = (vectors + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  return static_cast<uint32_t>(b < 65535ull * 8 ? b : 65535ull * 8);
 }
 
 }  // namespace
@@ -120,9 +90,12 @@ uint32_t Blocks(uint64_t vectors) {
 cudaError_t LaunchDecode(const GpuCodecParams& p, const uint8_t* codes, const uint8_t* masks,
                          uint32_t heads, uint64_t token_begin, uint32_t token_count,
                          const GpuDst& dst, cudaStream_t stream, const GpuKeyMeans& means) {
+  if (p.kind == kGpuTransform) {
+    return LaunchKlDecode(p, codes, masks, heads, token_begin, token_count, dst, stream, means);
+  }
   const uint64_t n = static_cast<uint64_t>(heads) * token_count;
   if (n == 0) return cudaSuccess;
-  const dim3 grid(Blocks(n)), block(kWarpsPerBlock * 32);
+  const dim3 grid(GridBlocks(n)), block(kWarpsPerBlock * 32);
   switch (RegsForHeadDim(p.head_dim)) {
     case 2: DecodeKernel<2><<<grid, block, 0, stream>>>(p, codes, masks, heads, token_begin, token_count, dst, means); break;
     case 4: DecodeKernel<4><<<grid, block, 0, stream>>>(p, codes, masks, heads, token_begin, token_count, dst, means); break;

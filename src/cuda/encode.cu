@@ -128,6 +128,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 cudaError_t LaunchEncode(const GpuCodecParams& p, const void* x, uint32_t in_dtype,
                          const uint8_t* masks, uint32_t heads, uint32_t tokens, uint8_t* codes,
                          cudaStream_t stream) {
+  if (p.kind == kGpuTransform) return cudaErrorInvalidValue;
   const uint64_t n = static_cast<uint64_t>(heads) * tokens;
   if (n == 0) return cudaSuccess;
   uint64_t blocks = (n + kWarpsPerBlock - 1) / kWarpsPerBlock;

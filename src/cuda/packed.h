@@ -33,7 +33,7 @@ enum GpuRotation : uint32_t {  // RotationKind
   kGpuHaar = 3,
   kGpuKronecker = 4,
 };
-enum GpuCodecKind : uint32_t { kGpuRaw = 0, kGpuTurboQuant = 1 };
+enum GpuCodecKind : uint32_t { kGpuRaw = 0, kGpuTurboQuant = 1, kGpuTransform = 2 };
 
 inline constexpr uint32_t kGpuNoTable = 0xFFFFFFFFu;  // table offset of an absent array
 inline constexpr uint32_t kGpuMaxHeadDim = 256;         // 8 registers per lane
@@ -273,6 +273,58 @@ TQKV_HD float KeyMeanAlpha(const GpuKeyMeans& m, uint64_t token, uint32_t head) 
 // the decoded f32 value before the conversion.
 TQKV_HD float LoadKeyMean(const uint8_t* row, uint32_t dtype, uint32_t c) {
   return LoadNormBytes(row + c * (dtype == kGpuF16 ? 2u : 4u), dtype);
+}
+
+// The transform codec kl:B (docs/codec.md §11), decoded from its group metadata as stored:
+// u8 bits[d], f16 mean[d], f16 scale[d], f32 g. Its table (no subsets): the Lloyd-Max codebooks
+// of 1..8 bits (2^b floats each), then the signs of each block size m = 8, 16, ..., 256 (m
+// floats each), then the six block scales float(1 / sqrt(m)).
+inline constexpr uint32_t kGpuKlMaxBits = 8;
+inline constexpr uint32_t kGpuKlTableFloats = 510 + 504 + 6;
+TQKV_HD uint32_t KlCentroidsAt(uint32_t bits) { return (1u << bits) - 2u; }
+TQKV_HD uint32_t KlSignsAt(uint32_t m) { return 510u + m - 8u; }
+TQKV_HD uint32_t KlScaleAt(uint32_t m) {
+  uint32_t at = 1014u;
+  for (uint32_t s = 8; s < m; s <<= 1) ++at;
+  return at;
+}
+
+TQKV_HD uint32_t LoadU16Le(const uint8_t* p) { return static_cast<uint32_t>(p[0] | (p[1] << 8)); }
+TQKV_HD float KlMean(const uint8_t* meta, uint32_t d, uint32_t c) {
+  return HalfBitsToFloat(static_cast<uint16_t>(LoadU16Le(meta + d + 2 * c)));
+}
+TQKV_HD float KlScale(const uint8_t* meta, uint32_t d, uint32_t c) {
+  return HalfBitsToFloat(static_cast<uint16_t>(LoadU16Le(meta + 3 * d + 2 * c)));
+}
+TQKV_HD uint32_t KlNormScaleBits(const uint8_t* meta, uint32_t d) {
+  const uint8_t* p = meta + 5 * d;
+  return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 |
+         static_cast<uint32_t>(p[2]) << 16 | static_cast<uint32_t>(p[3]) << 24;
+}
+// Codec::CheckGroupMeta's rules, which the kernels also apply (a metadata they refuse decodes to
+// NaN and is never read beyond the code; the restore refuses it on the host first): channel c
+// has at most 8 bits, a finite mean and a finite non-negative scale...
+TQKV_HD bool KlChannelOk(const uint8_t* meta, uint32_t d, uint32_t c) {
+  const uint32_t m = LoadU16Le(meta + d + 2 * c), s = LoadU16Le(meta + 3 * d + 2 * c);
+  return meta[c] <= kGpuKlMaxBits && (m & 0x7C00u) != 0x7C00u && (s & 0x7C00u) != 0x7C00u &&
+         (s & 0x8000u) == 0;
+}
+// ... g is a normal power of two, and with counts[b] the channels of b bits: the bits sum to
+// code_bits and every class of b >= 1 bits is a multiple of 8 channels.
+TQKV_HD bool KlGroupOk(uint32_t g_bits, const uint32_t (&counts)[kGpuKlMaxBits + 1],
+                       uint32_t code_bits) {
+  const uint32_t e = (g_bits >> 23) & 0xFFu;
+  bool ok = (g_bits & 0x807FFFFFu) == 0 && e >= 1 && e <= 254;
+  uint32_t total = 0;
+  for (uint32_t b = 1; b <= kGpuKlMaxBits; ++b) {
+    total += b * counts[b];
+    ok = ok && counts[b] % 8 == 0;
+  }
+  return ok && total == code_bits;
+}
+// The index bits of one kl code: its bytes after the norm.
+TQKV_HD uint32_t KlCodeBits(const GpuCodecParams& p) {
+  return (p.code_bytes - (p.norm_dtype == kGpuF16 ? 2u : 4u)) * 8u;
 }
 
 // The quiet NaN norm bytes every codec writes for a non-finite vector (kernels.h).

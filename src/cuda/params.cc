@@ -1,10 +1,12 @@
 // PackCodecParams and the host emulation of the kernels (see params.h).
 #include "cuda/params.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
 
+#include "codec/codec_internal.h"
 #include "codec/plan.h"
 
 namespace tqkv::cuda {
@@ -95,6 +97,81 @@ void WarpKronMix(const float* mt, const Warp& x, uint32_t m, uint32_t block, War
 
 float Table(const GpuCodecParams& p, uint32_t off, uint32_t i) { return p.table[off + i]; }
 
+// kl: the fixed table of packed.h (codebooks, each block size's signs, the block scales).
+Result<PackedCodec> PackTransform(const CodecParams& params, PackedCodec out) {
+  GpuCodecParams& p = out.params;
+  p.kind = kGpuTransform;
+  p.norm_dtype = ToGpuDType(params.norm_dtype);
+  out.table.assign(kGpuKlTableFloats, 0.0f);
+  for (uint32_t b = 1; b <= kGpuKlMaxBits; ++b) {
+    const std::vector<float>& c = params.subsets[b - 1].centroids;
+    if (c.size() != (size_t{1} << b)) return Status::Internal("kl codebook of the wrong size");
+    std::copy(c.begin(), c.end(), out.table.begin() + KlCentroidsAt(b));
+  }
+  for (uint32_t m = 8; m <= kGpuMaxHeadDim; m <<= 1) {
+    const codec::KlBlockRotation r = codec::KlRotationOf(m);
+    std::copy(r.signs.begin(), r.signs.end(), out.table.begin() + KlSignsAt(m));
+    out.table[KlScaleAt(m)] = r.scale;
+  }
+  p.table_floats = static_cast<uint32_t>(out.table.size());
+  p.table = out.table.data();
+  return out;
+}
+
+// The kl kernel for one vector (decode.cu): the group's layout from its metadata, each block
+// decoded as a TurboQuant subset into a row, then x_c = a_c * N + b_c * row[p_c] and the key
+// mean, every product rounded to f32.
+void EmulateKlDecode(const GpuCodecParams& p, const uint8_t* code, const uint8_t* meta, void* out,
+                     uint32_t out_dtype, const uint8_t* mean_row, uint32_t mean_dtype,
+                     float alpha) {
+  const uint32_t d = p.head_dim;
+  uint32_t counts[kGpuKlMaxBits + 1] = {};
+  bool ok = true;
+  for (uint32_t c = 0; c < d; ++c) {
+    ok = ok && KlChannelOk(meta, d, c);
+    if (meta[c] <= kGpuKlMaxBits) ++counts[meta[c]];
+  }
+  const uint32_t g_bits = KlNormScaleBits(meta, d);
+  if (!ok || !KlGroupOk(g_bits, counts, KlCodeBits(p))) {
+    for (uint32_t c = 0; c < d; ++c) StoreElement(out, out_dtype, c, BitsFloat(kNanNormF32));
+    return;
+  }
+  const float n = LoadNormBytes(code, p.norm_dtype);
+  float row[kGpuMaxHeadDim] = {};
+  uint32_t r = 0, plane = p.norm_dtype == kGpuF16 ? 2u : 4u;
+  for (uint32_t b = 1; b <= kGpuKlMaxBits; ++b) {
+    for (uint32_t m = kGpuMaxHeadDim; m >= 8; m >>= 1) {
+      if ((counts[b] & m) == 0) continue;
+      const float a = n * Table(p, KlScaleAt(m), 0);
+      const uint32_t pb = m / 8;
+      Warp w;
+      std::memset(&w, 0, sizeof(w));
+      for (uint32_t j = 0; j < m; ++j) {
+        uint32_t idx = 0;
+        for (uint32_t q = 0; q < b; ++q) idx |= ((code[plane + q * pb + j / 8] >> (j % 8)) & 1u) << q;
+        w.v[j / 32][j % 32] = Table(p, KlCentroidsAt(b), idx) * a;
+      }
+      WarpFwht(w, m);
+      for (uint32_t j = 0; j < m; ++j) row[r + j] = w.v[j / 32][j % 32] * Table(p, KlSignsAt(m), j);
+      r += m;
+      plane += b * pb;
+    }
+  }
+  uint32_t next[kGpuKlMaxBits + 1] = {};  // row position of each class's next channel
+  for (uint32_t b = 2; b <= kGpuKlMaxBits; ++b) next[b] = next[b - 1] + counts[b - 1];
+  const float g = BitsFloat(g_bits);
+  for (uint32_t c = 0; c < d; ++c) {
+    const uint32_t b = meta[c];
+    const float ac = KlMean(meta, d, c) * g;
+    const float bc = b == 0 ? 0.0f : KlScale(meta, d, c) * g;
+    const float base = ac * n;
+    const float step = bc * row[b == 0 ? 0 : next[b]++];
+    float x = base + step;
+    if (mean_row != nullptr) x += alpha * LoadKeyMean(mean_row, mean_dtype, c);
+    StoreElement(out, out_dtype, c, x);
+  }
+}
+
 }  // namespace
 
 GpuDType ToGpuDType(DType t) {
@@ -108,9 +185,6 @@ GpuDType ToGpuDType(DType t) {
 Result<PackedCodec> PackCodecParams(const CodecParams& params) {
   TQKV_RETURN_IF_ERROR(ValidateCodecParams(params));
   if (params.qjl) return Status::Unsupported("GPU kernels: qjl=1 codecs are not supported");
-  if (params.kind == CodecKind::kTransform) {
-    return Status::Unsupported("GPU kernels: the kl transform codec has no CUDA decoder yet");
-  }
   if (params.head_dim > kGpuMaxHeadDim) {
     return Status::Unsupported("GPU kernels: head_dim " + std::to_string(params.head_dim) +
                                " > " + std::to_string(kGpuMaxHeadDim));
@@ -126,6 +200,7 @@ Result<PackedCodec> PackCodecParams(const CodecParams& params) {
     p.kind = kGpuRaw;
     return out;
   }
+  if (params.kind == CodecKind::kTransform) return PackTransform(params, std::move(out));
   p.kind = kGpuTurboQuant;
   // Every value below comes from the codec's own plan (src/codec/plan.h), not a second derivation.
   const codec::CodecPlan plan = codec::CodecPlan::Build(params);
@@ -161,6 +236,10 @@ void EmulateDecodeVector(const GpuCodecParams& p, const uint8_t* code, const uin
   const uint32_t d = p.head_dim;
   if (p.kind == kGpuRaw) {
     for (uint32_t c = 0; c < d; ++c) StoreElement(out, out_dtype, c, LoadElement(code, p.raw_dtype, c));
+    return;
+  }
+  if (p.kind == kGpuTransform) {
+    EmulateKlDecode(p, code, mask, out, out_dtype, mean_row, mean_dtype, alpha);
     return;
   }
   float slots[kGpuMaxHeadDim];  // the kernel's per-warp shared buffer, subset order

@@ -5,6 +5,8 @@
 #ifndef TQKV_SRC_CUDA_WARP_CUH_
 #define TQKV_SRC_CUDA_WARP_CUH_
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include "cuda/packed.h"
@@ -121,6 +123,42 @@ __device__ __forceinline__ void WarpMulTable(float (&v)[E], const float* __restr
     const uint32_t j = static_cast<uint32_t>(e) * 32 + lane;
     if (j < m) v[e] = __fmul_rn(v[e], __ldg(t + j));
   }
+}
+
+// f32 -> f16/bf16 bits exactly as packed.h's ports (= tqkv/types.h): the hardware conversion is
+// IEEE round-to-nearest-even with overflow to inf and exact subnormals, which is what the ports
+// compute for every non-NaN value; NaN takes the port (the hardware returns a canonical NaN,
+// the CPU keeps the payload).
+__device__ __forceinline__ uint32_t ToHalfBits(float v, uint32_t dtype) {
+  if (isnan(v)) return dtype == kGpuF16 ? FloatToHalfBits(v) : FloatToBF16Bits(v);
+  return dtype == kGpuF16 ? __half_as_ushort(__float2half_rn(v))
+                          : __bfloat16_as_ushort(__float2bfloat16_rn(v));
+}
+
+// Writes channels 0..d-1 of one destination row (element offset `row`), channel c's value
+// value(c), c = lane, lane + 32, ...: f16/bf16 rows at 4-byte-aligned addresses two channels per
+// lane in one 4-byte store (128 coalesced bytes per warp instruction); rows of a caller's layout
+// may sit at odd element offsets, and those take one element per store.
+template <class F>
+__device__ __forceinline__ void StoreRow(const GpuDst& dst, uint64_t row, uint32_t d, uint32_t lane,
+                                         F value) {
+  uint16_t* const row16 = static_cast<uint16_t*>(dst.base) + row;
+  if (dst.dtype != kGpuF32 && (d & 1u) == 0 && (reinterpret_cast<uintptr_t>(row16) & 3u) == 0) {
+    uint32_t* out = reinterpret_cast<uint32_t*>(row16);
+    for (uint32_t c2 = lane; c2 < d / 2; c2 += 32) {
+      const uint32_t lo = ToHalfBits(value(2 * c2), dst.dtype);
+      const uint32_t hi = ToHalfBits(value(2 * c2 + 1), dst.dtype);
+      out[c2] = lo | hi << 16;
+    }
+  } else {
+    for (uint32_t c = lane; c < d; c += 32) StoreElement(dst.base, dst.dtype, row + c, value(c));
+  }
+}
+
+// Blocks of kWarpsPerBlock warps for `units` warp-sized units of work (grid-stride beyond).
+inline uint32_t GridBlocks(uint64_t units) {
+  const uint64_t b = (units + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  return static_cast<uint32_t>(b < 65535ull * 8 ? b : 65535ull * 8);
 }
 
 }  // namespace tqkv::cuda

@@ -391,7 +391,8 @@ INSTANTIATE_TEST_SUITE_P(
                       RungCase{"uring", "tq3.5,nc=1"}, RungCase{"buffered", "fp16"},
                       RungCase{"direct", "tq:b=4,rot=haar"}, RungCase{"uring", "k4v2"},
                       RungCase{"direct", "k:tq2.5/v:tq3,norm=f16"},
-                      RungCase{"buffered", "k:tq3/v:tq3.5"}),
+                      RungCase{"buffered", "k:tq3/v:tq3.5"}, RungCase{"direct", "kl:2.5"},
+                      RungCase{"uring", "k:kl:3/v:kl:2.4,norm=f32"}),
     [](const ::testing::TestParamInfo<RungCase>& info) {
       std::string s = info.param.io + "_" + info.param.codec;
       for (char& ch : s) {
