@@ -185,23 +185,31 @@ template <int R>
   }
 }
 
-// Per-call constants: up to 31 thresholds and 32 centroids in two registers each.
+// Per-call constants: the binary search's probe tables (probe[p][j] = threshold j + 2^p - 1, so
+// the probe after a prefix idx is one permute of idx, no index arithmetic), up to 32 centroids in
+// two registers, and the search's constants as registers (not rebuilt per vector).
 struct Tables {
-  __m512 thr[2];
+  __m512 probe[kMaxBits - 1][2];
   __m512 cent[2];
-  float first;  // the binary search's first probe, threshold 2^(bits-1) - 1
+  __m512 first;      // the first probe, threshold 2^(bits-1) - 1, in every lane
+  __m512i step[kMaxBits];  // 2^p in every lane
 };
 
 void InitTables(const SubsetPlan& p, Tables* t) {
-  alignas(64) float thr[32] = {}, cent[32] = {};
+  alignas(64) float cent[32] = {};
   const uint32_t nc = 1u << p.bits;
-  for (uint32_t k = 0; k + 1 < nc; ++k) thr[k] = p.thresholds[k];
   for (uint32_t k = 0; k < nc; ++k) cent[k] = p.centroids[k];
-  for (int r = 0; r < 2; ++r) {
-    t->thr[r] = _mm512_load_ps(thr + 16 * r);
-    t->cent[r] = _mm512_load_ps(cent + 16 * r);
+  for (int b = 0; b + 1 < kMaxBits; ++b) {
+    alignas(64) float probe[32] = {};
+    for (uint32_t j = 0; j < 32; ++j) {
+      const uint32_t k = j + (1u << b) - 1;
+      if (k + 1 < nc) probe[j] = p.thresholds[k];
+    }
+    for (int r = 0; r < 2; ++r) t->probe[b][r] = _mm512_load_ps(probe + 16 * r);
   }
-  t->first = p.thresholds[(nc >> 1) - 1];
+  for (int r = 0; r < 2; ++r) t->cent[r] = _mm512_load_ps(cent + 16 * r);
+  t->first = _mm512_set1_ps(p.thresholds[(nc >> 1) - 1]);
+  for (int b = 0; b < kMaxBits; ++b) t->step[b] = _mm512_set1_epi32(1 << b);
 }
 
 // The 16 entries of a table register pair picked by idx (0..31; up to 4 bits one register).
@@ -219,17 +227,14 @@ inline __m512 Lookup16(const __m512* table, __m512i idx) {
 // bit p of c is set. The compare masks are therefore the lanes' bit planes: plane[p] gets them.
 template <int kBits>
 [[gnu::always_inline]] inline __m512i Quantize16(const Tables& t, __m512 z, uint32_t* plane) {
-  constexpr int kTop = 1 << (kBits - 1);
-  __mmask16 k = _mm512_cmp_ps_mask(_mm512_set1_ps(t.first), z, _CMP_LT_OQ);
+  __mmask16 k = _mm512_cmp_ps_mask(t.first, z, _CMP_LT_OQ);
   plane[kBits - 1] = k;
-  __m512i idx = _mm512_maskz_mov_epi32(k, _mm512_set1_epi32(kTop));
-  int p = kBits - 2;
+  __m512i idx = _mm512_maskz_mov_epi32(k, t.step[kBits - 1]);
 #pragma GCC unroll 4
-  for (int step = kTop / 2; step > 0; step /= 2, --p) {
-    const __m512i probe = _mm512_add_epi32(idx, _mm512_set1_epi32(step - 1));
-    k = _mm512_cmp_ps_mask(Lookup16<kBits>(t.thr, probe), z, _CMP_LT_OQ);
+  for (int p = kBits - 2; p >= 0; --p) {
+    k = _mm512_cmp_ps_mask(Lookup16<kBits>(t.probe[p], idx), z, _CMP_LT_OQ);
     plane[p] = k;
-    idx = _mm512_mask_add_epi32(idx, k, idx, _mm512_set1_epi32(step));
+    idx = _mm512_mask_add_epi32(idx, k, idx, t.step[p]);
   }
   return idx;
 }
@@ -289,15 +294,16 @@ using ForwardFn = void (*)(const SubsetPlan&, const float*, float, float*);
 using InverseFn = void (*)(const SubsetPlan&, const float*, float*);
 
 // z = Fwht(s2 * Fwht(s1 * x)) * scale (Hadamard2) or Fwht(s1 * x) * scale.
-// v = Fwht(s2 * Fwht(s1 * x)) (Hadamard2) or Fwht(s1 * x), m = 16 R floats in registers.
-template <int R>
+// v = Fwht(s2 * Fwht(s1 * x)) (Hadamard2) or Fwht(s1 * x), m = 16 R floats in registers. kTwo:
+// Hadamard2 known at compile time (one path, no merge of two through the stack); else p says.
+template <int R, int kTwo = -1>
 [[gnu::always_inline]] inline void HadamardRegs(const SubsetPlan& p, const float* x, __m512* v) {
 #pragma GCC unroll 64
   for (int r = 0; r < R; ++r) {
     v[r] = _mm512_mul_ps(_mm512_loadu_ps(x + 16 * r), _mm512_loadu_ps(p.signs1 + 16 * r));
   }
   FwhtRegs<R>(v);
-  if (p.rotation == RotationKind::kHadamard2) {
+  if (kTwo == 1 || (kTwo < 0 && p.rotation == RotationKind::kHadamard2)) {
 #pragma GCC unroll 64
     for (int r = 0; r < R; ++r) v[r] = _mm512_mul_ps(v[r], _mm512_loadu_ps(p.signs2 + 16 * r));
     FwhtRegs<R>(v);
@@ -641,12 +647,12 @@ template <int kBits, int N>
 }
 
 // Hadamard kinds with m = 16 R: rotation, scale and quantization without leaving the registers.
-template <int kBits, int R>
+template <int kBits, int R, int kTwo>
 void EncodeVecHadamard(const SubsetPlan& plan, const VecCoder& c, const float* xv, float norm,
                        float*, uint8_t* norm_out, uint8_t* planes) {
   if (EncodeDegenerate(plan, norm, norm_out, planes)) return;
   __m512 v[R];
-  HadamardRegs<R>(plan, xv, v);
+  HadamardRegs<R, kTwo>(plan, xv, v);
   const __m512 s = _mm512_set1_ps(plan.enc_scale / norm);
   const float csum = QuantizeRegs<kBits, R>(plan, c, v, s, planes);
   StoreEncodedNorm(plan, norm, csum, norm_out);
@@ -859,9 +865,10 @@ void PickCoders(const SubsetPlan& p, VecCoder* c) {
     return;
   }
   if (p.dim > 256) return;
-  const auto pick = [c](auto rc) {
+  const auto pick = [&p, c](auto rc) {
     constexpr int R = decltype(rc)::value;
-    c->encode = EncodeVecHadamard<kBits, R>;
+    c->encode = p.rotation == RotationKind::kHadamard2 ? EncodeVecHadamard<kBits, R, 1>
+                                                        : EncodeVecHadamard<kBits, R, 0>;
     c->decode = DecodeVecHadamard<kBits, R>;
     c->decode_to = DecodeVecHadamardTo<kBits, R>;
   };
