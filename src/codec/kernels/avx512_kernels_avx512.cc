@@ -830,18 +830,6 @@ void DecodeVecGenericTo(const SubsetPlan& plan, const VecCoder& c, const uint8_t
   }
 }
 
-template <int kBits>
-struct HadamardCoders {
-  template <int R>
-  struct Enc {
-    static constexpr EncodeVecFn kFn = EncodeVecHadamard<kBits, R>;
-  };
-  template <int R>
-  struct Dec {
-    static constexpr DecodeVecFn kFn = DecodeVecHadamard<kBits, R>;
-  };
-};
-
 // Hadamard vectors of up to 256 floats stay in registers; the rest goes through memory.
 template <int kBits>
 void PickCoders(const SubsetPlan& p, VecCoder* c) {
