@@ -239,12 +239,25 @@ template <int kBits>
   return idx;
 }
 
+// The low nbytes (at most 8) of w, little-endian, as pieces of 8, 4, 2 and 1 bytes: with a
+// constant size (the in-register coders) one or two moves, never a loop of byte shifts.
 inline void StoreBytes(uint8_t* dst, size_t nbytes, uint64_t w) {
   if (nbytes == 8) {
     std::memcpy(dst, &w, 8);
     return;
   }
-  for (size_t b = 0; b < nbytes; ++b) dst[b] = static_cast<uint8_t>(w >> (8 * b));
+  size_t b = 0;
+  if (nbytes & 4) {
+    const auto v = static_cast<uint32_t>(w);
+    std::memcpy(dst, &v, 4);
+    b = 4;
+  }
+  if (nbytes & 2) {
+    const auto v = static_cast<uint16_t>(w >> (8 * b));
+    std::memcpy(dst + b, &v, 2);
+    b += 2;
+  }
+  if (nbytes & 1) dst[b] = static_cast<uint8_t>(w >> (8 * b));
 }
 
 inline uint64_t LoadBytes(const uint8_t* src, size_t nbytes) {
@@ -253,7 +266,20 @@ inline uint64_t LoadBytes(const uint8_t* src, size_t nbytes) {
     std::memcpy(&w, src, 8);
     return w;
   }
-  for (size_t b = 0; b < nbytes; ++b) w |= static_cast<uint64_t>(src[b]) << (8 * b);
+  size_t b = 0;
+  if (nbytes & 4) {
+    uint32_t v;
+    std::memcpy(&v, src, 4);
+    w = v;
+    b = 4;
+  }
+  if (nbytes & 2) {
+    uint16_t v;
+    std::memcpy(&v, src + b, 2);
+    w |= static_cast<uint64_t>(v) << (8 * b);
+    b += 2;
+  }
+  if (nbytes & 1) w |= static_cast<uint64_t>(src[b]) << (8 * b);
   return w;
 }
 
