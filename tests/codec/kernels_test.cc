@@ -978,7 +978,7 @@ TEST(KernelsSimd, ChannelEnergyMatchesReference) {
   std::mt19937 rng(47);
   std::normal_distribution<float> gauss;
   for (DType dt : {DType::kF16, DType::kBF16, DType::kF32}) {
-    for (size_t d : {4u, 8u, 12u, 20u, 128u, 130u, 1032u}) {
+    for (size_t d : {4u, 8u, 12u, 20u, 64u, 128u, 130u, 1032u}) {
       for (size_t n : {0u, 1u, 3u, 4u, 9u}) {
         const size_t stride = d + 3;
         std::vector<float> xf(n * stride);

@@ -1301,8 +1301,28 @@ inline void EnergyRows(const uint8_t* rows, size_t pitch, size_t d, double* ener
   }
 }
 
+// d = 8 kBlocks channels: the sums stay in registers for all n vectors.
+template <DType kT, int kBlocks>
+void EnergyInRegs(const uint8_t* src, size_t n, size_t pitch, double* energy) {
+  __m512d acc[kBlocks];
+#pragma GCC unroll 16
+  for (int b = 0; b < kBlocks; ++b) acc[b] = _mm512_loadu_pd(energy + 8 * b);
+  for (size_t i = 0; i < n; ++i) {
+    const uint8_t* row = src + i * pitch;
+#pragma GCC unroll 16
+    for (int b = 0; b < kBlocks; ++b) {
+      const __m512d v = _mm512_cvtps_pd(Load8AsFloat<kT>(row, 8 * b));
+      acc[b] = _mm512_add_pd(acc[b], _mm512_mul_pd(v, v));
+    }
+  }
+#pragma GCC unroll 16
+  for (int b = 0; b < kBlocks; ++b) _mm512_storeu_pd(energy + 8 * b, acc[b]);
+}
+
 template <DType kT>
 void ChannelEnergyT(const uint8_t* src, size_t n, size_t pitch, size_t d, double* energy) {
+  if (d == 128) return EnergyInRegs<kT, 16>(src, n, pitch, energy);
+  if (d == 64) return EnergyInRegs<kT, 8>(src, n, pitch, energy);
   size_t i = 0;
   for (; i + 4 <= n; i += 4) EnergyRows<kT, 4>(src + i * pitch, pitch, d, energy);
   for (; i < n; ++i) EnergyRows<kT, 1>(src + i * pitch, pitch, d, energy);
