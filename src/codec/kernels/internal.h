@@ -20,6 +20,13 @@ const KernelTable& Avx2Table();
 const KernelTable& Avx512Table();
 // Defined in neon_kernels_neon.cc (AArch64 builds only, where NEON is always present).
 const KernelTable& NeonTable();
+// The AVX2 table's gather_affine and transform_assemble (avx2_transform_avx2.cc).
+void Avx2GatherAffine(const float* row, size_t row_stride, const uint32_t* from, const float* a,
+                      const float* b, const float* norms, size_t n, size_t d, float* out,
+                      size_t out_stride);
+void Avx2TransformAssemble(float* row, size_t row_stride, const TransformBlock* blocks,
+                           size_t nblocks, const uint32_t* from, const float* a, const float* b,
+                           const float* norms, size_t n, size_t d, float* out, size_t out_stride);
 
 // A vector's stored norm (f32, or f16 rounded to nearest even), as every table writes and reads
 // it. `static`: each SIMD file gets its own copy, compiled for its instruction set, which the
