@@ -56,6 +56,7 @@ TEST(Cli, CheckpointInspectVerifyRestore) {
       EXPECT_EQ(page_cache, 0u) << r.out;
     }
     EXPECT_TRUE(rj["memory_warmed"].get<bool>());
+    EXPECT_GT(rj["cpu_s"].get<double>(), 0.0);  // the restore call's process CPU time
   }
   // A read-ahead larger than the kept pool: not warmed, and the restore still runs.
   CmdResult big = Tqkv("restore --json --store file://" + dir.path() + " --session s1 --read-ahead 3GiB");
