@@ -219,10 +219,18 @@ void BM_HighwayDecodeF16(benchmark::State& state) {
   hwy::SetSupportedTargetsForTest(0);
 }
 
-// The hand-written tables' decode to fp16 (kernels::DecodeTo: the restore's call).
+// The hand-written tables' decode to fp16 (kernels::DecodeTo: the restore's call). Arg 0: avx2,
+// 1: avx512, 2: avx512-fma8.
 void BM_TableDecodeF16(benchmark::State& state) {
-  const KernelTable* table =
-      state.range(0) == 0 ? kernels::Avx2Kernels() : kernels::Avx512Kernels();
+  const KernelTable* table = nullptr;
+  if (state.range(0) == 0) {
+    table = kernels::Avx2Kernels();
+  } else {
+    const char* want = state.range(0) == 1 ? "avx512" : "avx512-fma8";
+    for (const KernelTable* t : kernels::Avx512KernelVariants()) {
+      if (std::string(t->name) == want) table = t;
+    }
+  }
   if (!table) return state.SkipWithError("SIMD level not available");
   const Data b = MakeData(static_cast<uint32_t>(state.range(1)));
   std::vector<uint16_t> out(kVectors * kDim);
@@ -238,7 +246,7 @@ void BM_TableDecodeF16(benchmark::State& state) {
 }
 
 BENCHMARK(BM_HighwayDecodeF16)->ArgNames({"hwy", "bits"})->ArgsProduct({{0, 1, 2}, {3, 4}});
-BENCHMARK(BM_TableDecodeF16)->ArgNames({"simd", "bits"})->ArgsProduct({{0, 1}, {3, 4}});
+BENCHMARK(BM_TableDecodeF16)->ArgNames({"simd", "bits"})->ArgsProduct({{0, 1, 2}, {3, 4}});
 
 }  // namespace
 }  // namespace tqkv::hwybench

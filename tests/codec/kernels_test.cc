@@ -190,9 +190,12 @@ std::vector<uint32_t> DimsFor(RotationKind rot) {
   return {8, 16, 32, 64, 128, 256, 512};
 }
 
+// Every table this CPU runs: one per level, and both builds of the AVX-512 kernels.
 std::vector<const KernelTable*> SimdTables() {
   std::vector<const KernelTable*> tables;
   for (SimdLevel level : SupportedSimdLevels()) tables.push_back(&KernelsFor(level));
+  const std::vector<const KernelTable*> avx512 = Avx512KernelVariants();
+  if (avx512.size() > 1) tables.push_back(avx512[1]);
   return tables;
 }
 
@@ -216,9 +219,20 @@ TEST(KernelsDispatch, TablesMatchLevels) {
   if (SimdLevelSupported(SimdLevel::kAvx512)) {
     ASSERT_NE(Avx512Kernels(), nullptr);
     EXPECT_EQ(&KernelsFor(SimdLevel::kAvx512), Avx512Kernels());
-    EXPECT_STREQ(Avx512Kernels()->name, "avx512");
+    // Two builds of the AVX-512 kernels; the FWHT choice follows the vendor (kernels.h).
+    const std::vector<const KernelTable*> v = Avx512KernelVariants();
+    ASSERT_EQ(v.size(), 2u);
+    EXPECT_EQ(v[0], Avx512Kernels());
+#if defined(__x86_64__)
+    const bool intel = __builtin_cpu_is("intel") != 0;
+#else
+    const bool intel = false;
+#endif
+    EXPECT_STREQ(v[0]->name, intel ? "avx512-fma8" : "avx512");
+    EXPECT_STREQ(v[1]->name, intel ? "avx512" : "avx512-fma8");
   } else {
     EXPECT_EQ(Avx512Kernels(), nullptr);
+    EXPECT_TRUE(Avx512KernelVariants().empty());
   }
   // Every supported level has a table that is not the reference (scalar aside).
   for (SimdLevel level : SupportedSimdLevels()) {

@@ -5,7 +5,9 @@
 // look-ups are one vpermps/vpermi2ps, bit planes unpack with one masked byte add per plane, and
 // the split codecs gather and scatter channels with vcompressps/vexpandps.
 // Shapes not handled here (Haar rotations, more than 5 bits, dims not a multiple of 16) go to the
-// AVX2 table, which the CPU also runs.
+// AVX2 table, which the CPU also runs. The file is built twice: as is (the `avx512` table) and
+// with TQKV_AVX512_FMA_STAGE8 (avx512_fma8_kernels_avx512.cc, the `avx512-fma8` table), which
+// differ only in one instruction choice of the FWHT; dispatch.cc picks one per CPU vendor.
 #include <immintrin.h>
 // gcc 12's AVX-512 intrinsics pass _mm512_undefined_*() as the unused merge operand, which its own
 // -Wuninitialized flags once inlined; the operand is never read.
@@ -149,11 +151,16 @@ inline float Sum8Squares(const float* v, size_t m) {
   x = _mm512_fmadd_ps(x, s1, _mm512_permute_ps(x, 0xB1));
   x = _mm512_fmadd_ps(x, s2, _mm512_permute_ps(x, 0x4E));
   x = _mm512_fmadd_ps(x, s4, _mm512_shuffle_f32x4(x, x, _MM_SHUFFLE(2, 3, 0, 1)));
-  // Stage 8 on the adders (a + b low, a - b high, both exact IEEE ops): the fma pipes carry the
-  // other three stages and the sign multiplies.
   const __m512 t = _mm512_shuffle_f32x4(x, x, _MM_SHUFFLE(1, 0, 3, 2));
-  x = _mm512_mask_sub_ps(_mm512_add_ps(x, t), static_cast<__mmask16>(0xFF00), t, x);
-  return x;
+#if TQKV_AVX512_FMA_STAGE8
+  // Stage 8 as the others: Intel's 512-bit adds run on the fma ports, so one op beats two.
+  const __m512 s8 = _mm512_setr_ps(1, 1, 1, 1, 1, 1, 1, 1, -1, -1, -1, -1, -1, -1, -1, -1);
+  return _mm512_fmadd_ps(x, s8, t);
+#else
+  // Stage 8 on the adders (a + b low, a - b high, both exact IEEE ops): on Zen 4 they are pipes
+  // of their own, and the fma pipes carry the other three stages and the sign multiplies.
+  return _mm512_mask_sub_ps(_mm512_add_ps(x, t), static_cast<__mmask16>(0xFF00), t, x);
+#endif
 }
 
 // Unnormalised FWHT of 16 * R floats held as R registers; beyond 16 registers both halves first,
@@ -1380,8 +1387,13 @@ void GatherAffine(const float* row, size_t row_stride, const uint32_t* from, con
 }  // namespace
 
 namespace internal {
+#if TQKV_AVX512_FMA_STAGE8
+const KernelTable& Avx512FmaStage8Table() {
+  static const KernelTable table{"avx512-fma8", ToF32, FromF32, Encode, Decode, SplitGather,
+#else
 const KernelTable& Avx512Table() {
   static const KernelTable table{"avx512", ToF32, FromF32, Encode, Decode, SplitGather,
+#endif
                                  SplitScatter, SplitEncode, SplitDecode, ChannelEnergy,
                                  AddScaled, EncodeFrom, DecodeTo, GatherAffine, nullptr, nullptr};
   return table;

@@ -1,4 +1,6 @@
 // Picks the kernel table for a SIMD level.
+#include <vector>
+
 #include "codec/kernels/internal.h"
 #include "codec/kernels/kernels.h"
 #include "tqkv/convert.h"
@@ -18,13 +20,28 @@ const KernelTable* Avx2Kernels() {
 #endif
 }
 
-const KernelTable* Avx512Kernels() {
+std::vector<const KernelTable*> Avx512KernelVariants() {
 #if defined(__x86_64__)
-  if (!SimdLevelSupported(SimdLevel::kAvx512)) return nullptr;
-  return &internal::Avx512Table();
+  if (!SimdLevelSupported(SimdLevel::kAvx512)) return {};
+  // Intel cores run 512-bit adds on their fma ports, Zen 4 on pipes of their own (measured:
+  // docs/lab/simd-avx512.md); other vendors take the Zen 4 choice.
+  static const bool intel = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_is("intel") != 0;
+  }();
+  if (intel) return {&internal::Avx512FmaStage8Table(), &internal::Avx512Table()};
+  return {&internal::Avx512Table(), &internal::Avx512FmaStage8Table()};
 #else
-  return nullptr;
+  return {};
 #endif
+}
+
+const KernelTable* Avx512Kernels() {
+  static const KernelTable* const table = [] {
+    const std::vector<const KernelTable*> v = Avx512KernelVariants();
+    return v.empty() ? nullptr : v.front();
+  }();
+  return table;
 }
 
 const KernelTable* NeonKernels() {

@@ -18,6 +18,8 @@ const KernelTable& Avx2Table();
 // Defined in avx512_kernels_avx512.cc (x86-64 builds only); only call when
 // SimdLevelSupported(SimdLevel::kAvx512).
 const KernelTable& Avx512Table();
+// The same kernels built with the FWHT's h = 8 stage as an fma (avx512_fma8_kernels_avx512.cc).
+const KernelTable& Avx512FmaStage8Table();
 // Defined in neon_kernels_neon.cc (AArch64 builds only, where NEON is always present).
 const KernelTable& NeonTable();
 // The AVX2 table's gather_affine and transform_assemble (avx2_transform_avx2.cc).

@@ -42,6 +42,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "tqkv/codec.h"
 #include "tqkv/simd.h"
@@ -176,8 +177,13 @@ const KernelTable& ScalarKernels();
 // (falling back to the reference internally for shapes they do not vectorise).
 const KernelTable* Avx2Kernels();
 // AVX-512 (F, BW, VL, DQ) kernels, or null when this CPU lacks them; shapes they do not vectorise
-// go to the AVX2 kernels.
+// go to the AVX2 kernels. Two builds of them give the same bits: on Intel CPUs the one whose FWHT
+// does every in-register stage as an fma (`avx512-fma8`), elsewhere the one that moves a stage to
+// the adders (`avx512`, faster on AMD Zen 4).
 const KernelTable* Avx512Kernels();
+// Both AVX-512 tables, the one Avx512Kernels() picks first (tests, benchmarks); empty without
+// AVX-512.
+std::vector<const KernelTable*> Avx512KernelVariants();
 // Arm NEON kernels: the table on AArch64 (NEON is part of the base ISA), null elsewhere. They handle
 // any plan as the AVX2 table does.
 const KernelTable* NeonKernels();
