@@ -848,41 +848,29 @@ template <int kBits>
   const size_t m = plan.dim;
   const float a = LoadNorm(norm_in, plan.norm_dtype) * plan.dec_scale;
   const __m256 av = _mm256_set1_ps(a);
-  if (m <= 16) {
-    if constexpr (kBits <= 5) {
-      constexpr int kRegs = kBits <= 3 ? 1 : kBits == 4 ? 2 : 4;
-      __m256 cent[4];
+  // Up to 5 bits, scaling the centroids first gives each lane the same product c[idx] * a, one
+  // op less; more bits scale each looked-up centroid.
+  constexpr bool kScaleTable = kBits <= 5;
+  constexpr int kRegs = kBits <= 3 ? 1 : kBits == 4 ? 2 : 4;
+  __m256 cent[4];
+  if constexpr (kScaleTable) {
 #pragma GCC unroll 4
-      for (int r = 0; r < kRegs; ++r) cent[r] = _mm256_mul_ps(t.cent[r], av);
-      for (size_t g = 0; g < m / 8; ++g) {
-        _mm256_storeu_ps(vbuf + 8 * g, Lookup8<kBits>(plan, cent, Indices8<kBits>(planes, m / 8, g)));
-      }
+    for (int r = 0; r < kRegs; ++r) cent[r] = _mm256_mul_ps(t.cent[r], av);
+  }
+  const auto store = [&](size_t j, __m256i q) {
+    if constexpr (kScaleTable) {
+      _mm256_storeu_ps(vbuf + j, Lookup8<kBits>(plan, cent, q));
     } else {
-      for (size_t g = 0; g < m / 8; ++g) {
-        const __m256 c = Lookup8<kBits>(plan, t.cent, Indices8<kBits>(planes, m / 8, g));
-        _mm256_storeu_ps(vbuf + 8 * g, _mm256_mul_ps(c, av));
-      }
+      _mm256_storeu_ps(vbuf + j, _mm256_mul_ps(Lookup8<kBits>(plan, t.cent, q), av));
     }
+  };
+  if (m <= 16) {  // kl's small blocks: indices straight from the planes
+    for (size_t g = 0; g < m / 8; ++g) store(8 * g, Indices8<kBits>(planes, m / 8, g));
     return;
   }
   UnpackPlanesToBytes<kBits>(planes, m, idx);
-  if constexpr (kBits <= 5) {
-    // Scaling the centroids first gives each lane the same product c[idx] * a, one op less.
-    constexpr int kRegs = kBits <= 3 ? 1 : kBits == 4 ? 2 : 4;
-    __m256 cent[4];
-#pragma GCC unroll 4
-    for (int r = 0; r < kRegs; ++r) cent[r] = _mm256_mul_ps(t.cent[r], av);
-    for (size_t j = 0; j < m; j += 8) {
-      const __m256i q =
-          _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(idx + j)));
-      _mm256_storeu_ps(vbuf + j, Lookup8<kBits>(plan, cent, q));
-    }
-  } else {
-    for (size_t j = 0; j < m; j += 8) {
-      const __m256i q =
-          _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(idx + j)));
-      _mm256_storeu_ps(vbuf + j, _mm256_mul_ps(Lookup8<kBits>(plan, t.cent, q), av));
-    }
+  for (size_t j = 0; j < m; j += 8) {
+    store(j, _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(idx + j))));
   }
 }
 

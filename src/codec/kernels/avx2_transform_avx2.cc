@@ -158,9 +158,13 @@ void RotateColumns(const TransformBlock& blk, Columns& tr) {
   }
 }
 
-void GatherAffineImpl(const float* row, size_t row_stride, const uint32_t* from, const float* a,
-                  const float* b, const float* norms, size_t n, size_t d, float* out,
-                  size_t out_stride) {
+}  // namespace
+
+namespace internal {
+
+void Avx2GatherAffine(const float* row, size_t row_stride, const uint32_t* from, const float* a,
+                      const float* b, const float* norms, size_t n, size_t d, float* out,
+                      size_t out_stride) {
   const size_t cols = UsedColumns(row_stride, from, d, nullptr, 0);
   size_t i0 = 0;
   if (cols > 0) {
@@ -175,9 +179,10 @@ void GatherAffineImpl(const float* row, size_t row_stride, const uint32_t* from,
   }
 }
 
-void TransformAssembleImpl(float* row, size_t row_stride, const TransformBlock* blocks, size_t nblocks,
-                       const uint32_t* from, const float* a, const float* b, const float* norms,
-                       size_t n, size_t d, float* out, size_t out_stride) {
+void Avx2TransformAssemble(float* row, size_t row_stride, const TransformBlock* blocks,
+                           size_t nblocks, const uint32_t* from, const float* a, const float* b,
+                           const float* norms, size_t n, size_t d, float* out,
+                           size_t out_stride) {
   const size_t cols = UsedColumns(row_stride, from, d, blocks, nblocks);
   size_t i0 = 0;
   if (cols > 0) {
@@ -194,22 +199,6 @@ void TransformAssembleImpl(float* row, size_t row_stride, const TransformBlock* 
   }
 }
 
-}  // namespace
-
-namespace internal {
-void Avx2GatherAffine(const float* row, size_t row_stride, const uint32_t* from, const float* a,
-                      const float* b, const float* norms, size_t n, size_t d, float* out,
-                      size_t out_stride) {
-  GatherAffineImpl(row, row_stride, from, a, b, norms, n, d, out, out_stride);
-}
-
-void Avx2TransformAssemble(float* row, size_t row_stride, const TransformBlock* blocks,
-                           size_t nblocks, const uint32_t* from, const float* a, const float* b,
-                           const float* norms, size_t n, size_t d, float* out,
-                           size_t out_stride) {
-  TransformAssembleImpl(row, row_stride, blocks, nblocks, from, a, b, norms, n, d, out,
-                        out_stride);
-}
 }  // namespace internal
 
 }  // namespace tqkv::kernels
