@@ -13,7 +13,6 @@
 // cosine) compares the decoded fp16 vectors with the fp16 input.
 #include <algorithm>
 #include <chrono>
-#include <ctime>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -58,9 +57,7 @@ struct Timing {
 // which other jobs on a shared machine disturb much less than wall time.
 double Now(bool cpu) {
   if (!cpu) return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+  return ProcessCpuSeconds();
 }
 
 template <typename Fn>

@@ -74,16 +74,16 @@ d = json.load(open(sys.argv[1]))
 loc = json.load(open(sys.argv[3]))
 cs, cc, rs, rc = map(float, sys.argv[4:8])
 n = os.cpu_count()
+# The restore alone: its process CPU less the destination's allocation and first touch
+# (single-threaded, alloc_s).
+ri = d["cpu_s"] - d["alloc_s"]
 print(json.dumps({"curl_s": float(sys.argv[2]), "restore_s": d["restore_s"],
                   "read_busy_s": d["read_busy_s"], "decode_busy_s": d["decode_busy_s"],
                   "first_layer_s": d["first_layer_s"], "bytes": d["bytes_read"],
                   "local_restore_s": loc["restore_s"],
                   "curl_cpu": {"server_s": cs, "client_s": cc, "cpu_bound_s": (cs + cc) / n},
-                  "restore_cpu": {"server_s": rs, "client_s": rc,
-                                  # the restore alone: its process CPU less the destination's
-                                  # allocation and first touch (single-threaded, alloc_s)
-                                  "in_restore_s": d["cpu_s"] - d["alloc_s"],
-                                  "cpu_bound_s": (rs + d["cpu_s"] - d["alloc_s"]) / n}}))
+                  "restore_cpu": {"server_s": rs, "client_s": rc, "in_restore_s": ri,
+                                  "cpu_bound_s": (rs + ri) / n}}))
 EOF
 done
 # The store alone (the restore's own reader, no decode): bench restore's stages, one worker.

@@ -1,5 +1,7 @@
 #include "tools/cli_common.h"
 
+#include <time.h>
+
 #include <cstdio>
 
 #include "tqkv/units.h"
@@ -10,6 +12,12 @@ int g_exit_code = 0;
 }  // namespace
 
 void SetExitCode(int code) { g_exit_code = code; }
+
+double ProcessCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
 int ExitCode() { return g_exit_code; }
 
 CLI::Validator CountIn(uint64_t min, uint64_t max) {

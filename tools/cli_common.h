@@ -33,6 +33,9 @@ int ExitCode();
 // Prints "tqkv <command>: <status>" to stderr and sets exit code 1 when status is not OK.
 void Report(const std::string& command, const Status& status);
 
+// CPU seconds this process has used, every thread (CLOCK_PROCESS_CPUTIME_ID).
+double ProcessCpuSeconds();
+
 // The `tqkv bench` subcommands (bench/bench_commands.cc).
 void RegisterBenchCommands(CLI::App& app);
 

@@ -1,6 +1,4 @@
 // Session commands: checkpoint, restore, compress, decompress, inspect, verify.
-#include <time.h>
-
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -183,14 +181,9 @@ void RegisterRestore(CLI::App& app) {
       RestoreStats st;
       // CPU seconds of the restore alone (every thread of this process), without the start-up
       // and the warming above: what a server that restores into mapped memory spends.
-      const auto cpu_now = [] {
-        timespec ts{};
-        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-        return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-      };
-      const double cpu0 = cpu_now();
+      const double cpu0 = ProcessCpuSeconds();
       TQKV_ASSIGN_OR_RETURN(auto cache, Restore(*store, o->session, opts, &st));
-      const double cpu_s = cpu_now() - cpu0;
+      const double cpu_s = ProcessCpuSeconds() - cpu0;
       const double alloc_s = st.alloc_seconds;
       const double gbps = st.seconds > 0 ? st.bytes_read / st.seconds / 1e9 : 0;
       const std::string io = o->io.empty() ? "uri" : o->io;
