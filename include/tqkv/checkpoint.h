@@ -44,6 +44,7 @@ struct CheckpointOptions {
   // container counted, by the errors measured on the session; codec, v_codec and layer_overrides
   // are then unused (overrides are refused). The choice is stored (format version 6).
   double allocate_bits = 0;
+  AllocatorFamily allocate_from = AllocatorFamily::kTurboQuant;  // its candidates (kl:B: kTransform)
   std::vector<LayerCodec> layer_overrides;  // e.g. first and last layers at more bits
   uint32_t token_block = 0;                 // tokens per chunk; 0: about 2 MiB chunks
   ThreadPool* pool = nullptr;               // encode threads; null: the calling thread

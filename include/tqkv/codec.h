@@ -69,16 +69,21 @@ Result<CodecSpec> ParseCodecSpec(std::string_view spec);
 // The shortest string that parses back to `spec` (a preset name where one matches).
 std::string FormatCodecSpec(const CodecSpec& spec);
 
+// The codecs "auto:B" chooses from (",from=" of the spec, docs/codec.md §10): TurboQuant's
+// presets (the default), the transform codec kl:B at a few budgets, or both.
+enum class AllocatorFamily : uint8_t { kTurboQuant = 0, kTransform = 1, kAll = 2 };
+
 // Separate codecs for keys and values (docs/codec.md §2). k == v for a plain spec.
 struct KvCodecSpec {
   CodecSpec k, v;
   // "auto:B": the checkpoint picks each layer's K and V codec for B bits per value, every byte
   // counted (CheckpointOptions::allocate_bits, docs/codec.md §10); k and v are then tq3.
   double auto_bits = 0;
+  AllocatorFamily auto_from = AllocatorFamily::kTurboQuant;  // "auto:B,from=tq|kl|all"
   bool same() const { return k == v; }
   bool operator==(const KvCodecSpec&) const = default;
 };
-// Parses "auto:B" (B bits per value, 0 < B <= 64: the bit allocator), a plain spec (both
+// Parses "auto:B[,from=tq|kl|all]" (B bits per value, 0 < B <= 64: the bit allocator), a plain spec (both
 // tensors) or a K/V spec: the preset family "kAvB" (A, B each 1..8,
 // 2.5 or 3.5: K as tqA, V as tqB, e.g. k4v2, k3.5v2.5) or the general "k:SPEC/v:SPEC" (each a
 // plain spec, e.g. "k:tq4,norm=f16/v:tq2"). '/' in a plain spec is always followed by a digit, so

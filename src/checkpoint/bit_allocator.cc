@@ -12,6 +12,17 @@ double Objective(const TensorCodecError& e) { return std::min(RelativeError(e), 
 
 }  // namespace
 
+std::vector<const char*> AllocatorCandidates(AllocatorFamily family) {
+  std::vector<const char*> out;
+  if (family != AllocatorFamily::kTransform) {
+    out.insert(out.end(), kAllocatorPresets.begin(), kAllocatorPresets.end());
+  }
+  if (family != AllocatorFamily::kTurboQuant) {
+    out.insert(out.end(), kAllocatorTransforms.begin(), kAllocatorTransforms.end());
+  }
+  return out;
+}
+
 Result<uint64_t> ContainerFileBytes(const ContainerHeader& h) {
   using namespace format;  // NOLINT
   uint64_t end = AlignUp(kPreambleBytes + EncodeHeaderBody(h).size());

@@ -14,9 +14,14 @@
 
 namespace tqkv {
 
-// The candidates, cheapest first.
+// The candidates of each family (AllocatorFamily): TurboQuant's presets, and the transform
+// codec at budgets spaced like them (kl:B's B counts its norm; docs/codec.md §11).
 inline constexpr std::array<const char*, 5> kAllocatorPresets = {"tq2", "tq2.5", "tq3", "tq3.5",
                                                                  "tq4"};
+inline constexpr std::array<const char*, 6> kAllocatorTransforms = {"kl:1.5", "kl:2", "kl:2.5",
+                                                                    "kl:3",   "kl:3.5", "kl:4"};
+// The specs "auto:B,from=..." measures, TurboQuant's first.
+std::vector<const char*> AllocatorCandidates(AllocatorFamily family);
 
 // Bytes of the file a header gives (the writer's canonical layout, docs/format.md §2).
 Result<uint64_t> ContainerFileBytes(const ContainerHeader& header);

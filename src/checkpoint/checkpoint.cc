@@ -201,10 +201,12 @@ Status AllocateCodecs(const KvSource& source, const CheckpointOptions& options,
                       ContainerHeader& header, CheckpointStats& stats) {
   const ModelGeometry& g = source.geometry();
   const uint64_t tokens = header.tokens;
-  char budget_text[32];
-  std::snprintf(budget_text, sizeof budget_text, "auto:%g", options.allocate_bits);
+  KvCodecSpec as_spec;
+  as_spec.auto_bits = options.allocate_bits;
+  as_spec.auto_from = options.allocate_from;
+  const std::string budget_text = FormatKvCodecSpec(as_spec);
   const auto bad = [&](const std::string& why) {
-    return Status::InvalidArgument(std::string(budget_text) + ": " + why);
+    return Status::InvalidArgument(budget_text + ": " + why);
   };
   if (!options.layer_overrides.empty()) {
     return bad("the allocator picks every layer's codecs; per-layer overrides cannot go with it");
@@ -214,7 +216,7 @@ Status AllocateCodecs(const KvSource& source, const CheckpointOptions& options,
   std::vector<std::unique_ptr<Codec>> owned;
   std::vector<const Codec*> candidates;
   std::string unbuilt;
-  for (const char* preset : kAllocatorPresets) {
+  for (const char* preset : AllocatorCandidates(options.allocate_from)) {
     TQKV_ASSIGN_OR_RETURN(CodecSpec spec, ParseCodecSpec(preset));
     // A preset this head_dim cannot have (a split one's subset with no rotation: head_dim 1000)
     // is left out; the allocator chooses among the others.
@@ -283,11 +285,17 @@ Status AllocateCodecs(const KvSource& source, const CheckpointOptions& options,
   }
   // Report what the cheapest choice needs.
   uint64_t cheapest = 0;
-  for (const auto& layer : bytes) cheapest += layer[0][0] + layer[1][0];
+  size_t cheapest_spec = 0;
+  for (const auto& layer : bytes) {
+    for (const auto& kv : layer) {
+      cheapest_spec = std::min_element(kv.begin(), kv.end()) - kv.begin();
+      cheapest += kv[cheapest_spec];
+    }
+  }
   char need[96];
   std::snprintf(need, sizeof need, "%.3f", 8.0 * static_cast<double>(cheapest + overhead) / values);
   return bad("no choice of " + FormatCodecSpec(specs.front()) + ".." +
-             FormatCodecSpec(specs.back()) + " fits: " + FormatCodecSpec(specs.front()) +
+             FormatCodecSpec(specs.back()) + " fits: " + FormatCodecSpec(specs[cheapest_spec]) +
              " everywhere needs about " + need + " bits per value for this session");
 }
 
@@ -432,9 +440,18 @@ class LayerWriter {
 
 }  // namespace
 
-Result<CheckpointStats> Checkpoint(KvSource& source, const CheckpointOptions& options, Store& store,
+Result<CheckpointStats> Checkpoint(KvSource& source, const CheckpointOptions& given, Store& store,
                                    std::string_view key) {
   const auto t0 = Clock::now();
+  // auto:B plans with tq3 in place of the codecs it will choose (as ParseKvCodecSpec gives it),
+  // whatever the options hold: its candidates take key means, so the plan must have them.
+  CheckpointOptions planned_options;
+  if (given.allocate_bits > 0) {
+    planned_options = given;
+    planned_options.codec = ParseCodecSpec("tq3").value();
+    planned_options.v_codec.reset();
+  }
+  const CheckpointOptions& options = given.allocate_bits > 0 ? planned_options : given;
   const ModelGeometry g = source.geometry();
   TQKV_RETURN_IF_ERROR(ValidateGeometry(g).WithContext("checkpoint"));
   TQKV_ASSIGN_OR_RETURN(SessionCodecs codecs,

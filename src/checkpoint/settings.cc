@@ -69,6 +69,7 @@ void SetCodec(CheckpointOptions& options, const KvCodecSpec& spec) {
   options.v_codec.reset();
   if (!spec.same()) options.v_codec = spec.v;
   options.allocate_bits = spec.auto_bits;
+  options.allocate_from = spec.auto_from;
 }
 
 namespace {

@@ -2,6 +2,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <iterator>
 #include <string>
 #include <string_view>
 
@@ -64,9 +65,20 @@ Result<KvCodecSpec> ParseGeneral(std::string_view spec) {
   return KvCodecSpec{ks, vs};
 }
 
-// "auto:B": the bit allocator's budget; the codecs are placeholders until the checkpoint picks.
+constexpr std::string_view kFamilyNames[] = {"tq", "kl", "all"};
+
+// "auto:B[,from=tq|kl|all]": the bit allocator's budget and candidates; the codecs are
+// placeholders until the checkpoint picks.
 Result<KvCodecSpec> ParseAuto(std::string_view spec) {
-  const std::string_view b = spec.substr(5);
+  std::string_view b = spec.substr(5), from = "tq";
+  if (const size_t comma = b.find(','); comma != std::string_view::npos) {
+    from = b.substr(comma + 1);
+    b = b.substr(0, comma);
+    if (from.substr(0, 5) != "from=") {
+      return Bad(spec, "auto:B takes one modifier, from=tq|kl|all (the candidate codecs)");
+    }
+    from = from.substr(5);
+  }
   double bits = 0;
   const auto [ptr, ec] = std::from_chars(b.data(), b.data() + b.size(), bits);
   if (b.empty() || ec != std::errc() || ptr != b.data() + b.size() || !std::isfinite(bits) ||
@@ -74,7 +86,14 @@ Result<KvCodecSpec> ParseAuto(std::string_view spec) {
     return Bad(spec, "auto:B wants a budget of bits per value in (0, 64] (e.g. auto:3.4)");
   }
   TQKV_ASSIGN_OR_RETURN(CodecSpec placeholder, ParseCodecSpec("tq3"));
-  return KvCodecSpec{placeholder, placeholder, bits};
+  KvCodecSpec out{placeholder, placeholder, bits};
+  for (size_t i = 0; i < std::size(kFamilyNames); ++i) {
+    if (from == kFamilyNames[i]) {
+      out.auto_from = static_cast<AllocatorFamily>(i);
+      return out;
+    }
+  }
+  return Bad(spec, "from= must be tq (TurboQuant's presets), kl (the transform codec) or all");
 }
 
 }  // namespace
@@ -99,7 +118,9 @@ std::string FormatKvCodecSpec(const KvCodecSpec& spec) {
   if (spec.auto_bits > 0) {
     char buf[32];
     std::snprintf(buf, sizeof buf, "auto:%g", spec.auto_bits);
-    return buf;
+    if (spec.auto_from == AllocatorFamily::kTurboQuant) return buf;
+    return std::string(buf) + ",from=" +
+           std::string(kFamilyNames[static_cast<size_t>(spec.auto_from)]);
   }
   return JoinKvLabels(FormatCodecSpec(spec.k), FormatCodecSpec(spec.v));
 }

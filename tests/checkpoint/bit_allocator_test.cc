@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "checkpoint/bit_allocator.h"
 #include "checkpoint/session_util.h"
@@ -69,8 +70,25 @@ TEST(BitAllocator, AutoSpecParsesAndFormats) {
   CheckpointOptions o;
   SetCodec(o, *a);
   EXPECT_DOUBLE_EQ(o.allocate_bits, 3.4);
+  EXPECT_EQ(o.allocate_from, AllocatorFamily::kTurboQuant);
   SetCodec(o, ParseKvCodecSpec("tq3").value());
   EXPECT_EQ(o.allocate_bits, 0);
+  // The candidate family: from=tq is the default and is not printed.
+  const std::pair<const char*, const char*> round_trips[] = {
+      {"auto:2.6,from=kl", "auto:2.6,from=kl"},
+      {"auto:3,from=all", "auto:3,from=all"},
+      {"auto:3,from=tq", "auto:3"}};
+  for (const auto& [text, formatted] : round_trips) {
+    auto f = ParseKvCodecSpec(text);
+    ASSERT_TRUE(f.ok()) << text << ": " << f.status().ToString();
+    EXPECT_EQ(FormatKvCodecSpec(*f), formatted);
+  }
+  SetCodec(o, ParseKvCodecSpec("auto:2.6,from=kl").value());
+  EXPECT_EQ(o.allocate_from, AllocatorFamily::kTransform);
+  for (const char* bad : {"auto:3,", "auto:3,from=", "auto:3,from=kl2", "auto:3,form=kl",
+                          "auto:3,from=kl,from=tq", "auto:,from=kl"}) {
+    EXPECT_EQ(ParseKvCodecSpec(bad).status().code(), StatusCode::kInvalidArgument) << bad;
+  }
 }
 
 double SumRelErr(const std::vector<TensorCodecError>& e) {
@@ -148,6 +166,56 @@ TEST(BitAllocator, TooSmallABudgetIsRefusedAndLeavesNothing) {
   o.allocate_bits = 5;
   EXPECT_EQ(Checkpoint(session->cache(), o, store, "x").status().code(),
             StatusCode::kInvalidArgument);
+}
+
+// from=kl / from=all: the transform codec's budgets are candidates; the file stays within the
+// budget, records kl codecs per layer and restores; under tq2's size only kl can fit.
+TEST(BitAllocator, TransformCandidatesAreChosenWithinTheBudget) {
+  const ModelGeometry g{3, 2, 128};
+  const uint64_t tokens = 600;
+  auto session = testing_util::MakeSession(g, tokens, DType::kF16, 4);
+  MemoryStore store;
+  CheckpointOptions o;
+  o.allocate_bits = 2.2;  // below tq2's 2.25 + overhead
+  auto refused = Checkpoint(session->cache(), o, store, "tq");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("auto:2.2:"), std::string::npos)
+      << refused.status().ToString();
+  for (AllocatorFamily from : {AllocatorFamily::kTransform, AllocatorFamily::kAll}) {
+    for (double b : {2.2, 2.6, 3.4}) {
+      SCOPED_TRACE(testing::Message() << static_cast<int>(from) << " " << b);
+      o.allocate_from = from;
+      o.allocate_bits = b;
+      auto st = Checkpoint(session->cache(), o, store, "kl");
+      ASSERT_TRUE(st.ok()) << st.status().ToString();
+      EXPECT_LE(BitsPerValue(st->bytes_written, g, tokens), b);
+      ASSERT_EQ(st->allocated.size(), g.layers);
+      bool any_kl = false;
+      for (const auto& layer : st->allocated) {
+        for (const std::string& c : layer) {
+          any_kl |= c.substr(0, 3) == "kl:";
+          if (from == AllocatorFamily::kTransform) {
+            EXPECT_EQ(c.substr(0, 3), "kl:") << c;
+          }
+        }
+      }
+      if (b == 2.2) {
+        EXPECT_TRUE(any_kl);  // no TurboQuant preset fits there
+      }
+      auto object = store.Open("kl");
+      auto reader = ContainerReader::Open(object->get(), "kl");
+      ASSERT_TRUE(reader.ok());
+      const ContainerDescription d = DescribeContainer(**reader);
+      for (uint32_t l = 0; l < g.layers; ++l) {
+        EXPECT_EQ(d.layer_codecs[l], JoinKvLabels(st->allocated[l][0], st->allocated[l][1]));
+      }
+      RestoreOptions ro;
+      ro.dtype = DType::kF32;
+      auto restored = Restore(store, "kl", ro);
+      ASSERT_TRUE(restored.ok()) << restored.status().ToString();
+      for (const auto& e : st->codec_error) EXPECT_LT(RelativeError(e), 0.5);
+    }
+  }
 }
 
 }  // namespace
