@@ -669,8 +669,9 @@ TEST(KernelsSimd, GatherAffineMatchesReference) {
 
 // The transform codec's fused route (dequantize each block, then transform_assemble) against its
 // block route (decode each block, then gather_affine), in the reference and every table that has
-// it: the same floats bit for bit, for blocks of 8 to 64 channels at 1 to 8 bits, a zero and a
-// non-finite norm among the vectors, counts below, at and past a batch of 8, a d with a tail.
+// it: the same floats bit for bit, for blocks of 8 to 256 channels at 1 to 8 bits in any order,
+// a zero and a non-finite norm among the vectors, counts below, at and past batches of 8 and 16,
+// d with a tail past whole registers, more row positions than the AVX-512 assembly holds.
 TEST(KernelsSimd, TransformAssembleMatchesTheBlockRoute) {
   std::mt19937 rng(48);
   std::normal_distribution<float> gauss;
@@ -683,9 +684,14 @@ TEST(KernelsSimd, TransformAssembleMatchesTheBlockRoute) {
       {64, {{32, 2}, {16, 6}, {8, 8}}},
       {128, {{64, 3}, {32, 2}}},
       {13, {{8, 3}}},
+      {88, {{64, 1}, {16, 1}, {8, 1}}},
+      {200, {{128, 2}, {64, 3}, {8, 1}}},
+      {256, {{256, 3}}},
+      {256, {{8, 1}, {128, 4}, {16, 5}, {64, 2}, {32, 7}, {8, 8}}},
+      {320, {{256, 2}, {64, 3}}},
   };
   for (const Shape& shape : shapes) {
-    for (size_t n : {7u, 8u, 21u}) {
+    for (size_t n : {7u, 8u, 16u, 21u, 33u}) {
       SCOPED_TRACE("d=" + std::to_string(shape.d) + " n=" + std::to_string(n));
       const size_t d = shape.d, row_stride = (d + 7) / 8 * 8;
       std::vector<TestPlan> plans;
