@@ -1396,7 +1396,8 @@ const KernelTable& Avx512Table() {
 #endif
                                  SplitScatter, SplitEncode, SplitDecode, ChannelEnergy,
                                  AddScaled, EncodeFrom, DecodeTo, GatherAffine,
-                                 internal::Avx512Dequantize, internal::Avx512TransformAssemble};
+                                 internal::Avx512Dequantize, internal::Avx512TransformAssemble,
+                                 internal::Avx512TransformDecode};
   return table;
 }
 }  // namespace internal

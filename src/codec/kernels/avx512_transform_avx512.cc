@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
+#include <vector>
 
 // Built with -mf16c: the norm helpers of internal.h convert in hardware.
 #define TQKV_KERNELS_F16C 1
@@ -158,24 +160,58 @@ template <bool kFull>
   Transpose16x16(x);
 }
 
-// out[i][c] for vectors i < cnt and channels c < d.
-void AffineOut(const Columns& tr, const uint32_t* from, const float* a, const float* b,
-               const float* norms, size_t cnt, size_t d, float* o, size_t out_stride) {
-  const __m512 nv = _mm512_maskz_loadu_ps(LowMask16(cnt), norms);
-  size_t c0 = 0;
-  __m512 x[16];
-  if (cnt == 16) {
-    for (; c0 + 16 <= d; c0 += 16) {
-      Affine16<true>(tr, from + c0, a + c0, b + c0, nv, 16, x);
-#pragma GCC unroll 16
-      for (size_t i = 0; i < 16; ++i) _mm512_storeu_ps(o + i * out_stride + c0, x[i]);
-    }
+// Same rounding as FloatToBF16 (the AVX-512 kernels' from_f32): nearest even, NaN quieted.
+inline __m256i FloatToBF16x16(__m512 f) {
+  const __m512i x = _mm512_castps_si512(f);
+  const __m512i abs = _mm512_and_si512(x, _mm512_set1_epi32(0x7FFFFFFF));
+  const __mmask16 is_nan = _mm512_cmpgt_epi32_mask(abs, _mm512_set1_epi32(0x7F800000));
+  const __m512i hi = _mm512_srli_epi32(x, 16);
+  const __m512i odd = _mm512_and_si512(hi, _mm512_set1_epi32(1));
+  const __m512i rounded =
+      _mm512_srli_epi32(_mm512_add_epi32(x, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7FFF))), 16);
+  return _mm512_cvtepi32_epi16(_mm512_mask_or_epi32(rounded, is_nan, hi, _mm512_set1_epi32(0x40)));
+}
+
+// Channels c..c+15 of one vector (lanes under km) as from_f32 writes them to dst (element c).
+template <DType kT>
+[[gnu::always_inline]] inline void StoreAs(__m512 v, __mmask16 km, uint8_t* dst, size_t c) {
+  if constexpr (kT == DType::kF32) {
+    _mm512_mask_storeu_ps(reinterpret_cast<float*>(dst) + c, km, v);
+  } else {
+    const __m256i h =
+        kT == DType::kF16 ? _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT) : FloatToBF16x16(v);
+    _mm256_mask_storeu_epi16(reinterpret_cast<uint16_t*>(dst) + c, km, h);
   }
-  for (; c0 < d; c0 += 16) {  // the last vectors or channels, under masks
+}
+
+// out[i][c] for vectors i < cnt and channels c < d, then (mean not null) + scale[i] * mean[c]
+// (the product rounded, as add_scaled), as kT: vector i at o + i * pitch bytes.
+template <DType kT>
+void AffineOut(const Columns& tr, const uint32_t* from, const float* a, const float* b,
+               const float* norms, size_t cnt, size_t d, const float* mean, const float* scale,
+               uint8_t* o, size_t pitch) {
+  const __m512 nv = _mm512_maskz_loadu_ps(LowMask16(cnt), norms);
+  __m512 x[16];
+  for (size_t c0 = 0; c0 < d; c0 += 16) {
     const size_t len = std::min<size_t>(16, d - c0);
-    Affine16<false>(tr, from + c0, a + c0, b + c0, nv, len, x);
     const __mmask16 km = LowMask16(len);
-    for (size_t i = 0; i < cnt; ++i) _mm512_mask_storeu_ps(o + i * out_stride + c0, km, x[i]);
+    if (len == 16) {
+      Affine16<true>(tr, from + c0, a + c0, b + c0, nv, 16, x);
+    } else {
+      Affine16<false>(tr, from + c0, a + c0, b + c0, nv, len, x);
+    }
+    if (mean != nullptr) {
+      const __m512 mv = _mm512_maskz_loadu_ps(km, mean + c0);
+      for (size_t i = 0; i < cnt; ++i) {
+        x[i] = _mm512_add_ps(x[i], _mm512_mul_ps(_mm512_set1_ps(scale[i]), mv));
+      }
+    }
+    if (cnt == 16 && len == 16) {
+#pragma GCC unroll 16
+      for (size_t i = 0; i < 16; ++i) StoreAs<kT>(x[i], km, o + i * pitch, c0);
+    } else {
+      for (size_t i = 0; i < cnt; ++i) StoreAs<kT>(x[i], km, o + i * pitch, c0);
+    }
   }
 }
 
@@ -259,6 +295,111 @@ void RotateColumns(const TransformBlock& blk, Columns& tr) {
   }
 }
 
+// ---- transform_decode: the indices straight from 16 codes into columns ----
+
+// Calls f(std::integral_constant<int, i>) for i = 0..N-1 (shift counts as immediates).
+template <typename F, int... I>
+[[gnu::always_inline]] inline void UnrollImpl(F& f, std::integer_sequence<int, I...>) {
+  (f(std::integral_constant<int, I>{}), ...);
+}
+template <int N, typename F>
+[[gnu::always_inline]] inline void Unroll(F&& f) {
+  UnrollImpl(f, std::make_integer_sequence<int, N>{});
+}
+
+constexpr size_t kMaxWords = 80;   // code bytes held transposed: up to 320
+using Words = uint32_t[kMaxWords][16];  // [w]: dword w of 16 codes
+
+// Bytes 0..code_bytes-1 of codes 0..cnt-1 (the rest 0), transposed by dwords.
+void WordsIn(const uint8_t* code, size_t code_stride, size_t code_bytes, size_t cnt, Words& w) {
+  for (size_t q = 0; 64 * q < code_bytes; ++q) {
+    const size_t len = std::min<size_t>(64, code_bytes - 64 * q);
+    const __mmask64 k = _cvtu64_mask64(len == 64 ? ~uint64_t{0} : (uint64_t{1} << len) - 1);
+    __m512 v[16];
+    for (size_t i = 0; i < 16; ++i) {
+      const uint8_t* src = code + i * code_stride + 64 * q;
+      v[i] = i < cnt ? _mm512_castsi512_ps(_mm512_maskz_loadu_epi8(k, src)) : _mm512_setzero_ps();
+    }
+    Transpose16x16(v);
+#pragma GCC unroll 16
+    for (int j = 0; j < 16; ++j) _mm512_store_ps(reinterpret_cast<float*>(w[16 * q + j]), v[j]);
+  }
+}
+
+// Block columns t[j] = centroid[idx_j] * (norm * dec_scale), lanes the 16 codes (nv their norms):
+// dequantize's product. Bit j % 8 of byte j / 8 of plane p, shifted to bit p, OR'ed into idx.
+template <int kBits>
+void DequantizeColumns(const SubsetPlan& plan, size_t planes_offset, const Words& w, __m512 nv,
+                       float (*t)[16]) {
+  const __m512 av = _mm512_mul_ps(nv, _mm512_set1_ps(plan.dec_scale));
+  alignas(64) float cent[32] = {};
+  for (uint32_t k = 0; k < (1u << kBits) && k < 32; ++k) cent[k] = plan.centroids[k];
+  const __m512 c0 = _mm512_load_ps(cent), c1 = _mm512_load_ps(cent + 16);
+  const size_t pb = plan.dim / 8;
+  for (size_t byte = 0; byte < pb; ++byte) {
+    __m512i src[kBits];
+#pragma GCC unroll 8
+    for (int p = 0; p < kBits; ++p) {  // the byte at bits 0..7 of each lane
+      const size_t at = planes_offset + p * pb + byte;
+      src[p] = _mm512_srl_epi32(_mm512_load_si512(w[at / 4]), _mm_cvtsi32_si128(8 * (at % 4)));
+    }
+    Unroll<8>([&](auto tc) {
+      constexpr int kT = decltype(tc)::value;
+      __m512i idx = _mm512_and_si512(_mm512_srli_epi32(src[0], kT), _mm512_set1_epi32(1));
+      Unroll<kBits - 1>([&](auto pc) {
+        constexpr int kP = decltype(pc)::value + 1;
+        const __m512i bit = kT >= kP ? _mm512_srli_epi32(src[kP], kT >= kP ? kT - kP : 0)
+                                     : _mm512_slli_epi32(src[kP], kT < kP ? kP - kT : 0);
+        idx = _mm512_ternarylogic_epi32(idx, bit, _mm512_set1_epi32(1 << kP), 0xF8);  // a | b & c
+      });
+      __m512 c;
+      if constexpr (kBits <= 4) {
+        c = _mm512_permutexvar_ps(idx, c0);
+      } else if constexpr (kBits == 5) {
+        c = _mm512_permutex2var_ps(c0, idx, c1);
+      } else {
+        c = _mm512_i32gather_ps(idx, plan.centroids, 4);
+      }
+      _mm512_store_ps(t[8 * byte + kT], _mm512_mul_ps(c, av));
+    });
+  }
+}
+
+void DequantizeColumnsAny(const SubsetPlan& plan, size_t planes_offset, const Words& w, __m512 nv,
+                          float (*t)[16]) {
+  using Fn = void (*)(const SubsetPlan&, size_t, const Words&, __m512, float (*)[16]);
+  static constexpr Fn kByBits[8] = {DequantizeColumns<1>, DequantizeColumns<2>,
+                                    DequantizeColumns<3>, DequantizeColumns<4>,
+                                    DequantizeColumns<5>, DequantizeColumns<6>,
+                                    DequantizeColumns<7>, DequantizeColumns<8>};
+  kByBits[plan.bits - 1](plan, planes_offset, w, nv, t);
+}
+
+template <DType kT>
+void TransformDecodeT(const uint8_t* code, size_t code_stride, size_t code_bytes,
+                      const TransformCodeBlock* code_blocks, const TransformBlock* blocks,
+                      size_t nblocks, size_t cols, const uint32_t* from, const float* a,
+                      const float* b, const float* norms, size_t n, size_t d, const float* mean,
+                      const float* scale, uint8_t* out, size_t pitch) {
+  alignas(64) Columns tr;
+  alignas(64) Words w;
+  for (size_t q = 0; q < cols; ++q) {  // positions no block fills (any from[c] of a 0-bit channel)
+    _mm512_store_ps(tr[q], _mm512_setzero_ps());
+  }
+  for (size_t i0 = 0; i0 < n; i0 += 16) {
+    const size_t cnt = std::min<size_t>(16, n - i0);
+    WordsIn(code + i0 * code_stride, code_stride, code_bytes, cnt, w);
+    const __m512 nv = _mm512_maskz_loadu_ps(LowMask16(cnt), norms + i0);
+    for (size_t k = 0; k < nblocks; ++k) {
+      DequantizeColumnsAny(*code_blocks[k].plan, code_blocks[k].planes_offset, w, nv,
+                           tr + blocks[k].offset);
+      RotateColumns(blocks[k], tr);
+    }
+    AffineOut<kT>(tr, from, a, b, norms + i0, cnt, d, mean, mean != nullptr ? scale + i0 : nullptr,
+                  out + i0 * pitch, pitch);
+  }
+}
+
 }  // namespace
 
 namespace internal {
@@ -294,7 +435,61 @@ void Avx512TransformAssemble(float* row, size_t row_stride, const TransformBlock
     const size_t cnt = std::min<size_t>(16, n - i0);
     ColumnsIn(row + i0 * row_stride, row_stride, used, cols, cnt, tr);
     for (size_t k = 0; k < nblocks; ++k) RotateColumns(blocks[k], tr);
-    AffineOut(tr, from, a, b, norms + i0, cnt, d, out + i0 * out_stride, out_stride);
+    AffineOut<DType::kF32>(tr, from, a, b, norms + i0, cnt, d, nullptr, nullptr,
+                           reinterpret_cast<uint8_t*>(out + i0 * out_stride), 4 * out_stride);
+  }
+}
+
+void Avx512TransformDecode(const uint8_t* code, size_t code_stride,
+                           const TransformCodeBlock* code_blocks, const TransformBlock* blocks,
+                           size_t nblocks, const uint32_t* from, const float* a, const float* b,
+                           const float* norms, size_t n, size_t d, const float* mean,
+                           const float* scale, void* out, DType dtype, size_t out_stride) {
+  size_t used = 0, code_bytes = 0;
+  const size_t cols = UsedColumns(from, d, blocks, nblocks, &used);
+  bool fast = cols > 0;
+  for (size_t k = 0; k < nblocks; ++k) {
+    const SubsetPlan& p = *code_blocks[k].plan;
+    fast = fast && p.dim == blocks[k].dim && p.dim % 8 == 0 && p.bits >= 1 && p.bits <= 8;
+    code_bytes = std::max(code_bytes, code_blocks[k].planes_offset + size_t{p.bits} * p.dim / 8);
+  }
+  const size_t pitch = out_stride * DTypeSize(dtype);
+  auto* o = static_cast<uint8_t*>(out);
+  if (fast && code_bytes <= 4 * kMaxWords) {
+    switch (dtype) {
+      case DType::kF32:
+        return TransformDecodeT<DType::kF32>(code, code_stride, code_bytes, code_blocks, blocks,
+                                             nblocks, cols, from, a, b, norms, n, d, mean, scale,
+                                             o, pitch);
+      case DType::kF16:
+        return TransformDecodeT<DType::kF16>(code, code_stride, code_bytes, code_blocks, blocks,
+                                             nblocks, cols, from, a, b, norms, n, d, mean, scale,
+                                             o, pitch);
+      case DType::kBF16:
+        return TransformDecodeT<DType::kBF16>(code, code_stride, code_bytes, code_blocks, blocks,
+                                              nblocks, cols, from, a, b, norms, n, d, mean, scale,
+                                              o, pitch);
+    }
+  }
+  // Other shapes: the steps one after the other, through float buffers.
+  const KernelTable& k2 = Avx2Table();  // add_scaled and from_f32: the same bits in every table
+  size_t row_stride = d;
+  for (size_t k = 0; k < nblocks; ++k) {
+    row_stride = std::max(row_stride, blocks[k].offset + blocks[k].dim);
+  }
+  constexpr size_t kStep = 64;
+  std::vector<float> row(kStep * row_stride), xf(kStep * d);
+  for (size_t i0 = 0; i0 < n; i0 += kStep) {
+    const size_t cnt = std::min(kStep, n - i0);
+    for (size_t k = 0; k < nblocks; ++k) {
+      const uint8_t* c = code + i0 * code_stride;
+      Avx512Dequantize(*code_blocks[k].plan, c, c + code_blocks[k].planes_offset, code_stride, cnt,
+                       row.data() + blocks[k].offset, row_stride);
+    }
+    Avx512TransformAssemble(row.data(), row_stride, blocks, nblocks, from, a, b, norms + i0, cnt,
+                            d, xf.data(), d);
+    if (mean != nullptr) k2.add_scaled(mean, scale + i0, cnt, d, xf.data(), d);
+    for (size_t i = 0; i < cnt; ++i) k2.from_f32(xf.data() + i * d, d, dtype, o + (i0 + i) * pitch);
   }
 }
 
