@@ -372,6 +372,8 @@ class TransformCodec final : public Codec {
     const Group g = Unpack(meta);
     const auto& dec = kernels::ActiveKernels();
     const size_t pitch = stride * DTypeSize(dtype);
+    std::vector<kernels::TransformCodeBlock> code_blocks;
+    for (const Block& k : g.blocks) code_blocks.push_back({&k.plan, k.planes_offset});
     ParallelFor(pool, n, kGrain, [&](size_t b, size_t e) {
       const size_t cap = std::min(kBatch, e - b);
       std::vector<float> xf(cap * d_), cls_out(cap * d_ + 16), norms(cap);  // SIMD stores
@@ -379,6 +381,14 @@ class TransformCodec final : public Codec {
         const size_t cnt = std::min(kBatch, e - start);
         const uint8_t* code = codes.data() + start * code_bytes_;
         for (size_t i = 0; i < cnt; ++i) norms[i] = LoadNorm(code + i * code_bytes_);
+        auto* dst = static_cast<uint8_t*>(out) + start * pitch;
+        if (dec.transform_decode != nullptr) {  // the same elements, from the codes in one pass
+          dec.transform_decode(code, code_bytes_, code_blocks.data(), g.rotations.data(),
+                               g.rotations.size(), g.from_row.data(), g.a.data(), g.b.data(),
+                               norms.data(), cnt, d_, mean,
+                               mean != nullptr ? scale + start : nullptr, dst, dtype, stride);
+          continue;
+        }
         // Each block decodes into its own columns of a row (block order, contiguous); the row
         // then gathers into channel order.
         if (dec.dequantize != nullptr && dec.transform_assemble != nullptr) {  // the same floats
@@ -398,7 +408,6 @@ class TransformCodec final : public Codec {
                             norms.data(), cnt, d_, xf.data(), d_);
         }
         if (mean != nullptr) dec.add_scaled(mean, scale + start, cnt, d_, xf.data(), d_);
-        auto* dst = static_cast<uint8_t*>(out) + start * pitch;
         if (stride == d_) {
           dec.from_f32(xf.data(), cnt * d_, dtype, dst);
         } else {

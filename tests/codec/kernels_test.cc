@@ -669,8 +669,10 @@ TEST(KernelsSimd, GatherAffineMatchesReference) {
 
 // The transform codec's fused route (dequantize each block, then transform_assemble) against its
 // block route (decode each block, then gather_affine), in the reference and every table that has
-// it: the same floats bit for bit, for blocks of 8 to 64 channels at 1 to 8 bits, a zero and a
-// non-finite norm among the vectors, counts below, at and past a batch of 8, a d with a tail.
+// it: the same floats bit for bit, for blocks of 8 to 256 channels at 1 to 8 bits in any order,
+// a zero and a non-finite norm among the vectors, counts below, at and past batches of 8 and 16,
+// d with a tail past whole registers, more row positions than the AVX-512 assembly holds; and the
+// whole decode from codes (transform_decode) where a table has it.
 TEST(KernelsSimd, TransformAssembleMatchesTheBlockRoute) {
   std::mt19937 rng(48);
   std::normal_distribution<float> gauss;
@@ -683,9 +685,14 @@ TEST(KernelsSimd, TransformAssembleMatchesTheBlockRoute) {
       {64, {{32, 2}, {16, 6}, {8, 8}}},
       {128, {{64, 3}, {32, 2}}},
       {13, {{8, 3}}},
+      {88, {{64, 1}, {16, 1}, {8, 1}}},
+      {200, {{128, 2}, {64, 3}, {8, 1}}},
+      {256, {{256, 3}}},
+      {256, {{8, 1}, {128, 4}, {16, 5}, {64, 2}, {32, 7}, {8, 8}}},
+      {320, {{256, 2}, {64, 3}}},
   };
   for (const Shape& shape : shapes) {
-    for (size_t n : {7u, 8u, 21u}) {
+    for (size_t n : {7u, 8u, 16u, 21u, 33u}) {
       SCOPED_TRACE("d=" + std::to_string(shape.d) + " n=" + std::to_string(n));
       const size_t d = shape.d, row_stride = (d + 7) / 8 * 8;
       std::vector<TestPlan> plans;
@@ -756,6 +763,38 @@ TEST(KernelsSimd, TransformAssembleMatchesTheBlockRoute) {
         const std::vector<float> got = route(*table, true);
         for (size_t j = 0; j < got.size(); ++j) {
           ASSERT_EQ(std::memcmp(&got[j], &want[j], 4), 0) << j << ": " << got[j] << " " << want[j];
+        }
+      }
+      // transform_decode: the same elements as the route, add_scaled and from_f32 of the
+      // reference, in every dtype, with and without key means, into strided rows (padding kept).
+      std::vector<TransformCodeBlock> code_blocks;
+      for (size_t j = 0; j < plans.size(); ++j) {
+        code_blocks.push_back({&plans[j].plan, planes_at[j]});
+      }
+      std::vector<float> mean(d), scale(n);
+      for (auto& v : mean) v = gauss(rng);
+      for (auto& v : scale) v = gauss(rng);
+      for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16})
+      for (bool with_mean : {false, true}) {
+        const size_t out_stride = d + 3, es = DTypeSize(dtype);
+        std::vector<float> xf = want;
+        if (with_mean) ScalarKernels().add_scaled(mean.data(), scale.data(), n, d, xf.data(), d);
+        std::vector<uint8_t> expect(n * out_stride * es, 0xA5);
+        for (size_t i = 0; i < n; ++i) {
+          ScalarKernels().from_f32(xf.data() + i * d, d, dtype,
+                                   expect.data() + i * out_stride * es);
+        }
+        for (const KernelTable* table : SimdTables()) {
+          if (table->transform_decode == nullptr) continue;
+          SCOPED_TRACE(std::string(table->name) + " transform_decode " +
+                       std::string(DTypeName(dtype)) + (with_mean ? " mean" : ""));
+          std::vector<uint8_t> got(expect.size(), 0xA5);
+          table->transform_decode(codes.data(), code_bytes, code_blocks.data(), blocks.data(),
+                                  blocks.size(), from.data(), a.data(), b.data(), norms.data(), n,
+                                  d, with_mean ? mean.data() : nullptr,
+                                  with_mean ? scale.data() : nullptr, got.data(), dtype,
+                                  out_stride);
+          for (size_t j = 0; j < got.size(); ++j) ASSERT_EQ(got[j], expect[j]) << j;
         }
       }
     }

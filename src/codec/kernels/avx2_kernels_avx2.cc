@@ -1366,7 +1366,7 @@ const KernelTable& Avx2Table() {
   static const KernelTable table{"avx2", ToF32, FromF32, Encode, Decode, SplitGather,
                                  SplitScatter, SplitEncode, SplitDecode, ChannelEnergy,
                                  AddScaled, nullptr, nullptr, Avx2GatherAffine, Dequantize,
-                                 Avx2TransformAssemble};
+                                 Avx2TransformAssemble, nullptr};
   return table;
 }
 }  // namespace internal

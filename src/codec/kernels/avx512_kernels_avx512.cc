@@ -1395,7 +1395,9 @@ const KernelTable& Avx512Table() {
   static const KernelTable table{"avx512", ToF32, FromF32, Encode, Decode, SplitGather,
 #endif
                                  SplitScatter, SplitEncode, SplitDecode, ChannelEnergy,
-                                 AddScaled, EncodeFrom, DecodeTo, GatherAffine, nullptr, nullptr};
+                                 AddScaled, EncodeFrom, DecodeTo, GatherAffine,
+                                 internal::Avx512Dequantize, internal::Avx512TransformAssemble,
+                                 internal::Avx512TransformDecode};
   return table;
 }
 }  // namespace internal

@@ -29,6 +29,19 @@ void Avx2GatherAffine(const float* row, size_t row_stride, const uint32_t* from,
 void Avx2TransformAssemble(float* row, size_t row_stride, const TransformBlock* blocks,
                            size_t nblocks, const uint32_t* from, const float* a, const float* b,
                            const float* norms, size_t n, size_t d, float* out, size_t out_stride);
+// Both AVX-512 tables' dequantize, transform_assemble and transform_decode
+// (avx512_transform_avx512.cc, built once).
+void Avx512Dequantize(const SubsetPlan& plan, const uint8_t* norm_in, const uint8_t* planes_in,
+                      size_t code_stride, size_t n, float* out, size_t out_stride);
+void Avx512TransformAssemble(float* row, size_t row_stride, const TransformBlock* blocks,
+                             size_t nblocks, const uint32_t* from, const float* a, const float* b,
+                             const float* norms, size_t n, size_t d, float* out,
+                             size_t out_stride);
+void Avx512TransformDecode(const uint8_t* code, size_t code_stride,
+                           const TransformCodeBlock* code_blocks, const TransformBlock* blocks,
+                           size_t nblocks, const uint32_t* from, const float* a, const float* b,
+                           const float* norms, size_t n, size_t d, const float* mean,
+                           const float* scale, void* out, DType dtype, size_t out_stride);
 
 // A vector's stored norm (f32, or f16 rounded to nearest even), as every table writes and reads
 // it. `static`: each SIMD file gets its own copy, compiled for its instruction set, which the

@@ -89,6 +89,13 @@ struct TransformBlock {
   const float* signs = nullptr;
 };
 
+// Where a transform codec block's indices are: its Hadamard plan (Vectorised or not) and the
+// offset of its bit planes within a code.
+struct TransformCodeBlock {
+  const SubsetPlan* plan = nullptr;
+  size_t planes_offset = 0;
+};
+
 struct KernelTable {
   const char* name;
   // dst[i] = float(src[i]) for n elements.
@@ -158,6 +165,17 @@ struct KernelTable {
                              size_t nblocks, const uint32_t* from, const float* a, const float* b,
                              const float* norms, size_t n, size_t d, float* out,
                              size_t out_stride);
+  // Optional (null: the two above, add_scaled and from_f32): the transform codec's whole decode
+  // of n codes (code i at code + i * code_stride, norms[i] its stored norm as a float), the same
+  // elements as dequantize of each block k (*code_blocks[k].plan, its planes at
+  // code_blocks[k].planes_offset, into row positions blocks[k].offset..), transform_assemble
+  // with row_stride d, add_scaled (mean not null), then from_f32 to vector i at
+  // out + i * out_stride elements of dtype, without a float buffer between them.
+  void (*transform_decode)(const uint8_t* code, size_t code_stride,
+                           const TransformCodeBlock* code_blocks, const TransformBlock* blocks,
+                           size_t nblocks, const uint32_t* from, const float* a, const float* b,
+                           const float* norms, size_t n, size_t d, const float* mean,
+                           const float* scale, void* out, DType dtype, size_t out_stride);
 };
 inline constexpr size_t kSplitSlack = 8;
 

@@ -673,7 +673,8 @@ namespace internal {
 const KernelTable& NeonTable() {
   static const KernelTable table{"neon", ToF32, FromF32, Encode, Decode, SplitGather,
                                  SplitScatter, SplitEncode, SplitDecode, ChannelEnergy,
-                                 AddScaled, nullptr, nullptr, ref::GatherAffine, nullptr, nullptr};
+                                 AddScaled, nullptr, nullptr, ref::GatherAffine, nullptr, nullptr,
+                                 nullptr};
   return table;
 }
 }  // namespace internal

@@ -317,7 +317,7 @@ const KernelTable& ScalarKernels() {
   static const KernelTable table{"scalar", ToF32, FromF32, Encode, Decode, SplitGather,
                                  SplitScatter, SplitEncode, SplitDecode, ChannelEnergy,
                                  AddScaled, nullptr, nullptr, ref::GatherAffine,
-                                 ref::Dequantize, ref::TransformAssemble};
+                                 ref::Dequantize, ref::TransformAssemble, nullptr};
   return table;
 }
 
