@@ -14,6 +14,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats
 from vllm.logger import init_logger
 
+from ._vllm_cpu_layout import split_cpu_kv
 from ._vllm_writer import STAGED, ChunkOp, ChunkWriter, gather
 from .vllm import Stats, chunk_hashes, chunk_key, chunk_model, model_identity, parse_config
 
@@ -35,24 +36,14 @@ def _split_kv(kv: Any, head_dim: int, kv_heads: int, block_size: int,
 
     The K/V split is a leading or second axis of 2, or (vLLM 0.32's CPU backend, ``isa`` its
     attention ISA) the 4-D [blocks, H, N, 2 * head_dim] tensor that cpu_attn.py splits in halves
-    of N * head_dim per block and head: K written channel-major ([head_dim, N], by its vec and
-    vec16 kernels, csrc/cpu/cpu_attn_vec*.hpp), then V ([N, head_dim])."""
+    of N * head_dim per block and head, each ordered as that ISA's kernels write it
+    (_vllm_cpu_layout.py); those are staged: copied per chunk."""
     if kv.dim() == 5 and kv.shape[0] == 2:
         k, v = kv[0], kv[1]
     elif kv.dim() == 5 and kv.shape[1] == 2:
         k, v = kv[:, 0], kv[:, 1]
     elif kv.dim() == 4 and kv.shape[-1] == 2 * head_dim:
-        if isa not in ("vec", "vec16"):
-            raise _tqkv.UnsupportedError(f"vLLM CPU attention ISA {isa!r}: its K cache layout "
-                                         "is not known to the connector (vec, vec16 only)")
-        if not kv.is_contiguous() or tuple(kv.shape[1:3]) != (kv_heads, block_size):
-            raise _tqkv.UnsupportedError(f"vLLM CPU KV cache layer {tuple(kv.shape)} strides "
-                                         f"{kv.stride()}: not [blocks, {kv_heads}, "
-                                         f"{block_size}, {2 * head_dim}] contiguous")
-        b, h, n = kv.shape[:3]
-        flat = kv.view(b, h, 2 * n * head_dim)
-        k = flat[:, :, :n * head_dim].view(b, h, head_dim, n).transpose(2, 3)
-        v = flat[:, :, n * head_dim:].view(b, h, n, head_dim)
+        k, v = split_cpu_kv(kv, head_dim, kv_heads, block_size, isa)
         return k, v, STAGED
     else:
         raise _tqkv.UnsupportedError(f"vLLM KV cache layer of shape {tuple(kv.shape)} (head_dim "
