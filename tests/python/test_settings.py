@@ -27,6 +27,7 @@ ROWS = [
     ({"key_means": "off"}, ["--key-means", "off"]),
     ({"codec": "fp16", "layer_codecs": {0: "tq4"}}, ["--codec", "fp16", "--layer-codec", "0:tq4"]),
     ({"codec": "auto:64"}, ["--codec", "auto:64"]),  # tiny sessions: headers dominate
+    ({"codec": "auto:64,from=all"}, ["--codec", "auto:64,from=all"]),  # kl:B candidates too
     ({"guard": False}, ["--no-guard"]),
     ({"key_means": "session,f32", "exact_tokens": (2, 8)},
      ["--key-means", "session,f32", "--exact-tokens", "2,8"]),
@@ -126,7 +127,7 @@ def test_guard_figures_and_strict(store):
 
 @pytest.mark.parametrize("bad", [{"codec": "tq9"}, {"key_means": "sometimes"},
                                  {"exact_tokens": (1,)}, {"exact_tokens": "4,4"},
-                                 {"layer_codecs": {0: "auto:3"}}])
+                                 {"layer_codecs": {0: "auto:3"}}, {"codec": "auto:3,from=x"}])
 def test_bad_settings_are_invalid_arguments(store, bad):
     with pytest.raises(tqkv.InvalidArgumentError):
         tqkv.resolve_settings(**bad)
