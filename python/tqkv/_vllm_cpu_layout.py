@@ -24,7 +24,6 @@ class PackedHalf:
 
     def __init__(self, half: Any, n: int, head_dim: int, key: bool) -> None:
         b, h = half.shape[:2]
-        self._key = key
         if key:  # [g, c // 2, t % 16, c % 2] -> [g, t % 16, c // 2, c % 2]
             self._packed = half.view(b, h, n // 16, head_dim // 2, 16, 2)
             self._order = (0, 1, 2, 4, 3, 5)
@@ -32,7 +31,6 @@ class PackedHalf:
             self._packed = half.view(b, h, head_dim // 16, n // 2, 16, 2)
             self._order = (0, 1, 3, 5, 2, 4)
         self.shape = (b, h, n, head_dim)
-        self.dtype = half.dtype
 
     def __getitem__(self, block_ids: Sequence[int]) -> Any:
         p = self._packed[list(block_ids)].permute(*self._order)

@@ -376,7 +376,9 @@ class TransformCodec final : public Codec {
     for (const Block& k : g.blocks) code_blocks.push_back({&k.plan, k.planes_offset});
     ParallelFor(pool, n, kGrain, [&](size_t b, size_t e) {
       const size_t cap = std::min(kBatch, e - b);
-      std::vector<float> xf(cap * d_), cls_out(cap * d_ + 16), norms(cap);  // SIMD stores
+      // Scratch only for the routes through float buffers (SIMD stores: 16 floats of slack).
+      const size_t scratch = dec.transform_decode != nullptr ? 0 : cap * d_;
+      std::vector<float> xf(scratch), cls_out(scratch == 0 ? 0 : scratch + 16), norms(cap);
       for (size_t start = b; start < e; start += kBatch) {
         const size_t cnt = std::min(kBatch, e - start);
         const uint8_t* code = codes.data() + start * code_bytes_;

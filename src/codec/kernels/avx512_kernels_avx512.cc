@@ -22,6 +22,7 @@
 
 // Built with -mf16c: the norm helpers of internal.h convert in hardware.
 #define TQKV_KERNELS_F16C 1
+#include "codec/kernels/avx512_common.h"
 #include "codec/kernels/internal.h"
 #include "codec/kernels/kernels.h"
 
@@ -30,28 +31,14 @@ namespace {
 
 const KernelTable& Avx2() { return internal::Avx2Table(); }
 
-inline __mmask16 LowMask16(size_t n) {
-  return n >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1u);
-}
+using avx512::FloatToBF16x16;
+using avx512::LowMask16;
 
 // ---- element conversions: 16 lanes, the tail under a mask ----
 
 inline __m512 HalfToFloat16(__m256i h) { return _mm512_cvtph_ps(h); }
 inline __m512 BF16ToFloat16(__m256i h) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-
-// Same rounding as FloatToBF16: nearest even, NaN keeps its top bits with the quiet bit set.
-inline __m256i FloatToBF16x16(__m512 f) {
-  const __m512i x = _mm512_castps_si512(f);
-  const __m512i abs = _mm512_and_si512(x, _mm512_set1_epi32(0x7FFFFFFF));
-  const __mmask16 is_nan = _mm512_cmpgt_epi32_mask(abs, _mm512_set1_epi32(0x7F800000));
-  const __m512i hi = _mm512_srli_epi32(x, 16);
-  const __m512i odd = _mm512_and_si512(hi, _mm512_set1_epi32(1));
-  const __m512i rounded =
-      _mm512_srli_epi32(_mm512_add_epi32(x, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7FFF))), 16);
-  const __m512i r = _mm512_mask_or_epi32(rounded, is_nan, hi, _mm512_set1_epi32(0x40));
-  return _mm512_cvtepi32_epi16(r);  // values fit 16 bits
 }
 
 void ToF32(const void* src, DType dtype, size_t n, float* dst) {
@@ -179,16 +166,7 @@ template <int R>
   } else {
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) x[r] = FwhtIn16(x[r]);
-#pragma GCC unroll 8
-    for (int k = 1; k < R; k <<= 1) {
-#pragma GCC unroll 16
-      for (int r = 0; r < R; ++r) {
-        if (r & k) continue;
-        const __m512 a = x[r], b = x[r + k];
-        x[r] = _mm512_add_ps(a, b);
-        x[r + k] = _mm512_sub_ps(a, b);
-      }
-    }
+    avx512::ButterflyStages<R>(x);
   }
 }
 

@@ -15,15 +15,15 @@
 
 // Built with -mf16c: the norm helpers of internal.h convert in hardware.
 #define TQKV_KERNELS_F16C 1
+#include "codec/kernels/avx512_common.h"
 #include "codec/kernels/internal.h"
 #include "codec/kernels/kernels.h"
 
 namespace tqkv::kernels {
 namespace {
 
-inline __mmask16 LowMask16(size_t n) {
-  return n >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1u);
-}
+using avx512::FloatToBF16x16;
+using avx512::LowMask16;
 
 // ---- dequantize: v[j] = centroid[idx[j]] * a, 16 positions a register ----
 
@@ -160,18 +160,6 @@ template <bool kFull>
   Transpose16x16(x);
 }
 
-// Same rounding as FloatToBF16 (the AVX-512 kernels' from_f32): nearest even, NaN quieted.
-inline __m256i FloatToBF16x16(__m512 f) {
-  const __m512i x = _mm512_castps_si512(f);
-  const __m512i abs = _mm512_and_si512(x, _mm512_set1_epi32(0x7FFFFFFF));
-  const __mmask16 is_nan = _mm512_cmpgt_epi32_mask(abs, _mm512_set1_epi32(0x7F800000));
-  const __m512i hi = _mm512_srli_epi32(x, 16);
-  const __m512i odd = _mm512_and_si512(hi, _mm512_set1_epi32(1));
-  const __m512i rounded =
-      _mm512_srli_epi32(_mm512_add_epi32(x, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7FFF))), 16);
-  return _mm512_cvtepi32_epi16(_mm512_mask_or_epi32(rounded, is_nan, hi, _mm512_set1_epi32(0x40)));
-}
-
 // Channels c..c+15 of one vector (lanes under km) as from_f32 writes them to dst (element c).
 template <DType kT>
 [[gnu::always_inline]] inline void StoreAs(__m512 v, __mmask16 km, uint8_t* dst, size_t c) {
@@ -222,16 +210,7 @@ template <uint32_t kM, bool kSigns>
   __m512 v[kM];
 #pragma GCC unroll 32
   for (uint32_t j = 0; j < kM; ++j) v[j] = _mm512_load_ps(t[j]);
-#pragma GCC unroll 8
-  for (uint32_t h = 1; h < kM; h <<= 1) {
-#pragma GCC unroll 32
-    for (uint32_t j = 0; j < kM; ++j) {
-      if (j & h) continue;
-      const __m512 x = v[j], y = v[j + h];
-      v[j] = _mm512_add_ps(x, y);
-      v[j + h] = _mm512_sub_ps(x, y);
-    }
-  }
+  avx512::ButterflyStages<kM>(v);
 #pragma GCC unroll 32
   for (uint32_t j = 0; j < kM; ++j) {
     _mm512_store_ps(t[j], kSigns ? _mm512_mul_ps(v[j], _mm512_set1_ps(signs[j])) : v[j]);
@@ -246,16 +225,7 @@ void FwhtAcross(float (*t)[16], const float* signs) {
     __m512 v[kQ];
 #pragma GCC unroll 8
     for (uint32_t q = 0; q < kQ; ++q) v[q] = _mm512_load_ps(t[j + 32 * q]);
-#pragma GCC unroll 4
-    for (uint32_t h = 1; h < kQ; h <<= 1) {
-#pragma GCC unroll 8
-      for (uint32_t q = 0; q < kQ; ++q) {
-        if (q & h) continue;
-        const __m512 x = v[q], y = v[q + h];
-        v[q] = _mm512_add_ps(x, y);
-        v[q + h] = _mm512_sub_ps(x, y);
-      }
-    }
+    avx512::ButterflyStages<kQ>(v);
 #pragma GCC unroll 8
     for (uint32_t q = 0; q < kQ; ++q) {
       _mm512_store_ps(t[j + 32 * q], _mm512_mul_ps(v[q], _mm512_set1_ps(signs[j + 32 * q])));
