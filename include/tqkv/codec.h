@@ -72,12 +72,16 @@ std::string FormatCodecSpec(const CodecSpec& spec);
 // The codecs "auto:B" chooses from (",from=" of the spec, docs/codec.md §10): TurboQuant's
 // presets (the default), the transform codec kl:B at a few budgets, or both.
 enum class AllocatorFamily : uint8_t { kTurboQuant = 0, kTransform = 1, kAll = 2 };
+// What "auto:B" plans a checkpoint with before it chooses (KvCodecSpec::k and v of such a spec):
+// its candidates take key means, so the plan must have them.
+inline constexpr std::string_view kAllocatorPlanCodec = "tq3";
 
 // Separate codecs for keys and values (docs/codec.md §2). k == v for a plain spec.
 struct KvCodecSpec {
   CodecSpec k, v;
   // "auto:B": the checkpoint picks each layer's K and V codec for B bits per value, every byte
-  // counted (CheckpointOptions::allocate_bits, docs/codec.md §10); k and v are then tq3.
+  // counted (CheckpointOptions::allocate_bits, docs/codec.md §10); k and v are then
+  // kAllocatorPlanCodec.
   double auto_bits = 0;
   AllocatorFamily auto_from = AllocatorFamily::kTurboQuant;  // "auto:B,from=tq|kl|all"
   bool same() const { return k == v; }

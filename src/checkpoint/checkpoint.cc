@@ -443,12 +443,12 @@ class LayerWriter {
 Result<CheckpointStats> Checkpoint(KvSource& source, const CheckpointOptions& given, Store& store,
                                    std::string_view key) {
   const auto t0 = Clock::now();
-  // auto:B plans with tq3 in place of the codecs it will choose (as ParseKvCodecSpec gives it),
-  // whatever the options hold: its candidates take key means, so the plan must have them.
+  // auto:B plans with kAllocatorPlanCodec in place of the codecs it will choose (as
+  // ParseKvCodecSpec gives it), whatever the options hold.
   CheckpointOptions planned_options;
   if (given.allocate_bits > 0) {
     planned_options = given;
-    planned_options.codec = ParseCodecSpec("tq3").value();
+    planned_options.codec = ParseCodecSpec(kAllocatorPlanCodec).value();
     planned_options.v_codec.reset();
   }
   const CheckpointOptions& options = given.allocate_bits > 0 ? planned_options : given;

@@ -85,7 +85,7 @@ Result<KvCodecSpec> ParseAuto(std::string_view spec) {
       bits <= 0 || bits > 64) {
     return Bad(spec, "auto:B wants a budget of bits per value in (0, 64] (e.g. auto:3.4)");
   }
-  TQKV_ASSIGN_OR_RETURN(CodecSpec placeholder, ParseCodecSpec("tq3"));
+  TQKV_ASSIGN_OR_RETURN(CodecSpec placeholder, ParseCodecSpec(kAllocatorPlanCodec));
   KvCodecSpec out{placeholder, placeholder, bits};
   for (size_t i = 0; i < std::size(kFamilyNames); ++i) {
     if (from == kFamilyNames[i]) {

@@ -377,19 +377,22 @@ class TransformCodec final : public Codec {
     ParallelFor(pool, n, kGrain, [&](size_t b, size_t e) {
       const size_t cap = std::min(kBatch, e - b);
       // Scratch only for the routes through float buffers (SIMD stores: 16 floats of slack).
-      const size_t scratch = dec.transform_decode != nullptr ? 0 : cap * d_;
-      std::vector<float> xf(scratch), cls_out(scratch == 0 ? 0 : scratch + 16), norms(cap);
+      std::vector<float> xf, cls_out, norms(cap);
       for (size_t start = b; start < e; start += kBatch) {
         const size_t cnt = std::min(kBatch, e - start);
         const uint8_t* code = codes.data() + start * code_bytes_;
         for (size_t i = 0; i < cnt; ++i) norms[i] = LoadNorm(code + i * code_bytes_);
         auto* dst = static_cast<uint8_t*>(out) + start * pitch;
-        if (dec.transform_decode != nullptr) {  // the same elements, from the codes in one pass
-          dec.transform_decode(code, code_bytes_, code_blocks.data(), g.rotations.data(),
-                               g.rotations.size(), g.from_row.data(), g.a.data(), g.b.data(),
-                               norms.data(), cnt, d_, mean,
-                               mean != nullptr ? scale + start : nullptr, dst, dtype, stride);
+        if (dec.transform_decode != nullptr &&  // the same elements, from the codes in one pass
+            dec.transform_decode(code, code_bytes_, code_blocks.data(), g.rotations.data(),
+                                 g.rotations.size(), g.from_row.data(), g.a.data(), g.b.data(),
+                                 norms.data(), cnt, d_, mean,
+                                 mean != nullptr ? scale + start : nullptr, dst, dtype, stride)) {
           continue;
+        }
+        if (xf.empty()) {
+          xf.resize(cap * d_);
+          cls_out.resize(cap * d_ + 16);
         }
         // Each block decodes into its own columns of a row (block order, contiguous); the row
         // then gathers into channel order.

@@ -10,11 +10,14 @@
 
 // Built with -mf16c: the norm helpers of internal.h convert in hardware.
 #define TQKV_KERNELS_F16C 1
+#include "codec/kernels/avx2_common.h"
 #include "codec/kernels/internal.h"
 #include "codec/kernels/kernels.h"
 
 namespace tqkv::kernels {
 namespace {
+
+using avx2::FloatToBF16x8;
 
 void ToF32(const void* src, DType dtype, size_t n, float* dst) {
   size_t i = 0;
@@ -36,20 +39,6 @@ void ToF32(const void* src, DType dtype, size_t n, float* dst) {
     }
   }
   ScalarKernels().to_f32(s + i, dtype, n - i, dst + i);
-}
-
-// Same rounding as FloatToBF16: nearest even, NaN keeps its top bits with the quiet bit set.
-inline __m128i FloatToBF16x8(__m256 f) {
-  const __m256i x = _mm256_castps_si256(f);
-  const __m256i abs = _mm256_and_si256(x, _mm256_set1_epi32(0x7FFFFFFF));
-  const __m256i is_nan = _mm256_cmpgt_epi32(abs, _mm256_set1_epi32(0x7F800000));
-  const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
-  const __m256i rounded =
-      _mm256_srli_epi32(_mm256_add_epi32(x, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7FFF))), 16);
-  const __m256i nan = _mm256_or_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(0x40));
-  const __m256i r = _mm256_blendv_epi8(rounded, nan, is_nan);
-  const __m256i packed = _mm256_packus_epi32(r, r);  // values fit 16 bits: no saturation
-  return _mm256_castsi256_si128(_mm256_permute4x64_epi64(packed, 0x08));
 }
 
 void FromF32(const float* src, size_t n, DType dtype, void* dst) {
@@ -1366,7 +1355,7 @@ const KernelTable& Avx2Table() {
   static const KernelTable table{"avx2", ToF32, FromF32, Encode, Decode, SplitGather,
                                  SplitScatter, SplitEncode, SplitDecode, ChannelEnergy,
                                  AddScaled, nullptr, nullptr, Avx2GatherAffine, Dequantize,
-                                 Avx2TransformAssemble, nullptr};
+                                 Avx2TransformAssemble, Avx2TransformDecode};
   return table;
 }
 }  // namespace internal

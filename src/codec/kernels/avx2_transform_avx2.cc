@@ -1,11 +1,13 @@
-// AVX2 kernels of the transform codec's assembly (docs/codec.md §11): gather_affine and
-// transform_assemble of the AVX2 table, eight vectors at a time as the lanes of transposed
+// AVX2 kernels of the transform codec (docs/codec.md §11): gather_affine, transform_assemble and
+// transform_decode of the AVX2 table, eight vectors at a time as the lanes of transposed
 // columns. Bit-identical to ref.cc, as every table.
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
+#include "codec/kernels/avx2_common.h"
 #include "codec/kernels/internal.h"
 #include "codec/kernels/kernels.h"
 
@@ -158,6 +160,175 @@ void RotateColumns(const TransformBlock& blk, Columns& tr) {
   }
 }
 
+
+// ---- transform_decode: the indices straight from 8 codes into columns (avx512_transform's
+// design at eight lanes) ----
+
+// Calls f(std::integral_constant<int, i>) for i = 0..N-1 (shift counts as immediates).
+template <typename F, int... I>
+[[gnu::always_inline]] inline void UnrollImpl(F& f, std::integer_sequence<int, I...>) {
+  (f(std::integral_constant<int, I>{}), ...);
+}
+template <int N, typename F>
+[[gnu::always_inline]] inline void Unroll(F&& f) {
+  UnrollImpl(f, std::make_integer_sequence<int, N>{});
+}
+
+constexpr size_t kMaxWords = 80;       // code bytes held transposed: up to 320
+using Words = uint32_t[kMaxWords][8];  // [w]: dword w of 8 codes
+
+// Bytes 0..code_bytes-1 of codes 0..cnt-1 (the rest 0), transposed by dwords.
+void WordsIn(const uint8_t* code, size_t code_stride, size_t code_bytes, size_t cnt, Words& w) {
+  for (size_t q = 0; 32 * q < code_bytes; ++q) {
+    const size_t len = std::min<size_t>(32, code_bytes - 32 * q);
+    __m256 v[8];
+    for (size_t i = 0; i < 8; ++i) {
+      const uint8_t* src = code + i * code_stride + 32 * q;
+      if (i < cnt && len == 32) {
+        v[i] = _mm256_loadu_ps(reinterpret_cast<const float*>(src));
+      } else {  // nothing read past the code's last byte
+        alignas(32) uint8_t tail[32] = {};
+        if (i < cnt) std::memcpy(tail, src, len);
+        v[i] = _mm256_load_ps(reinterpret_cast<const float*>(tail));
+      }
+    }
+    Transpose8x8(v);
+    for (int j = 0; j < 8; ++j) _mm256_store_ps(reinterpret_cast<float*>(w[8 * q + j]), v[j]);
+  }
+}
+
+// Block columns t[j] = centroid[idx_j] * (norm * dec_scale), lanes the 8 codes (nv their norms):
+// dequantize's product. Bit j % 8 of byte j / 8 of plane p, shifted to bit p, OR'ed into idx.
+template <int kBits>
+void DequantizeColumns(const SubsetPlan& plan, size_t planes_offset, const Words& w, __m256 nv,
+                       float (*t)[8]) {
+  const __m256 av = _mm256_mul_ps(nv, _mm256_set1_ps(plan.dec_scale));
+  alignas(32) float cent[16] = {};
+  for (uint32_t k = 0; k < (1u << kBits) && k < 16; ++k) cent[k] = plan.centroids[k];
+  const __m256 c0 = _mm256_load_ps(cent), c1 = _mm256_load_ps(cent + 8);
+  const size_t pb = plan.dim / 8;
+  for (size_t byte = 0; byte < pb; ++byte) {
+    __m256i src[kBits];
+#pragma GCC unroll 8
+    for (int p = 0; p < kBits; ++p) {  // the byte at bits 0..7 of each lane
+      const size_t at = planes_offset + p * pb + byte;
+      src[p] = _mm256_srl_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(w[at / 4])),
+                                _mm_cvtsi32_si128(static_cast<int>(8 * (at % 4))));
+    }
+    Unroll<8>([&](auto tc) {
+      constexpr int kT = decltype(tc)::value;
+      __m256i idx = _mm256_and_si256(_mm256_srli_epi32(src[0], kT), _mm256_set1_epi32(1));
+      Unroll<kBits - 1>([&](auto pc) {
+        constexpr int kP = decltype(pc)::value + 1;
+        const __m256i bit = kT >= kP ? _mm256_srli_epi32(src[kP], kT >= kP ? kT - kP : 0)
+                                     : _mm256_slli_epi32(src[kP], kT < kP ? kP - kT : 0);
+        idx = _mm256_or_si256(idx, _mm256_and_si256(bit, _mm256_set1_epi32(1 << kP)));
+      });
+      __m256 c;
+      if constexpr (kBits <= 3) {
+        c = _mm256_permutevar8x32_ps(c0, idx);
+      } else if constexpr (kBits == 4) {  // bit 3 (moved to the sign) picks the upper eight
+        c = _mm256_blendv_ps(_mm256_permutevar8x32_ps(c0, idx), _mm256_permutevar8x32_ps(c1, idx),
+                             _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
+      } else {
+        c = _mm256_i32gather_ps(plan.centroids, idx, 4);
+      }
+      _mm256_store_ps(t[8 * byte + kT], _mm256_mul_ps(c, av));
+    });
+  }
+}
+
+void DequantizeColumnsAny(const SubsetPlan& plan, size_t planes_offset, const Words& w, __m256 nv,
+                          float (*t)[8]) {
+  using Fn = void (*)(const SubsetPlan&, size_t, const Words&, __m256, float (*)[8]);
+  static constexpr Fn kByBits[8] = {DequantizeColumns<1>, DequantizeColumns<2>,
+                                    DequantizeColumns<3>, DequantizeColumns<4>,
+                                    DequantizeColumns<5>, DequantizeColumns<6>,
+                                    DequantizeColumns<7>, DequantizeColumns<8>};
+  kByBits[plan.bits - 1](plan, planes_offset, w, nv, t);
+}
+
+// Eight channels of one vector as kT to dst (element c).
+template <DType kT>
+[[gnu::always_inline]] inline void Store8As(__m256 v, uint8_t* dst, size_t c) {
+  if constexpr (kT == DType::kF32) {
+    _mm256_storeu_ps(reinterpret_cast<float*>(dst) + c, v);
+  } else {
+    const __m128i h =
+        kT == DType::kF16 ? _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT) : avx2::FloatToBF16x8(v);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(reinterpret_cast<uint16_t*>(dst) + c), h);
+  }
+}
+
+// AffineOut, then (mean not null) + scale[i] * mean[c] (the product rounded, as add_scaled), as
+// kT for vectors i < cnt: vector i at o + i * pitch bytes.
+template <DType kT>
+void AffineOutAs(const Columns& tr, const uint32_t* from, const float* a, const float* b,
+                 const float* norms, size_t cnt, size_t d, const float* mean, const float* scale,
+                 uint8_t* o, size_t pitch) {
+  const __m256 nv = _mm256_loadu_ps(norms);
+  size_t c0 = 0;
+  for (; c0 + 8 <= d; c0 += 8) {
+    __m256 x[8];
+    for (int k = 0; k < 8; ++k) {
+      const __m256 base = _mm256_mul_ps(_mm256_broadcast_ss(a + c0 + k), nv);
+      const __m256 step =
+          _mm256_mul_ps(_mm256_broadcast_ss(b + c0 + k), _mm256_load_ps(tr[from[c0 + k]]));
+      x[k] = _mm256_add_ps(base, step);
+    }
+    Transpose8x8(x);
+    if (mean != nullptr) {
+      const __m256 mv = _mm256_loadu_ps(mean + c0);
+      for (size_t i = 0; i < cnt; ++i) {
+        x[i] = _mm256_add_ps(x[i], _mm256_mul_ps(_mm256_set1_ps(scale[i]), mv));
+      }
+    }
+    for (size_t i = 0; i < cnt; ++i) Store8As<kT>(x[i], o + i * pitch, c0);
+  }
+  for (size_t c = c0; c < d; ++c) {  // the tail, as the reference and from_f32 compute it
+    for (size_t i = 0; i < cnt; ++i) {
+      const float base = a[c] * norms[i];
+      const float step = b[c] * tr[from[c]][i];
+      float x = base + step;
+      if (mean != nullptr) x = x + scale[i] * mean[c];
+      uint8_t* dst = o + i * pitch;
+      if constexpr (kT == DType::kF32) {
+        std::memcpy(dst + 4 * c, &x, 4);
+      } else {
+        const uint16_t h = kT == DType::kF16 ? FloatToHalf(x) : FloatToBF16(x);
+        std::memcpy(dst + 2 * c, &h, 2);
+      }
+    }
+  }
+}
+
+template <DType kT>
+void TransformDecodeT(const uint8_t* code, size_t code_stride, size_t code_bytes,
+                      const TransformCodeBlock* code_blocks, const TransformBlock* blocks,
+                      size_t nblocks, size_t cols, const uint32_t* from, const float* a,
+                      const float* b, const float* norms, size_t n, size_t d, const float* mean,
+                      const float* scale, uint8_t* out, size_t pitch) {
+  alignas(32) Columns tr;
+  alignas(32) Words w;
+  for (size_t q = 0; q < cols; ++q) {  // positions no block fills (any from[c] of a 0-bit channel)
+    _mm256_store_ps(tr[q], _mm256_setzero_ps());
+  }
+  for (size_t i0 = 0; i0 < n; i0 += 8) {
+    const size_t cnt = std::min<size_t>(8, n - i0);
+    alignas(32) float nb[8] = {}, sb[8] = {};
+    std::memcpy(nb, norms + i0, cnt * sizeof(float));
+    if (mean != nullptr) std::memcpy(sb, scale + i0, cnt * sizeof(float));
+    WordsIn(code + i0 * code_stride, code_stride, code_bytes, cnt, w);
+    const __m256 nv = _mm256_load_ps(nb);
+    for (size_t k = 0; k < nblocks; ++k) {
+      DequantizeColumnsAny(*code_blocks[k].plan, code_blocks[k].planes_offset, w, nv,
+                           tr + blocks[k].offset);
+      RotateColumns(blocks[k], tr);
+    }
+    AffineOutAs<kT>(tr, from, a, b, nb, cnt, d, mean, sb, out + i0 * pitch, pitch);
+  }
+}
+
 }  // namespace
 
 namespace internal {
@@ -197,6 +368,42 @@ void Avx2TransformAssemble(float* row, size_t row_stride, const TransformBlock* 
     ref::TransformAssemble(row + i0 * row_stride, row_stride, blocks, nblocks, from, a, b,
                            norms + i0, n - i0, d, out + i0 * out_stride, out_stride);
   }
+}
+
+
+bool Avx2TransformDecode(const uint8_t* code, size_t code_stride,
+                         const TransformCodeBlock* code_blocks, const TransformBlock* blocks,
+                         size_t nblocks, const uint32_t* from, const float* a, const float* b,
+                         const float* norms, size_t n, size_t d, const float* mean,
+                         const float* scale, void* out, DType dtype, size_t out_stride) {
+  size_t used = 0, code_bytes = 0;
+  for (size_t c = 0; c < d; ++c) used = std::max<size_t>(used, from[c] + size_t{1});
+  bool fast = true;
+  for (size_t k = 0; k < nblocks; ++k) {
+    const SubsetPlan& p = *code_blocks[k].plan;
+    used = std::max(used, blocks[k].offset + blocks[k].dim);
+    fast = fast && p.dim == blocks[k].dim && p.dim % 8 == 0 && p.bits >= 1 && p.bits <= 8;
+    code_bytes = std::max(code_bytes, code_blocks[k].planes_offset + size_t{p.bits} * p.dim / 8);
+  }
+  const size_t cols = (used + 7) / 8 * 8;
+  if (!fast || cols > kMaxCols || code_bytes > 4 * kMaxWords) return false;
+  const size_t pitch = out_stride * DTypeSize(dtype);
+  auto* o = static_cast<uint8_t*>(out);
+  switch (dtype) {
+    case DType::kF32:
+      TransformDecodeT<DType::kF32>(code, code_stride, code_bytes, code_blocks, blocks, nblocks,
+                                    cols, from, a, b, norms, n, d, mean, scale, o, pitch);
+      return true;
+    case DType::kF16:
+      TransformDecodeT<DType::kF16>(code, code_stride, code_bytes, code_blocks, blocks, nblocks,
+                                    cols, from, a, b, norms, n, d, mean, scale, o, pitch);
+      return true;
+    case DType::kBF16:
+      TransformDecodeT<DType::kBF16>(code, code_stride, code_bytes, code_blocks, blocks, nblocks,
+                                     cols, from, a, b, norms, n, d, mean, scale, o, pitch);
+      return true;
+  }
+  return false;
 }
 
 }  // namespace internal

@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <cstring>
 #include <utility>
-#include <vector>
 
 // Built with -mf16c: the norm helpers of internal.h convert in hardware.
 #define TQKV_KERNELS_F16C 1
@@ -410,7 +409,7 @@ void Avx512TransformAssemble(float* row, size_t row_stride, const TransformBlock
   }
 }
 
-void Avx512TransformDecode(const uint8_t* code, size_t code_stride,
+bool Avx512TransformDecode(const uint8_t* code, size_t code_stride,
                            const TransformCodeBlock* code_blocks, const TransformBlock* blocks,
                            size_t nblocks, const uint32_t* from, const float* a, const float* b,
                            const float* norms, size_t n, size_t d, const float* mean,
@@ -423,44 +422,24 @@ void Avx512TransformDecode(const uint8_t* code, size_t code_stride,
     fast = fast && p.dim == blocks[k].dim && p.dim % 8 == 0 && p.bits >= 1 && p.bits <= 8;
     code_bytes = std::max(code_bytes, code_blocks[k].planes_offset + size_t{p.bits} * p.dim / 8);
   }
+  if (!fast || code_bytes > 4 * kMaxWords) return false;  // the codec's route through buffers
   const size_t pitch = out_stride * DTypeSize(dtype);
   auto* o = static_cast<uint8_t*>(out);
-  if (fast && code_bytes <= 4 * kMaxWords) {
-    switch (dtype) {
-      case DType::kF32:
-        return TransformDecodeT<DType::kF32>(code, code_stride, code_bytes, code_blocks, blocks,
-                                             nblocks, cols, from, a, b, norms, n, d, mean, scale,
-                                             o, pitch);
-      case DType::kF16:
-        return TransformDecodeT<DType::kF16>(code, code_stride, code_bytes, code_blocks, blocks,
-                                             nblocks, cols, from, a, b, norms, n, d, mean, scale,
-                                             o, pitch);
-      case DType::kBF16:
-        return TransformDecodeT<DType::kBF16>(code, code_stride, code_bytes, code_blocks, blocks,
-                                              nblocks, cols, from, a, b, norms, n, d, mean, scale,
-                                              o, pitch);
-    }
+  switch (dtype) {
+    case DType::kF32:
+      TransformDecodeT<DType::kF32>(code, code_stride, code_bytes, code_blocks, blocks, nblocks,
+                                    cols, from, a, b, norms, n, d, mean, scale, o, pitch);
+      return true;
+    case DType::kF16:
+      TransformDecodeT<DType::kF16>(code, code_stride, code_bytes, code_blocks, blocks, nblocks,
+                                    cols, from, a, b, norms, n, d, mean, scale, o, pitch);
+      return true;
+    case DType::kBF16:
+      TransformDecodeT<DType::kBF16>(code, code_stride, code_bytes, code_blocks, blocks, nblocks,
+                                     cols, from, a, b, norms, n, d, mean, scale, o, pitch);
+      return true;
   }
-  // Other shapes: the steps one after the other, through float buffers.
-  const KernelTable& k2 = Avx2Table();  // add_scaled and from_f32: the same bits in every table
-  size_t row_stride = d;
-  for (size_t k = 0; k < nblocks; ++k) {
-    row_stride = std::max(row_stride, blocks[k].offset + blocks[k].dim);
-  }
-  constexpr size_t kStep = 64;
-  std::vector<float> row(kStep * row_stride), xf(kStep * d);
-  for (size_t i0 = 0; i0 < n; i0 += kStep) {
-    const size_t cnt = std::min(kStep, n - i0);
-    for (size_t k = 0; k < nblocks; ++k) {
-      const uint8_t* c = code + i0 * code_stride;
-      Avx512Dequantize(*code_blocks[k].plan, c, c + code_blocks[k].planes_offset, code_stride, cnt,
-                       row.data() + blocks[k].offset, row_stride);
-    }
-    Avx512TransformAssemble(row.data(), row_stride, blocks, nblocks, from, a, b, norms + i0, cnt,
-                            d, xf.data(), d);
-    if (mean != nullptr) k2.add_scaled(mean, scale + i0, cnt, d, xf.data(), d);
-    for (size_t i = 0; i < cnt; ++i) k2.from_f32(xf.data() + i * d, d, dtype, o + (i0 + i) * pitch);
-  }
+  return false;
 }
 
 }  // namespace internal

@@ -22,13 +22,19 @@ const KernelTable& Avx512Table();
 const KernelTable& Avx512FmaStage8Table();
 // Defined in neon_kernels_neon.cc (AArch64 builds only, where NEON is always present).
 const KernelTable& NeonTable();
-// The AVX2 table's gather_affine and transform_assemble (avx2_transform_avx2.cc).
+// The AVX2 table's gather_affine, transform_assemble and transform_decode
+// (avx2_transform_avx2.cc).
 void Avx2GatherAffine(const float* row, size_t row_stride, const uint32_t* from, const float* a,
                       const float* b, const float* norms, size_t n, size_t d, float* out,
                       size_t out_stride);
 void Avx2TransformAssemble(float* row, size_t row_stride, const TransformBlock* blocks,
                            size_t nblocks, const uint32_t* from, const float* a, const float* b,
                            const float* norms, size_t n, size_t d, float* out, size_t out_stride);
+bool Avx2TransformDecode(const uint8_t* code, size_t code_stride,
+                         const TransformCodeBlock* code_blocks, const TransformBlock* blocks,
+                         size_t nblocks, const uint32_t* from, const float* a, const float* b,
+                         const float* norms, size_t n, size_t d, const float* mean,
+                         const float* scale, void* out, DType dtype, size_t out_stride);
 // Both AVX-512 tables' dequantize, transform_assemble and transform_decode
 // (avx512_transform_avx512.cc, built once).
 void Avx512Dequantize(const SubsetPlan& plan, const uint8_t* norm_in, const uint8_t* planes_in,
@@ -37,7 +43,7 @@ void Avx512TransformAssemble(float* row, size_t row_stride, const TransformBlock
                              size_t nblocks, const uint32_t* from, const float* a, const float* b,
                              const float* norms, size_t n, size_t d, float* out,
                              size_t out_stride);
-void Avx512TransformDecode(const uint8_t* code, size_t code_stride,
+bool Avx512TransformDecode(const uint8_t* code, size_t code_stride,
                            const TransformCodeBlock* code_blocks, const TransformBlock* blocks,
                            size_t nblocks, const uint32_t* from, const float* a, const float* b,
                            const float* norms, size_t n, size_t d, const float* mean,

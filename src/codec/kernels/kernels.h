@@ -170,8 +170,9 @@ struct KernelTable {
   // elements as dequantize of each block k (*code_blocks[k].plan, its planes at
   // code_blocks[k].planes_offset, into row positions blocks[k].offset..), transform_assemble
   // with row_stride d, add_scaled (mean not null), then from_f32 to vector i at
-  // out + i * out_stride elements of dtype, without a float buffer between them.
-  void (*transform_decode)(const uint8_t* code, size_t code_stride,
+  // out + i * out_stride elements of dtype, without a float buffer between them. False, having
+  // written nothing, for a shape it does not take: the caller then goes the route above.
+  bool (*transform_decode)(const uint8_t* code, size_t code_stride,
                            const TransformCodeBlock* code_blocks, const TransformBlock* blocks,
                            size_t nblocks, const uint32_t* from, const float* a, const float* b,
                            const float* norms, size_t n, size_t d, const float* mean,
