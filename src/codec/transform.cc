@@ -209,14 +209,32 @@ class TransformCodec final : public Codec {
     const Group g = Unpack(meta);
     const size_t pitch = stride * DTypeSize(dtype);
     const auto& k = kernels::ActiveKernels();
+    const auto encode_unit = k.encode_unit != nullptr ? k.encode_unit
+                                                      : kernels::ScalarKernels().encode_unit;
     std::atomic<bool> overflow{false};
     ParallelFor(pool, n, kGrain, [&](size_t b, size_t e) {
-      std::vector<float> xf(d_), w(d_);
-      std::vector<uint8_t> idx(d_);
-      for (size_t i = b; i < e; ++i) {
-        k.to_f32(static_cast<const uint8_t*>(x) + i * pitch, dtype, d_, xf.data());
-        if (!EncodeOne(g, xf.data(), out.data() + i * code_bytes_, w.data(), idx.data())) {
-          overflow.store(true);
+      const size_t cap = std::min(kBatch, e - b);
+      std::vector<float> xf(d_), w(cap * d_);  // w: each vector's whitened row (block order)
+      std::vector<uint8_t> valid(cap);
+      for (size_t start = b; start < e; start += kBatch) {
+        const size_t cnt = std::min(kBatch, e - start);
+        uint8_t* code = out.data() + start * code_bytes_;
+        for (size_t i = 0; i < cnt; ++i) {
+          k.to_f32(static_cast<const uint8_t*>(x) + (start + i) * pitch, dtype, d_, xf.data());
+          bool ok = false;
+          if (!Whiten(g, xf.data(), code + i * code_bytes_, w.data() + i * d_, &ok)) {
+            overflow.store(true);
+          }
+          valid[i] = ok;
+        }
+        for (const Block& blk : g.blocks) {
+          encode_unit(blk.plan, w.data() + blk.row_offset, d_, cnt, code + blk.planes_offset,
+                      code_bytes_);
+        }
+        for (size_t i = 0; i < cnt; ++i) {  // a zero or non-finite vector: every index 0
+          if (valid[i] == 0) {
+            std::memset(code + i * code_bytes_ + norm_bytes_, 0, code_bytes_ - norm_bytes_);
+          }
         }
       }
     });
@@ -328,11 +346,15 @@ class TransformCodec final : public Codec {
     return g;
   }
 
-  // One vector into its code; false when its stored norm would not fit f16.
-  bool EncodeOne(const Group& g, const float* x, uint8_t* code, float* w, uint8_t* idx) const {
+  // One vector's norm into its code, and (*valid: a finite norm above 0) its whitened row
+  // w[row_offset + j] = (x_c / n - m_c) / s_c (0 where s_c = 0) for the blocks' channels c;
+  // encode_unit then applies the signs, Fwht, enc_scale and Quantize (docs/codec.md §11). False
+  // when its stored norm would not fit f16.
+  bool Whiten(const Group& g, const float* x, uint8_t* code, float* w, bool* valid_out) const {
     std::memset(code, 0, code_bytes_);
     const float norm = std::sqrt(kernels::ref::Sum8Squares(x, d_));
     const bool valid = norm > 0.0f && std::isfinite(norm);
+    *valid_out = valid;
     const float stored = std::isfinite(norm) ? norm / g.g : norm;  // exact: g a power of two
     bool fits = true;
     // A zero vector stores +0, one that is not finite the kernels' NaN (kernels.h).
@@ -344,21 +366,16 @@ class TransformCodec final : public Codec {
       if ((h & 0x7FFFu) == 0x7C00u) fits = false;
       std::memcpy(code, &h, 2);
     }
-    if (!valid) return fits;  // every index 0
+    if (!valid) {
+      std::memset(w, 0, d_ * sizeof(float));  // finite inputs for encode_unit; codes zeroed after
+      return fits;
+    }
     for (const Block& k : g.blocks) {
-      const uint32_t m = k.dim;
-      for (uint32_t j = 0; j < m; ++j) {  // whitened, then the signs
+      for (uint32_t j = 0; j < k.dim; ++j) {
         const uint32_t c = k.channels[j];
         const float u = x[c] / norm;
-        const float wc = g.scale[c] > 0.0f ? (u - g.mean[c]) / g.scale[c] : 0.0f;
-        w[j] = k.plan.signs1[j] * wc;
+        w[k.row_offset + j] = g.scale[c] > 0.0f ? (u - g.mean[c]) / g.scale[c] : 0.0f;
       }
-      kernels::ref::Fwht(w, m);
-      for (uint32_t j = 0; j < m; ++j) {
-        const float z = w[j] * k.plan.enc_scale;
-        idx[j] = static_cast<uint8_t>(kernels::ref::Quantize(z, k.plan.thresholds, k.plan.bits));
-      }
-      kernels::ref::PackPlanes(idx, m, k.plan.bits, code + k.planes_offset);
     }
     return fits;
   }

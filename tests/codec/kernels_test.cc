@@ -479,6 +479,10 @@ void ExpectMatchesReference(RotationKind rot) {
                 codes.insert(codes.end(), c.begin(), c.end());
               }
             }
+            // encode_unit (the transform codec's blocks): the planes of each vector with its
+            // norm taken as 1, the norm's bytes untouched.
+            std::vector<uint8_t> want_unit(n * code_stride, 0xCD);
+            scalar.encode_unit(p, x.data(), x_stride, n, want_unit.data() + nb, code_stride);
             const size_t n_dec = codes.size() / code_stride;
             const size_t out_stride = dim + gap;
             std::vector<float> want_out(n_dec * out_stride, -1.0f);
@@ -494,6 +498,15 @@ void ExpectMatchesReference(RotationKind rot) {
                           std::memcmp(&got[v * code_stride], &want[v * code_stride], code_stride))
                     << "vector " << v;
               }
+              if (table->encode_unit != nullptr) {
+                std::vector<uint8_t> got_unit(n * code_stride, 0xCD);
+                table->encode_unit(p, x.data(), x_stride, n, got_unit.data() + nb, code_stride);
+                for (size_t v = 0; v < n; ++v) {
+                  ASSERT_EQ(0, std::memcmp(&got_unit[v * code_stride], &want_unit[v * code_stride],
+                                           code_stride))
+                      << "encode_unit, vector " << v;
+                }
+              }
               std::vector<float> got_out(n_dec * out_stride, -1.0f);
               table->decode(p, codes.data(), codes.data() + nb, code_stride, n_dec, got_out.data(),
                             out_stride);
@@ -504,6 +517,39 @@ void ExpectMatchesReference(RotationKind rot) {
               }
             }
           }
+        }
+      }
+    }
+  }
+}
+
+// encode_unit is encode of a vector whose norm is exactly 1 (here four entries of +-0.5), less
+// the norm: the same planes in the reference and every table.
+TEST(KernelsSimd, EncodeUnitIsEncodeAtNormOne) {
+  std::mt19937 rng(49);
+  for (uint32_t dim : {8u, 16u, 32u, 64u, 128u, 256u}) {
+    for (uint32_t bits = 1; bits <= 8; ++bits) {
+      TestPlan t = MakePlan(dim, bits, RotationKind::kHadamard, DType::kF16, false, rng);
+      const SubsetPlan& p = t.plan;
+      const size_t n = 9, code_stride = 2 + p.planes_bytes();
+      std::vector<float> x(n * dim, 0.0f);
+      for (size_t v = 0; v < n; ++v) {
+        for (int k = 0; k < 4; ++k) x[v * dim + (v + 2 * k) % dim] = rng() % 2 ? 0.5f : -0.5f;
+      }
+      std::vector<uint8_t> want(n * code_stride);
+      ScalarKernels().encode(p, x.data(), dim, n, want.data(), want.data() + 2, code_stride);
+      std::vector<const KernelTable*> tables = SimdTables();
+      tables.insert(tables.begin(), &ScalarKernels());
+      for (const KernelTable* table : tables) {
+        if (table->encode_unit == nullptr) continue;
+        SCOPED_TRACE(Describe(p, *table));
+        std::vector<uint8_t> got(n * code_stride, 0xCD);
+        table->encode_unit(p, x.data(), dim, n, got.data() + 2, code_stride);
+        for (size_t v = 0; v < n; ++v) {
+          EXPECT_EQ(got[v * code_stride], 0xCD);  // no norm written
+          ASSERT_EQ(0, std::memcmp(&got[v * code_stride + 2], &want[v * code_stride + 2],
+                                   p.planes_bytes()))
+              << "vector " << v;
         }
       }
     }

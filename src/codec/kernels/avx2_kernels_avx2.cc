@@ -713,20 +713,15 @@ InverseFn PickInverseFn(const SubsetPlan& plan) {
   return PickInverse(plan.dim);
 }
 
-// One vector: norm, rotation (forward; null for Haar: z then holds Q x already), scale, quantize,
-// pack. z (kMaxDim floats) and idx (kMaxDim + 32 bytes) are aligned scratch.
+// One vector with its norm (finite, not 0): rotation (forward; null for Haar: z then holds Q x
+// already), scale, quantize, pack. Returns the norm to store (norm correction applied). z
+// (kMaxDim floats) and idx (kMaxDim + 32 bytes) are aligned scratch.
 template <int kBits>
-[[gnu::always_inline]] inline void EncodeVec(const SubsetPlan& plan, const Tables& t,
-                                             ForwardFn forward, const float* xv, float* z,
-                                             uint8_t* idx, uint8_t* norm_out, uint8_t* planes) {
+[[gnu::always_inline]] inline float EncodeVecWithNorm(const SubsetPlan& plan, const Tables& t,
+                                                      ForwardFn forward, const float* xv,
+                                                      float norm, float* z, uint8_t* idx,
+                                                      uint8_t* planes) {
   const size_t m = plan.dim;
-  const float norm = _mm_cvtss_f32(_mm_sqrt_ss(_mm_set_ss(Sum8Squares(xv, m))));
-  if (norm == 0.0f || !std::isfinite(norm)) {
-    StoreNorm(norm == 0.0f ? 0.0f : std::numeric_limits<float>::quiet_NaN(), plan.norm_dtype,
-              norm_out);
-    std::memset(planes, 0, plan.planes_bytes());
-    return;
-  }
   const float s = plan.enc_scale / norm;
   if (forward == nullptr) {
     const __m256 sv = _mm256_set1_ps(s);
@@ -751,13 +746,25 @@ template <int kBits>
       QuantizeGroup<kBits, 3>(plan, t, z + j, &csum, idx + j);
       break;
   }
-  float stored = norm;
-  if (plan.norm_correction) {
-    stored =
-        norm * _mm_cvtss_f32(_mm_sqrt_ss(_mm_set_ss(static_cast<float>(m) / ReduceSum8(csum))));
-  }
-  StoreNorm(stored, plan.norm_dtype, norm_out);
   PackPlanesFromBytes<kBits>(idx, m, planes);
+  if (!plan.norm_correction) return norm;
+  return norm * _mm_cvtss_f32(_mm_sqrt_ss(_mm_set_ss(static_cast<float>(m) / ReduceSum8(csum))));
+}
+
+// One vector: its norm, then EncodeVecWithNorm.
+template <int kBits>
+[[gnu::always_inline]] inline void EncodeVec(const SubsetPlan& plan, const Tables& t,
+                                             ForwardFn forward, const float* xv, float* z,
+                                             uint8_t* idx, uint8_t* norm_out, uint8_t* planes) {
+  const float norm = _mm_cvtss_f32(_mm_sqrt_ss(_mm_set_ss(Sum8Squares(xv, plan.dim))));
+  if (norm == 0.0f || !std::isfinite(norm)) {
+    StoreNorm(norm == 0.0f ? 0.0f : std::numeric_limits<float>::quiet_NaN(), plan.norm_dtype,
+              norm_out);
+    std::memset(planes, 0, plan.planes_bytes());
+    return;
+  }
+  StoreNorm(EncodeVecWithNorm<kBits>(plan, t, forward, xv, norm, z, idx, planes), plan.norm_dtype,
+            norm_out);
 }
 
 template <int kBits>
@@ -800,6 +807,33 @@ void Encode(const SubsetPlan& plan, const float* x, size_t x_stride, size_t n, u
   static constexpr Fn kByBits[8] = {EncodeBits<1>, EncodeBits<2>, EncodeBits<3>, EncodeBits<4>,
                                     EncodeBits<5>, EncodeBits<6>, EncodeBits<7>, EncodeBits<8>};
   kByBits[plan.bits - 1](plan, x, x_stride, n, norm_out, planes_out, code_stride);
+}
+
+template <int kBits>
+void EncodeUnitBits(const SubsetPlan& plan, const float* x, size_t x_stride, size_t n,
+                    uint8_t* planes_out, size_t code_stride) {
+  const ForwardFn forward = PickForwardFn(plan);
+  Tables t;
+  InitTables(plan, &t);
+  alignas(32) float z[kMaxDim];
+  alignas(32) uint8_t idx[kMaxDim + 32];
+  for (size_t v = 0; v < n; ++v) {
+    EncodeVecWithNorm<kBits>(plan, t, forward, x + v * x_stride, 1.0f, z, idx,
+                             planes_out + v * code_stride);
+  }
+}
+
+void EncodeUnit(const SubsetPlan& plan, const float* x, size_t x_stride, size_t n,
+                uint8_t* planes_out, size_t code_stride) {
+  if (!Vectorised(plan) || plan.rotation == RotationKind::kHaar) {  // Haar: rotated in batches
+    ScalarKernels().encode_unit(plan, x, x_stride, n, planes_out, code_stride);
+    return;
+  }
+  using Fn = void (*)(const SubsetPlan&, const float*, size_t, size_t, uint8_t*, size_t);
+  static constexpr Fn kByBits[8] = {EncodeUnitBits<1>, EncodeUnitBits<2>, EncodeUnitBits<3>,
+                                    EncodeUnitBits<4>, EncodeUnitBits<5>, EncodeUnitBits<6>,
+                                    EncodeUnitBits<7>, EncodeUnitBits<8>};
+  kByBits[plan.bits - 1](plan, x, x_stride, n, planes_out, code_stride);
 }
 
 // Indices of channels 8g..8g+7 straight from the bit planes into int32 lanes: planes 0-3 and 4-7
@@ -1355,7 +1389,7 @@ const KernelTable& Avx2Table() {
   static const KernelTable table{"avx2", ToF32, FromF32, Encode, Decode, SplitGather,
                                  SplitScatter, SplitEncode, SplitDecode, ChannelEnergy,
                                  AddScaled, nullptr, nullptr, Avx2GatherAffine, Dequantize,
-                                 Avx2TransformAssemble, Avx2TransformDecode};
+                                 Avx2TransformAssemble, Avx2TransformDecode, EncodeUnit};
   return table;
 }
 }  // namespace internal

@@ -912,6 +912,18 @@ void Encode(const SubsetPlan& plan, const float* x, size_t x_stride, size_t n, u
   }
 }
 
+void EncodeUnit(const SubsetPlan& plan, const float* x, size_t x_stride, size_t n,
+                uint8_t* planes_out, size_t code_stride) {
+  if (!Vectorised(plan)) return Avx2().encode_unit(plan, x, x_stride, n, planes_out, code_stride);
+  VecCoder c;
+  InitVecCoder(plan, &c);
+  alignas(64) float z[kMaxDim];
+  uint8_t norm[4];  // not stored
+  for (size_t v = 0; v < n; ++v) {
+    c.encode(plan, c, x + v * x_stride, 1.0f, z, norm, planes_out + v * code_stride);
+  }
+}
+
 void Decode(const SubsetPlan& plan, const uint8_t* norm_in, const uint8_t* planes_in,
             size_t code_stride, size_t n, float* out, size_t out_stride) {
   if (!Vectorised(plan)) {
@@ -1375,7 +1387,7 @@ const KernelTable& Avx512Table() {
                                  SplitScatter, SplitEncode, SplitDecode, ChannelEnergy,
                                  AddScaled, EncodeFrom, DecodeTo, GatherAffine,
                                  internal::Avx512Dequantize, internal::Avx512TransformAssemble,
-                                 internal::Avx512TransformDecode};
+                                 internal::Avx512TransformDecode, EncodeUnit};
   return table;
 }
 }  // namespace internal

@@ -177,6 +177,12 @@ struct KernelTable {
                            size_t nblocks, const uint32_t* from, const float* a, const float* b,
                            const float* norms, size_t n, size_t d, const float* mean,
                            const float* scale, void* out, DType dtype, size_t out_stride);
+  // Optional (null: the reference's): the transform codec's block encode, encode with every
+  // vector's norm taken as 1 (nothing divided by it, no norm stored): the planes of vector i
+  // (x + i * x_stride, plan.dim floats) to planes_out + i * code_stride, the same bits as the
+  // reference's rotation, enc_scale multiply, Quantize and PackPlanes.
+  void (*encode_unit)(const SubsetPlan& plan, const float* x, size_t x_stride, size_t n,
+                      uint8_t* planes_out, size_t code_stride);
 };
 inline constexpr size_t kSplitSlack = 8;
 

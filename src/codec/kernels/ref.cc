@@ -152,6 +152,40 @@ void FromF32(const float* src, size_t n, DType dtype, void* dst) {
   for (size_t i = 0; i < n; ++i) StoreFromFloat(dst, dtype, i, src[i]);
 }
 
+// The indices of one vector of the plan with its norm (finite, not 0): rotation, the multiply by
+// enc_scale / norm, Quantize. Returns the norm to store (norm correction applied).
+float EncodeIndices(const SubsetPlan& plan, const float* xv, float norm, float* y, float* tmp,
+                    uint8_t* idx) {
+  const size_t m = plan.dim;
+  switch (plan.rotation) {
+    case RotationKind::kHaar:
+      ref::MatVecT(plan.haar_t, xv, m, y);
+      break;
+    case RotationKind::kKronecker:
+      for (size_t j = 0; j < m; ++j) tmp[j] = xv[j] * plan.signs1[j];
+      for (size_t j = 0; j < m; j += plan.block) ref::Fwht(tmp + j, plan.block);
+      ref::KronMix(plan.haar_t, tmp, m / plan.block, plan.block, y);
+      break;
+    case RotationKind::kHadamard2:
+    case RotationKind::kHadamard:
+    default:
+      for (size_t j = 0; j < m; ++j) y[j] = xv[j] * plan.signs1[j];
+      ref::Fwht(y, m);
+      if (plan.rotation == RotationKind::kHadamard2) {
+        MulSigns(y, plan.signs2, m);
+        ref::Fwht(y, m);
+      }
+      break;
+  }
+  const float s = plan.enc_scale / norm;
+  for (size_t j = 0; j < m; ++j) {
+    idx[j] = static_cast<uint8_t>(ref::Quantize(y[j] * s, plan.thresholds, plan.bits));
+  }
+  if (!plan.norm_correction) return norm;
+  for (size_t j = 0; j < m; ++j) tmp[j] = plan.centroids[idx[j]];
+  return norm * std::sqrt(static_cast<float>(m) / ref::Sum8Squares(tmp, m));
+}
+
 void Encode(const SubsetPlan& plan, const float* x, size_t x_stride, size_t n, uint8_t* norm_out,
             uint8_t* planes_out, size_t code_stride) {
   const size_t m = plan.dim;
@@ -165,36 +199,20 @@ void Encode(const SubsetPlan& plan, const float* x, size_t x_stride, size_t n, u
       std::fill(idx.begin(), idx.end(), uint8_t{0});
       stored = norm == 0.0f ? 0.0f : std::numeric_limits<float>::quiet_NaN();
     } else {
-      switch (plan.rotation) {
-        case RotationKind::kHaar:
-          ref::MatVecT(plan.haar_t, xv, m, y.data());
-          break;
-        case RotationKind::kKronecker:
-          for (size_t j = 0; j < m; ++j) tmp[j] = xv[j] * plan.signs1[j];
-          for (size_t j = 0; j < m; j += plan.block) ref::Fwht(tmp.data() + j, plan.block);
-          ref::KronMix(plan.haar_t, tmp.data(), m / plan.block, plan.block, y.data());
-          break;
-        case RotationKind::kHadamard2:
-        case RotationKind::kHadamard:
-        default:
-          for (size_t j = 0; j < m; ++j) y[j] = xv[j] * plan.signs1[j];
-          ref::Fwht(y.data(), m);
-          if (plan.rotation == RotationKind::kHadamard2) {
-            MulSigns(y.data(), plan.signs2, m);
-            ref::Fwht(y.data(), m);
-          }
-          break;
-      }
-      const float s = plan.enc_scale / norm;
-      for (size_t j = 0; j < m; ++j) {
-        idx[j] = static_cast<uint8_t>(ref::Quantize(y[j] * s, plan.thresholds, plan.bits));
-      }
-      if (plan.norm_correction) {
-        for (size_t j = 0; j < m; ++j) tmp[j] = plan.centroids[idx[j]];
-        stored = norm * std::sqrt(static_cast<float>(m) / ref::Sum8Squares(tmp.data(), m));
-      }
+      stored = EncodeIndices(plan, xv, norm, y.data(), tmp.data(), idx.data());
     }
     StoreNorm(stored, plan.norm_dtype, norm_out + v * code_stride);
+    ref::PackPlanes(idx.data(), m, plan.bits, planes_out + v * code_stride);
+  }
+}
+
+void EncodeUnit(const SubsetPlan& plan, const float* x, size_t x_stride, size_t n,
+                uint8_t* planes_out, size_t code_stride) {
+  const size_t m = plan.dim;
+  std::vector<float> y(m), tmp(m);
+  std::vector<uint8_t> idx(m);
+  for (size_t v = 0; v < n; ++v) {
+    EncodeIndices(plan, x + v * x_stride, 1.0f, y.data(), tmp.data(), idx.data());
     ref::PackPlanes(idx.data(), m, plan.bits, planes_out + v * code_stride);
   }
 }
@@ -317,7 +335,7 @@ const KernelTable& ScalarKernels() {
   static const KernelTable table{"scalar", ToF32, FromF32, Encode, Decode, SplitGather,
                                  SplitScatter, SplitEncode, SplitDecode, ChannelEnergy,
                                  AddScaled, nullptr, nullptr, ref::GatherAffine,
-                                 ref::Dequantize, ref::TransformAssemble, nullptr};
+                                 ref::Dequantize, ref::TransformAssemble, nullptr, EncodeUnit};
   return table;
 }
 
