@@ -85,6 +85,9 @@ struct Group {
   std::vector<uint32_t> from_row;  // [c]: channel c's position in a row (0 for a 0-bit channel)
   std::vector<float> a, b;         // m_c * g, and s_c * g or 0 for a 0-bit channel (g exact)
   std::vector<kernels::TransformBlock> rotations;  // the blocks' columns and signs in a row
+  // Encode: row position r holds channel row_channel[r] (its mean and scale beside it).
+  std::vector<uint32_t> row_channel;
+  std::vector<float> row_mean, row_scale;
 };
 
 class TransformCodec final : public Codec {
@@ -209,32 +212,30 @@ class TransformCodec final : public Codec {
     const Group g = Unpack(meta);
     const size_t pitch = stride * DTypeSize(dtype);
     const auto& k = kernels::ActiveKernels();
-    const auto encode_unit = k.encode_unit != nullptr ? k.encode_unit
-                                                      : kernels::ScalarKernels().encode_unit;
+    const kernels::KernelTable& ref = kernels::ScalarKernels();
+    const auto encode_unit = k.encode_unit != nullptr ? k.encode_unit : ref.encode_unit;
+    const auto whiten = k.whiten != nullptr ? k.whiten : ref.whiten;
     std::atomic<bool> overflow{false};
     ParallelFor(pool, n, kGrain, [&](size_t b, size_t e) {
       const size_t cap = std::min(kBatch, e - b);
-      std::vector<float> xf(d_), w(cap * d_);  // w: each vector's whitened row (block order)
-      std::vector<uint8_t> valid(cap);
+      // xf: the batch in f32; w: each vector's whitened row (the blocks' channels, block order)
+      std::vector<float> xf(cap * d_), w(cap * d_), norms(cap);
       for (size_t start = b; start < e; start += kBatch) {
         const size_t cnt = std::min(kBatch, e - start);
         uint8_t* code = out.data() + start * code_bytes_;
         for (size_t i = 0; i < cnt; ++i) {
-          k.to_f32(static_cast<const uint8_t*>(x) + (start + i) * pitch, dtype, d_, xf.data());
-          bool ok = false;
-          if (!Whiten(g, xf.data(), code + i * code_bytes_, w.data() + i * d_, &ok)) {
-            overflow.store(true);
-          }
-          valid[i] = ok;
+          k.to_f32(static_cast<const uint8_t*>(x) + (start + i) * pitch, dtype, d_,
+                   xf.data() + i * d_);
         }
+        whiten(xf.data(), d_, cnt, d_, g.row_channel.data(), g.row_mean.data(),
+               g.row_scale.data(), g.row_channel.size(), norms.data(), w.data(), d_);
+        std::memset(code, 0, cnt * code_bytes_);
         for (const Block& blk : g.blocks) {
           encode_unit(blk.plan, w.data() + blk.row_offset, d_, cnt, code + blk.planes_offset,
                       code_bytes_);
         }
-        for (size_t i = 0; i < cnt; ++i) {  // a zero or non-finite vector: every index 0
-          if (valid[i] == 0) {
-            std::memset(code + i * code_bytes_ + norm_bytes_, 0, code_bytes_ - norm_bytes_);
-          }
+        for (size_t i = 0; i < cnt; ++i) {
+          if (!StoreNorm(g, norms[i], code + i * code_bytes_)) overflow.store(true);
         }
       }
     });
@@ -341,20 +342,18 @@ class TransformCodec final : public Codec {
         const uint32_t c = k.channels[j];
         g.from_row[c] = static_cast<uint32_t>(k.row_offset + j);
         g.b[c] = g.scale[c] * g.g;
+        g.row_channel.push_back(c);
+        g.row_mean.push_back(g.mean[c]);
+        g.row_scale.push_back(g.scale[c]);
       }
     }
     return g;
   }
 
-  // One vector's norm into its code, and (*valid: a finite norm above 0) its whitened row
-  // w[row_offset + j] = (x_c / n - m_c) / s_c (0 where s_c = 0) for the blocks' channels c;
-  // encode_unit then applies the signs, Fwht, enc_scale and Quantize (docs/codec.md §11). False
-  // when its stored norm would not fit f16.
-  bool Whiten(const Group& g, const float* x, uint8_t* code, float* w, bool* valid_out) const {
-    std::memset(code, 0, code_bytes_);
-    const float norm = std::sqrt(kernels::ref::Sum8Squares(x, d_));
+  // A vector's norm into its code (whose indices are then all 0 unless the norm is finite and
+  // above 0). False when the stored norm would not fit f16.
+  bool StoreNorm(const Group& g, float norm, uint8_t* code) const {
     const bool valid = norm > 0.0f && std::isfinite(norm);
-    *valid_out = valid;
     const float stored = std::isfinite(norm) ? norm / g.g : norm;  // exact: g a power of two
     bool fits = true;
     // A zero vector stores +0, one that is not finite the kernels' NaN (kernels.h).
@@ -366,17 +365,7 @@ class TransformCodec final : public Codec {
       if ((h & 0x7FFFu) == 0x7C00u) fits = false;
       std::memcpy(code, &h, 2);
     }
-    if (!valid) {
-      std::memset(w, 0, d_ * sizeof(float));  // finite inputs for encode_unit; codes zeroed after
-      return fits;
-    }
-    for (const Block& k : g.blocks) {
-      for (uint32_t j = 0; j < k.dim; ++j) {
-        const uint32_t c = k.channels[j];
-        const float u = x[c] / norm;
-        w[k.row_offset + j] = g.scale[c] > 0.0f ? (u - g.mean[c]) / g.scale[c] : 0.0f;
-      }
-    }
+    if (!valid) std::memset(code + norm_bytes_, 0, code_bytes_ - norm_bytes_);
     return fits;
   }
 

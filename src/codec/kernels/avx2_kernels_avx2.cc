@@ -836,6 +836,37 @@ void EncodeUnit(const SubsetPlan& plan, const float* x, size_t x_stride, size_t 
   kByBits[plan.bits - 1](plan, x, x_stride, n, planes_out, code_stride);
 }
 
+void Whiten(const float* x, size_t x_stride, size_t n, size_t d, const uint32_t* channel,
+            const float* mean, const float* scale, size_t rows, float* norms, float* w,
+            size_t w_stride) {
+  if (d % 8 != 0) {
+    return ScalarKernels().whiten(x, x_stride, n, d, channel, mean, scale, rows, norms, w,
+                                  w_stride);
+  }
+  const __m256 zero = _mm256_setzero_ps(), one = _mm256_set1_ps(1.0f);
+  for (size_t i = 0; i < n; ++i) {
+    const float* xv = x + i * x_stride;
+    const float norm = _mm_cvtss_f32(_mm_sqrt_ss(_mm_set_ss(Sum8Squares(xv, d))));
+    norms[i] = norm;
+    const __m256 nv = _mm256_set1_ps(norm);
+    float* wv = w + i * w_stride;
+    size_t r = 0;
+    for (; r + 8 <= rows; r += 8) {
+      const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(channel + r));
+      const __m256 u = _mm256_div_ps(_mm256_i32gather_ps(xv, c, 4), nv);
+      const __m256 s = _mm256_loadu_ps(scale + r);
+      const __m256 pos = _mm256_cmp_ps(s, zero, _CMP_GT_OQ);  // the divisor 1 elsewhere
+      const __m256 q =
+          _mm256_div_ps(_mm256_sub_ps(u, _mm256_loadu_ps(mean + r)), _mm256_blendv_ps(one, s, pos));
+      _mm256_storeu_ps(wv + r, _mm256_and_ps(q, pos));
+    }
+    for (; r < rows; ++r) {
+      const float u = xv[channel[r]] / norm;
+      wv[r] = scale[r] > 0.0f ? (u - mean[r]) / scale[r] : 0.0f;
+    }
+  }
+}
+
 // Indices of channels 8g..8g+7 straight from the bit planes into int32 lanes: planes 0-3 and 4-7
 // as two words, lane l moving bit 8k + l of a word (its plane k) to bit k. For small blocks (kl's
 // 8 and 16 channels) this beats unpacking 32 at a time through a byte buffer.
@@ -1389,7 +1420,8 @@ const KernelTable& Avx2Table() {
   static const KernelTable table{"avx2", ToF32, FromF32, Encode, Decode, SplitGather,
                                  SplitScatter, SplitEncode, SplitDecode, ChannelEnergy,
                                  AddScaled, nullptr, nullptr, Avx2GatherAffine, Dequantize,
-                                 Avx2TransformAssemble, Avx2TransformDecode, EncodeUnit};
+                                 Avx2TransformAssemble, Avx2TransformDecode, EncodeUnit,
+                                 Whiten};
   return table;
 }
 }  // namespace internal

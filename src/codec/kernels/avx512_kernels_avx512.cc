@@ -924,6 +924,35 @@ void EncodeUnit(const SubsetPlan& plan, const float* x, size_t x_stride, size_t 
   }
 }
 
+void Whiten(const float* x, size_t x_stride, size_t n, size_t d, const uint32_t* channel,
+            const float* mean, const float* scale, size_t rows, float* norms, float* w,
+            size_t w_stride) {
+  if (d % 16 != 0) {
+    return Avx2().whiten(x, x_stride, n, d, channel, mean, scale, rows, norms, w, w_stride);
+  }
+  const __m512 zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f);
+  for (size_t i0 = 0; i0 < n; i0 += kNormBatch) {
+    const size_t cnt = std::min(kNormBatch, n - i0);
+    const float* xs[kNormBatch];
+    for (size_t b = 0; b < cnt; ++b) xs[b] = x + (i0 + b) * x_stride;
+    Norms(xs, cnt, d, norms + i0);
+    for (size_t b = 0; b < cnt; ++b) {
+      const __m512 nv = _mm512_set1_ps(norms[i0 + b]);
+      float* wv = w + (i0 + b) * w_stride;
+      for (size_t r = 0; r < rows; r += 16) {
+        const __mmask16 k = rows - r >= 16 ? __mmask16{0xFFFF} : (__mmask16{1} << (rows - r)) - 1;
+        const __m512i c = _mm512_maskz_loadu_epi32(k, channel + r);
+        const __m512 u = _mm512_div_ps(_mm512_mask_i32gather_ps(zero, k, c, xs[b], 4), nv);
+        const __m512 s = _mm512_maskz_loadu_ps(k, scale + r);
+        const __mmask16 pos = _mm512_cmp_ps_mask(s, zero, _CMP_GT_OQ);  // the divisor 1 elsewhere
+        const __m512 q = _mm512_div_ps(_mm512_sub_ps(u, _mm512_maskz_loadu_ps(k, mean + r)),
+                                       _mm512_mask_blend_ps(pos, one, s));
+        _mm512_mask_storeu_ps(wv + r, k, _mm512_maskz_mov_ps(pos, q));
+      }
+    }
+  }
+}
+
 void Decode(const SubsetPlan& plan, const uint8_t* norm_in, const uint8_t* planes_in,
             size_t code_stride, size_t n, float* out, size_t out_stride) {
   if (!Vectorised(plan)) {
@@ -1387,7 +1416,7 @@ const KernelTable& Avx512Table() {
                                  SplitScatter, SplitEncode, SplitDecode, ChannelEnergy,
                                  AddScaled, EncodeFrom, DecodeTo, GatherAffine,
                                  internal::Avx512Dequantize, internal::Avx512TransformAssemble,
-                                 internal::Avx512TransformDecode, EncodeUnit};
+                                 internal::Avx512TransformDecode, EncodeUnit, Whiten};
   return table;
 }
 }  // namespace internal

@@ -183,6 +183,13 @@ struct KernelTable {
   // reference's rotation, enc_scale multiply, Quantize and PackPlanes.
   void (*encode_unit)(const SubsetPlan& plan, const float* x, size_t x_stride, size_t n,
                       uint8_t* planes_out, size_t code_stride);
+  // Optional (null: the reference's): the transform codec's whitening of n vectors of d floats
+  // (vector i at x + i * x_stride): norms[i] = sqrt(Sum8(x_i^2)), then for r < rows
+  // w[i * w_stride + r] = (x_i[channel[r]] / norms[i] - mean[r]) / scale[r], each operation
+  // rounded as written, or 0 where scale[r] is not above 0 (channel[r] < d).
+  void (*whiten)(const float* x, size_t x_stride, size_t n, size_t d, const uint32_t* channel,
+                 const float* mean, const float* scale, size_t rows, float* norms, float* w,
+                 size_t w_stride);
 };
 inline constexpr size_t kSplitSlack = 8;
 

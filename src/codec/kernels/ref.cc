@@ -217,6 +217,20 @@ void EncodeUnit(const SubsetPlan& plan, const float* x, size_t x_stride, size_t 
   }
 }
 
+void Whiten(const float* x, size_t x_stride, size_t n, size_t d, const uint32_t* channel,
+            const float* mean, const float* scale, size_t rows, float* norms, float* w,
+            size_t w_stride) {
+  for (size_t i = 0; i < n; ++i) {
+    const float* xv = x + i * x_stride;
+    const float norm = std::sqrt(ref::Sum8Squares(xv, d));
+    norms[i] = norm;
+    for (size_t r = 0; r < rows; ++r) {
+      const float u = xv[channel[r]] / norm;
+      w[i * w_stride + r] = scale[r] > 0.0f ? (u - mean[r]) / scale[r] : 0.0f;
+    }
+  }
+}
+
 void Decode(const SubsetPlan& plan, const uint8_t* norm_in, const uint8_t* planes_in,
             size_t code_stride, size_t n, float* out, size_t out_stride) {
   const size_t m = plan.dim;
@@ -335,7 +349,8 @@ const KernelTable& ScalarKernels() {
   static const KernelTable table{"scalar", ToF32, FromF32, Encode, Decode, SplitGather,
                                  SplitScatter, SplitEncode, SplitDecode, ChannelEnergy,
                                  AddScaled, nullptr, nullptr, ref::GatherAffine,
-                                 ref::Dequantize, ref::TransformAssemble, nullptr, EncodeUnit};
+                                 ref::Dequantize, ref::TransformAssemble, nullptr, EncodeUnit,
+                                 Whiten};
   return table;
 }
 
