@@ -15,6 +15,8 @@ constexpr size_t kIntervals = size_t{1} << 18;
 constexpr int kMaxIterations = 100000;
 constexpr double kTolerance = 1e-12;
 
+#include "codec/lloyd_max_gaussian.inc"
+
 // The density on a uniform grid, and cumulative moments M_k(z_i) = int_{-L}^{z_i} z^k f(z) dz of
 // its piecewise-linear interpolant (normalised so that M_0(L) = 1).
 class Grid {
@@ -142,6 +144,12 @@ Codebook Solve(const Grid& grid, uint32_t m, uint32_t bits) {
 
 }  // namespace
 
+std::shared_ptr<const Codebook> SolveLloydMax(uint32_t m, uint32_t bits) {
+  if (m < 3 || bits < 1 || bits > 8) return nullptr;
+  const Grid grid(m);
+  return std::make_shared<const Codebook>(Solve(grid, m, bits));
+}
+
 std::shared_ptr<const Codebook> LloydMaxCodebook(uint32_t m, uint32_t bits) {
   if (m < 3 || bits < 1 || bits > 8) return nullptr;
   static std::mutex mu;
@@ -149,9 +157,19 @@ std::shared_ptr<const Codebook> LloydMaxCodebook(uint32_t m, uint32_t bits) {
   std::lock_guard<std::mutex> lock(mu);
   auto it = cache.find({m, bits});
   if (it != cache.end()) return it->second;
-  // The grid is rebuilt per (m, bits) request; solving is cheap next to it and it is cached.
-  const Grid grid(m);
-  auto cb = std::make_shared<const Codebook>(Solve(grid, m, bits));
+  std::shared_ptr<const Codebook> cb;
+  if (m == kTableDim) {
+    const TableEntry& e = kTable[bits - 1];
+    Codebook t;
+    t.dim = m;
+    t.bits = bits;
+    t.centroids.assign(e.centroids, e.centroids + (size_t{1} << bits));
+    t.mse = e.mse;
+    t.iterations = e.iterations;
+    cb = std::make_shared<const Codebook>(std::move(t));
+  } else {
+    cb = SolveLloydMax(m, bits);
+  }
   cache.emplace(std::make_pair(m, bits), cb);
   return cb;
 }

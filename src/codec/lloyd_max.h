@@ -18,12 +18,15 @@ struct Codebook {
   int iterations = 0;
 };
 
-// Solves (or returns the cached solution for) dimension m >= 3 and 1 <= bits <= 8. Piecewise
-// linear density on a 2^18-interval grid over [-L, L], L = min(sqrt(m), 16); exact integrals of
-// f, z f, z^2 f per interval; Lloyd iterations from equiprobable quantiles until
-// max |delta c| < 1e-12 (at most 100000 iterations). Deterministic; thread-safe.
-// Returns null for arguments out of range.
+// SolveLloydMax's codebook for dimension m >= 3 and 1 <= bits <= 8, cached; m = 2^20 (the
+// Gaussian limit the transform codec uses) from a table of its results (lloyd_max_gaussian.inc).
+// Thread-safe. Null for arguments out of range.
 std::shared_ptr<const Codebook> LloydMaxCodebook(uint32_t m, uint32_t bits);
+// Solves: piecewise linear density on a 2^18-interval grid over [-L, L], L = min(sqrt(m), 16);
+// exact integrals of f, z f, z^2 f per interval; Lloyd iterations from equiprobable quantiles
+// until max |delta c| < 1e-12 (at most 100000 iterations). Deterministic. Null for arguments out
+// of range.
+std::shared_ptr<const Codebook> SolveLloydMax(uint32_t m, uint32_t bits);
 
 }  // namespace tqkv::codec
 

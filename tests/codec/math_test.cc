@@ -4,6 +4,8 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <sstream>
 #include <vector>
 
 #include "codec/kernels/kernels.h"
@@ -240,6 +242,38 @@ TEST(LloydMax, GaussianLimit) {
       EXPECT_NEAR(cb->centroids[k / 2 + i], positive[b - 1][i], 1e-5);
     EXPECT_NEAR(cb->mse / mse[b - 1], 1.0, 2e-4) << b;
   }
+}
+
+// The table of Gaussian-limit codebooks (lloyd_max_gaussian.inc) is exactly what the solver finds
+// on this machine; on a mismatch the message is the file to put in its place.
+TEST(LloydMax, GaussianTableIsTheSolvers) {
+  constexpr uint32_t m = uint32_t{1} << 20;
+  bool same = true;
+  std::ostringstream centroids, entries;
+  for (uint32_t b = 1; b <= 8; ++b) {
+    const auto table = LloydMaxCodebook(m, b);
+    const auto solved = SolveLloydMax(m, b);
+    ASSERT_NE(table, nullptr);
+    ASSERT_NE(solved, nullptr);
+    same = same && table->centroids == solved->centroids && table->mse == solved->mse &&
+           table->iterations == solved->iterations && table->bits == b && table->dim == m;
+    char buf[64];
+    centroids << "constexpr double kCentroids" << b << "[" << solved->centroids.size() << "] = {";
+    for (size_t i = 0; i < solved->centroids.size(); ++i) {
+      std::snprintf(buf, sizeof buf, "%a,", solved->centroids[i]);
+      centroids << (i % 3 == 0 ? "\n    " : " ") << buf;
+    }
+    centroids << "\n};\n";
+    std::snprintf(buf, sizeof buf, "    {%a, %d, kCentroids%u},\n", solved->mse,
+                  solved->iterations, b);
+    entries << buf;
+  }
+  EXPECT_TRUE(same) << "src/codec/lloyd_max_gaussian.inc is out of date: after its comment,\n"
+                    << "constexpr uint32_t kTableDim = uint32_t{1} << 20;\n"
+                    << "struct TableEntry {\n  double mse;\n  int iterations;\n"
+                    << "  const double* centroids;\n};\n"
+                    << centroids.str() << "constexpr TableEntry kTable[8] = {\n" << entries.str()
+                    << "};\n";
 }
 
 TEST(LloydMax, DistortionTable) {
