@@ -36,10 +36,11 @@ ninja -C "$build" tqkv_codec_tests
 qemu=(qemu-aarch64-static -L /usr/aarch64-linux-gnu)
 # Left out: the slowest tests under emulation (NMSE against theory, unbiasedness, the codebook and
 # label sweeps: about 85 of the whole suite's 150 s here); they check statistics, not bits, through
-# kernels the kept tests compare with the reference, and the native suite runs them.
+# kernels the kept tests compare with the reference, and the native suite runs them (the
+# Gaussian codebook table against the solver: 30 s here; it passed once under qemu, 2026-12-06).
 slow="Codec.KroneckerNmseWithinOnePercentOfHaar:Codec.NmseMatchesTheory*"
 slow+=":Codec.QjlInnerProductIsUnbiased:CodecLabel.InvertsSpecResolution"
-slow+=":LloydMax.HigherBitsAndSmallDims"
+slow+=":LloydMax.HigherBitsAndSmallDims:LloydMax.GaussianTableIsTheSolvers"
 echo "test-aarch64: SIMD levels tested: $("${qemu[@]}" "$build/tqkv_codec_tests" \
   --gtest_filter=KernelsDispatch.NeonTableOnAarch64Only 2>/dev/null | sed -n 's/^simd levels: //p')"
 "${qemu[@]}" "$build/tqkv_codec_tests" --gtest_brief=1 --gtest_filter="-$slow"
