@@ -157,22 +157,20 @@ class TransformCodec final : public Codec {
                                      " bytes, need " + std::to_string(group_meta_bytes()));
     }
     const auto& k = kernels::ActiveKernels();
+    const auto unit_moments =
+        k.unit_moments != nullptr ? k.unit_moments : kernels::ScalarKernels().unit_moments;
     std::vector<double> s1(d_, 0.0), s2(d_, 0.0);
-    std::vector<float> xf(d_);
-    size_t count = 0;
+    std::vector<float> xf(std::min(n, kBatch) * d_);
+    size_t count = 0;  // vectors of finite norm above 0 (the others have no say)
     float largest = 0.0f;
     const size_t pitch = stride * DTypeSize(dtype);
-    for (size_t i = 0; i < n; ++i) {
-      k.to_f32(static_cast<const uint8_t*>(x) + i * pitch, dtype, d_, xf.data());
-      const float norm = std::sqrt(kernels::ref::Sum8Squares(xf.data(), d_));
-      if (!(norm > 0.0f) || !std::isfinite(norm)) continue;  // zero or not finite: no say
-      ++count;
-      largest = std::max(largest, norm);
-      for (uint32_t c = 0; c < d_; ++c) {
-        const double u = xf[c] / norm;
-        s1[c] += u;
-        s2[c] += u * u;
+    for (size_t start = 0; start < n; start += kBatch) {
+      const size_t cnt = std::min(kBatch, n - start);
+      for (size_t i = 0; i < cnt; ++i) {
+        k.to_f32(static_cast<const uint8_t*>(x) + (start + i) * pitch, dtype, d_,
+                 xf.data() + i * d_);
       }
+      unit_moments(xf.data(), d_, cnt, d_, s1.data(), s2.data(), &count, &largest);
     }
     std::vector<double> var(d_, 0.0);
     for (uint32_t c = 0; c < d_; ++c) {

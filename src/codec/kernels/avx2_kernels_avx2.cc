@@ -867,6 +867,29 @@ void Whiten(const float* x, size_t x_stride, size_t n, size_t d, const uint32_t*
   }
 }
 
+void UnitMoments(const float* x, size_t x_stride, size_t n, size_t d, double* s1, double* s2,
+                 size_t* count, float* largest) {
+  if (d % 8 != 0) return ScalarKernels().unit_moments(x, x_stride, n, d, s1, s2, count, largest);
+  for (size_t i = 0; i < n; ++i) {
+    const float* xv = x + i * x_stride;
+    const float norm = _mm_cvtss_f32(_mm_sqrt_ss(_mm_set_ss(Sum8Squares(xv, d))));
+    if (!(norm > 0.0f) || !std::isfinite(norm)) continue;
+    ++*count;
+    *largest = std::max(*largest, norm);
+    const __m256 nv = _mm256_set1_ps(norm);
+    for (size_t c = 0; c < d; c += 8) {
+      const __m256 u = _mm256_div_ps(_mm256_loadu_ps(xv + c), nv);
+      const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(u));
+      const __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(u, 1));
+      _mm256_storeu_pd(s1 + c, _mm256_add_pd(_mm256_loadu_pd(s1 + c), lo));
+      _mm256_storeu_pd(s1 + c + 4, _mm256_add_pd(_mm256_loadu_pd(s1 + c + 4), hi));
+      _mm256_storeu_pd(s2 + c, _mm256_add_pd(_mm256_loadu_pd(s2 + c), _mm256_mul_pd(lo, lo)));
+      _mm256_storeu_pd(s2 + c + 4,
+                       _mm256_add_pd(_mm256_loadu_pd(s2 + c + 4), _mm256_mul_pd(hi, hi)));
+    }
+  }
+}
+
 // Indices of channels 8g..8g+7 straight from the bit planes into int32 lanes: planes 0-3 and 4-7
 // as two words, lane l moving bit 8k + l of a word (its plane k) to bit k. For small blocks (kl's
 // 8 and 16 channels) this beats unpacking 32 at a time through a byte buffer.
@@ -1421,7 +1444,7 @@ const KernelTable& Avx2Table() {
                                  SplitScatter, SplitEncode, SplitDecode, ChannelEnergy,
                                  AddScaled, nullptr, nullptr, Avx2GatherAffine, Dequantize,
                                  Avx2TransformAssemble, Avx2TransformDecode, EncodeUnit,
-                                 Whiten};
+                                 Whiten, UnitMoments};
   return table;
 }
 }  // namespace internal

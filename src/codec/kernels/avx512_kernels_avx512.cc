@@ -953,6 +953,36 @@ void Whiten(const float* x, size_t x_stride, size_t n, size_t d, const uint32_t*
   }
 }
 
+void UnitMoments(const float* x, size_t x_stride, size_t n, size_t d, double* s1, double* s2,
+                 size_t* count, float* largest) {
+  if (d % 16 != 0) return Avx2().unit_moments(x, x_stride, n, d, s1, s2, count, largest);
+  for (size_t i0 = 0; i0 < n; i0 += kNormBatch) {
+    const size_t cnt = std::min(kNormBatch, n - i0);
+    const float* xs[kNormBatch];
+    float norms[kNormBatch];
+    for (size_t b = 0; b < cnt; ++b) xs[b] = x + (i0 + b) * x_stride;
+    Norms(xs, cnt, d, norms);
+    for (size_t b = 0; b < cnt; ++b) {  // in order: each channel's sums are sequential
+      const float norm = norms[b];
+      if (!(norm > 0.0f) || !std::isfinite(norm)) continue;
+      ++*count;
+      *largest = std::max(*largest, norm);
+      const __m512 nv = _mm512_set1_ps(norm);
+      for (size_t c = 0; c < d; c += 16) {
+        const __m512 u = _mm512_div_ps(_mm512_loadu_ps(xs[b] + c), nv);
+        const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(u));
+        const __m512d hi =
+            _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(u), 1)));
+        _mm512_storeu_pd(s1 + c, _mm512_add_pd(_mm512_loadu_pd(s1 + c), lo));
+        _mm512_storeu_pd(s1 + c + 8, _mm512_add_pd(_mm512_loadu_pd(s1 + c + 8), hi));
+        _mm512_storeu_pd(s2 + c, _mm512_add_pd(_mm512_loadu_pd(s2 + c), _mm512_mul_pd(lo, lo)));
+        _mm512_storeu_pd(s2 + c + 8,
+                         _mm512_add_pd(_mm512_loadu_pd(s2 + c + 8), _mm512_mul_pd(hi, hi)));
+      }
+    }
+  }
+}
+
 void Decode(const SubsetPlan& plan, const uint8_t* norm_in, const uint8_t* planes_in,
             size_t code_stride, size_t n, float* out, size_t out_stride) {
   if (!Vectorised(plan)) {
@@ -1416,7 +1446,8 @@ const KernelTable& Avx512Table() {
                                  SplitScatter, SplitEncode, SplitDecode, ChannelEnergy,
                                  AddScaled, EncodeFrom, DecodeTo, GatherAffine,
                                  internal::Avx512Dequantize, internal::Avx512TransformAssemble,
-                                 internal::Avx512TransformDecode, EncodeUnit, Whiten};
+                                 internal::Avx512TransformDecode, EncodeUnit, Whiten,
+                                 UnitMoments};
   return table;
 }
 }  // namespace internal

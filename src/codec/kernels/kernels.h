@@ -190,6 +190,13 @@ struct KernelTable {
   void (*whiten)(const float* x, size_t x_stride, size_t n, size_t d, const uint32_t* channel,
                  const float* mean, const float* scale, size_t rows, float* norms, float* w,
                  size_t w_stride);
+  // Optional (null: the reference's): the transform codec's unit-vector moments. For i = 0..n-1
+  // in order, vector i of d floats at x + i * x_stride with n_i = sqrt(Sum8(x_i^2)) finite and
+  // above 0 (others are skipped): u = double(x_ic / n_i) (the quotient in float), s1[c] += u,
+  // s2[c] += u * u (the product rounded, then the add) for c < d, ++*count and
+  // *largest = max(*largest, n_i).
+  void (*unit_moments)(const float* x, size_t x_stride, size_t n, size_t d, double* s1,
+                       double* s2, size_t* count, float* largest);
 };
 inline constexpr size_t kSplitSlack = 8;
 

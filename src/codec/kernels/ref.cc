@@ -231,6 +231,22 @@ void Whiten(const float* x, size_t x_stride, size_t n, size_t d, const uint32_t*
   }
 }
 
+void UnitMoments(const float* x, size_t x_stride, size_t n, size_t d, double* s1, double* s2,
+                 size_t* count, float* largest) {
+  for (size_t i = 0; i < n; ++i) {
+    const float* xv = x + i * x_stride;
+    const float norm = std::sqrt(ref::Sum8Squares(xv, d));
+    if (!(norm > 0.0f) || !std::isfinite(norm)) continue;
+    ++*count;
+    *largest = std::max(*largest, norm);
+    for (size_t c = 0; c < d; ++c) {
+      const double u = xv[c] / norm;
+      s1[c] += u;
+      s2[c] += u * u;
+    }
+  }
+}
+
 void Decode(const SubsetPlan& plan, const uint8_t* norm_in, const uint8_t* planes_in,
             size_t code_stride, size_t n, float* out, size_t out_stride) {
   const size_t m = plan.dim;
@@ -350,7 +366,7 @@ const KernelTable& ScalarKernels() {
                                  SplitScatter, SplitEncode, SplitDecode, ChannelEnergy,
                                  AddScaled, nullptr, nullptr, ref::GatherAffine,
                                  ref::Dequantize, ref::TransformAssemble, nullptr, EncodeUnit,
-                                 Whiten};
+                                 Whiten, UnitMoments};
   return table;
 }
 
