@@ -14,6 +14,8 @@
 namespace tqkv::kernels {
 namespace {
 
+using internal::Unroll;
+
 // r[k] lane i <- r[i] lane k.
 inline void Transpose8x8(__m256* r) {
   const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
@@ -91,31 +93,6 @@ void ColumnsIn(const float* r, size_t row_stride, size_t cols, Columns& tr) {
   }
 }
 
-// out[i][c] = a[c] * norms[i] + b[c] * tr[from[c]][i] for the 8 vectors.
-void AffineOut(const Columns& tr, const uint32_t* from, const float* a, const float* b,
-               const float* norms, size_t d, float* o, size_t out_stride) {
-  const __m256 nv = _mm256_loadu_ps(norms);
-  size_t c0 = 0;
-  for (; c0 + 8 <= d; c0 += 8) {
-    __m256 x[8];
-    for (int k = 0; k < 8; ++k) {
-      const __m256 base = _mm256_mul_ps(_mm256_broadcast_ss(a + c0 + k), nv);
-      const __m256 step =
-          _mm256_mul_ps(_mm256_broadcast_ss(b + c0 + k), _mm256_load_ps(tr[from[c0 + k]]));
-      x[k] = _mm256_add_ps(base, step);
-    }
-    Transpose8x8(x);
-    for (int i = 0; i < 8; ++i) _mm256_storeu_ps(o + i * out_stride + c0, x[i]);
-  }
-  for (size_t c = c0; c < d; ++c) {  // the tail, as the reference computes it
-    for (size_t i = 0; i < 8; ++i) {
-      const float base = a[c] * norms[i];
-      const float step = b[c] * tr[from[c]][i];
-      o[i * out_stride + c] = base + step;
-    }
-  }
-}
-
 // RotateColumns for a block of kM <= 32 positions, held in registers (spilled as the compiler sees fit).
 template <uint32_t kM>
 void RotateColumnsInRegisters(const TransformBlock& blk, Columns& tr) {
@@ -164,15 +141,6 @@ void RotateColumns(const TransformBlock& blk, Columns& tr) {
 // ---- transform_decode: the indices straight from 8 codes into columns (avx512_transform's
 // design at eight lanes) ----
 
-// Calls f(std::integral_constant<int, i>) for i = 0..N-1 (shift counts as immediates).
-template <typename F, int... I>
-[[gnu::always_inline]] inline void UnrollImpl(F& f, std::integer_sequence<int, I...>) {
-  (f(std::integral_constant<int, I>{}), ...);
-}
-template <int N, typename F>
-[[gnu::always_inline]] inline void Unroll(F&& f) {
-  UnrollImpl(f, std::make_integer_sequence<int, N>{});
-}
 
 constexpr size_t kMaxWords = 80;       // code bytes held transposed: up to 320
 using Words = uint32_t[kMaxWords][8];  // [w]: dword w of 8 codes
@@ -260,8 +228,9 @@ template <DType kT>
   }
 }
 
-// AffineOut, then (mean not null) + scale[i] * mean[c] (the product rounded, as add_scaled), as
-// kT for vectors i < cnt: vector i at o + i * pitch bytes.
+// out[i][c] = a[c] * norms[i] + b[c] * tr[from[c]][i], then (mean not null) + scale[i] * mean[c]
+// (the product rounded, as add_scaled), as kT for vectors i < cnt: vector i at o + i * pitch
+// bytes.
 template <DType kT>
 void AffineOutAs(const Columns& tr, const uint32_t* from, const float* a, const float* b,
                  const float* norms, size_t cnt, size_t d, const float* mean, const float* scale,
@@ -342,7 +311,8 @@ void Avx2GatherAffine(const float* row, size_t row_stride, const uint32_t* from,
     alignas(32) Columns tr;
     for (; i0 + 8 <= n; i0 += 8) {
       ColumnsIn(row + i0 * row_stride, row_stride, cols, tr);
-      AffineOut(tr, from, a, b, norms + i0, d, out + i0 * out_stride, out_stride);
+      AffineOutAs<DType::kF32>(tr, from, a, b, norms + i0, 8, d, nullptr, nullptr,
+                               reinterpret_cast<uint8_t*>(out + i0 * out_stride), 4 * out_stride);
     }
   }
   for (size_t i = i0; i < n; ++i) {
@@ -361,7 +331,8 @@ void Avx2TransformAssemble(float* row, size_t row_stride, const TransformBlock* 
     for (; i0 + 8 <= n; i0 += 8) {
       ColumnsIn(row + i0 * row_stride, row_stride, cols, tr);
       for (size_t k = 0; k < nblocks; ++k) RotateColumns(blocks[k], tr);
-      AffineOut(tr, from, a, b, norms + i0, d, out + i0 * out_stride, out_stride);
+      AffineOutAs<DType::kF32>(tr, from, a, b, norms + i0, 8, d, nullptr, nullptr,
+                               reinterpret_cast<uint8_t*>(out + i0 * out_stride), 4 * out_stride);
     }
   }
   if (i0 < n) {
@@ -377,14 +348,8 @@ bool Avx2TransformDecode(const uint8_t* code, size_t code_stride,
                          const float* norms, size_t n, size_t d, const float* mean,
                          const float* scale, void* out, DType dtype, size_t out_stride) {
   size_t used = 0, code_bytes = 0;
-  for (size_t c = 0; c < d; ++c) used = std::max<size_t>(used, from[c] + size_t{1});
-  bool fast = true;
-  for (size_t k = 0; k < nblocks; ++k) {
-    const SubsetPlan& p = *code_blocks[k].plan;
-    used = std::max(used, blocks[k].offset + blocks[k].dim);
-    fast = fast && p.dim == blocks[k].dim && p.dim % 8 == 0 && p.bits >= 1 && p.bits <= 8;
-    code_bytes = std::max(code_bytes, code_blocks[k].planes_offset + size_t{p.bits} * p.dim / 8);
-  }
+  const bool fast =
+      TransformDecodeShape(code_blocks, blocks, nblocks, from, d, &used, &code_bytes);
   const size_t cols = (used + 7) / 8 * 8;
   if (!fast || cols > kMaxCols || code_bytes > 4 * kMaxWords) return false;
   const size_t pitch = out_stride * DTypeSize(dtype);

@@ -33,6 +33,7 @@ const KernelTable& Avx2() { return internal::Avx2Table(); }
 
 using avx512::FloatToBF16x16;
 using avx512::LowMask16;
+using internal::Unroll;
 
 // ---- element conversions: 16 lanes, the tail under a mask ----
 
@@ -537,16 +538,6 @@ void DequantizeVec(const SubsetPlan& plan, const Tables& t, const uint8_t* norm_
 
 // ---- per-vector coders ----
 
-// Calls f(std::integral_constant<int, i>) for i = 0..N-1: register indices as constants (lane
-// extracts take immediates), every step inlined.
-template <typename F, int... I>
-[[gnu::always_inline]] inline void UnrollImpl(F& f, std::integer_sequence<int, I...>) {
-  (f(std::integral_constant<int, I>{}), ...);
-}
-template <int N, typename F>
-[[gnu::always_inline]] inline void Unroll(F&& f) {
-  UnrollImpl(f, std::make_integer_sequence<int, N>{});
-}
 
 // Norms several vectors at a time: each of Sum8's eight lanes is one chain of m / 8 dependent
 // adds, so interleaving the chains of kNormBatch vectors keeps the adders busy.

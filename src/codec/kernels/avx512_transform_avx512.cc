@@ -23,6 +23,7 @@ namespace {
 
 using avx512::FloatToBF16x16;
 using avx512::LowMask16;
+using internal::Unroll;
 
 // ---- dequantize: v[j] = centroid[idx[j]] * a, 16 positions a register ----
 
@@ -266,15 +267,6 @@ void RotateColumns(const TransformBlock& blk, Columns& tr) {
 
 // ---- transform_decode: the indices straight from 16 codes into columns ----
 
-// Calls f(std::integral_constant<int, i>) for i = 0..N-1 (shift counts as immediates).
-template <typename F, int... I>
-[[gnu::always_inline]] inline void UnrollImpl(F& f, std::integer_sequence<int, I...>) {
-  (f(std::integral_constant<int, I>{}), ...);
-}
-template <int N, typename F>
-[[gnu::always_inline]] inline void Unroll(F&& f) {
-  UnrollImpl(f, std::make_integer_sequence<int, N>{});
-}
 
 constexpr size_t kMaxWords = 80;   // code bytes held transposed: up to 320
 using Words = uint32_t[kMaxWords][16];  // [w]: dword w of 16 codes
@@ -415,14 +407,10 @@ bool Avx512TransformDecode(const uint8_t* code, size_t code_stride,
                            const float* norms, size_t n, size_t d, const float* mean,
                            const float* scale, void* out, DType dtype, size_t out_stride) {
   size_t used = 0, code_bytes = 0;
-  const size_t cols = UsedColumns(from, d, blocks, nblocks, &used);
-  bool fast = cols > 0;
-  for (size_t k = 0; k < nblocks; ++k) {
-    const SubsetPlan& p = *code_blocks[k].plan;
-    fast = fast && p.dim == blocks[k].dim && p.dim % 8 == 0 && p.bits >= 1 && p.bits <= 8;
-    code_bytes = std::max(code_bytes, code_blocks[k].planes_offset + size_t{p.bits} * p.dim / 8);
-  }
-  if (!fast || code_bytes > 4 * kMaxWords) return false;  // the codec's route through buffers
+  const bool fast =
+      TransformDecodeShape(code_blocks, blocks, nblocks, from, d, &used, &code_bytes);
+  const size_t cols = (used + 15) / 16 * 16;
+  if (!fast || cols > kMaxCols || code_bytes > 4 * kMaxWords) return false;  // the codec's route
   const size_t pitch = out_stride * DTypeSize(dtype);
   auto* o = static_cast<uint8_t*>(out);
   switch (dtype) {

@@ -2,7 +2,9 @@
 #ifndef TQKV_SRC_CODEC_KERNELS_INTERNAL_H_
 #define TQKV_SRC_CODEC_KERNELS_INTERNAL_H_
 
+#include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "codec/kernels/kernels.h"
 #include "tqkv/types.h"
@@ -81,6 +83,38 @@ static inline float LoadNorm(const uint8_t* in, DType dtype) {
   float f;
   std::memcpy(&f, in, 4);
   return f;
+}
+
+// Calls f(std::integral_constant<int, i>) for i = 0..N-1: register indices and shift counts as
+// constants (lane extracts and immediate shifts take them), every step inlined. `static` as above.
+template <typename F, int... I>
+[[gnu::always_inline]] static inline void UnrollImpl(F& f, std::integer_sequence<int, I...>) {
+  (f(std::integral_constant<int, I>{}), ...);
+}
+template <int N, typename F>
+[[gnu::always_inline]] static inline void Unroll(F&& f) {
+  UnrollImpl(f, std::make_integer_sequence<int, N>{});
+}
+
+// transform_decode's shape (the AVX2 and AVX-512 ones): *used = the row positions in use (every
+// from[c] and every block), *code_bytes = the code bytes its blocks' planes reach. False when a
+// block's plan does not match it (dim) or is not whole bytes of 1..8-bit planes. `static` as above.
+static inline bool TransformDecodeShape(const TransformCodeBlock* code_blocks,
+                                        const TransformBlock* blocks, size_t nblocks,
+                                        const uint32_t* from, size_t d, size_t* used,
+                                        size_t* code_bytes) {
+  size_t u = 0, c_bytes = 0;
+  bool ok = true;
+  for (size_t c = 0; c < d; ++c) u = std::max<size_t>(u, from[c] + size_t{1});
+  for (size_t k = 0; k < nblocks; ++k) {
+    const SubsetPlan& p = *code_blocks[k].plan;
+    u = std::max(u, blocks[k].offset + blocks[k].dim);
+    ok = ok && p.dim == blocks[k].dim && p.dim % 8 == 0 && p.bits >= 1 && p.bits <= 8;
+    c_bytes = std::max(c_bytes, code_blocks[k].planes_offset + size_t{p.bits} * p.dim / 8);
+  }
+  *used = u;
+  *code_bytes = c_bytes;
+  return ok;
 }
 
 }  // namespace tqkv::kernels::internal
