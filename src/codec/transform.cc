@@ -227,7 +227,8 @@ class TransformCodec final : public Codec {
         }
         whiten(xf.data(), d_, cnt, d_, g.row_channel.data(), g.row_mean.data(),
                g.row_scale.data(), g.row_channel.size(), norms.data(), w.data(), d_);
-        std::memset(code, 0, cnt * code_bytes_);
+        // The blocks' planes fill every byte after the norm (CheckGroupMeta: the bits sum to
+        // code_bits); StoreNorm writes the norm and clears the planes of a degenerate vector.
         for (const Block& blk : g.blocks) {
           encode_unit(blk.plan, w.data() + blk.row_offset, d_, cnt, code + blk.planes_offset,
                       code_bytes_);

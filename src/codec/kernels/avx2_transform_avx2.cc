@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <utility>
 
 #include "codec/kernels/avx2_common.h"
 #include "codec/kernels/internal.h"
@@ -77,10 +76,7 @@ using Columns = float[kMaxCols][8];  // [p]: row position p of 8 vectors
 // Row positions in use, rounded up to whole registers; 0 when the fast path cannot take them.
 size_t UsedColumns(size_t row_stride, const uint32_t* from, size_t d, const TransformBlock* blocks,
                    size_t nblocks) {
-  size_t used = 0;
-  for (size_t c = 0; c < d; ++c) used = std::max<size_t>(used, from[c] + size_t{1});
-  for (size_t k = 0; k < nblocks; ++k) used = std::max(used, blocks[k].offset + blocks[k].dim);
-  const size_t cols = (used + 7) / 8 * 8;
+  const size_t cols = (internal::RowPositionsUsed(from, d, blocks, nblocks) + 7) / 8 * 8;
   return cols <= row_stride && cols <= kMaxCols ? cols : 0;
 }
 
@@ -341,17 +337,17 @@ void Avx2TransformAssemble(float* row, size_t row_stride, const TransformBlock* 
   }
 }
 
-
 bool Avx2TransformDecode(const uint8_t* code, size_t code_stride,
                          const TransformCodeBlock* code_blocks, const TransformBlock* blocks,
                          size_t nblocks, const uint32_t* from, const float* a, const float* b,
                          const float* norms, size_t n, size_t d, const float* mean,
                          const float* scale, void* out, DType dtype, size_t out_stride) {
-  size_t used = 0, code_bytes = 0;
-  const bool fast =
-      TransformDecodeShape(code_blocks, blocks, nblocks, from, d, &used, &code_bytes);
-  const size_t cols = (used + 7) / 8 * 8;
-  if (!fast || cols > kMaxCols || code_bytes > 4 * kMaxWords) return false;
+  const size_t cols = (RowPositionsUsed(from, d, blocks, nblocks) + 7) / 8 * 8;
+  size_t code_bytes = 0;
+  if (cols > kMaxCols || !TransformDecodeBlocks(code_blocks, blocks, nblocks, &code_bytes) ||
+      code_bytes > 4 * kMaxWords) {
+    return false;  // the codec's route through buffers
+  }
   const size_t pitch = out_stride * DTypeSize(dtype);
   auto* o = static_cast<uint8_t*>(out);
   switch (dtype) {

@@ -538,7 +538,6 @@ void DequantizeVec(const SubsetPlan& plan, const Tables& t, const uint8_t* norm_
 
 // ---- per-vector coders ----
 
-
 // Norms several vectors at a time: each of Sum8's eight lanes is one chain of m / 8 dependent
 // adds, so interleaving the chains of kNormBatch vectors keeps the adders busy.
 constexpr size_t kNormBatch = 4;

@@ -10,7 +10,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <utility>
 
 // Built with -mf16c: the norm helpers of internal.h convert in hardware.
 #define TQKV_KERNELS_F16C 1
@@ -112,9 +111,7 @@ using Columns = float[kMaxCols][16];  // [p]: row position p of 16 vectors
 // more than kMaxCols.
 size_t UsedColumns(const uint32_t* from, size_t d, const TransformBlock* blocks, size_t nblocks,
                    size_t* used_out) {
-  size_t used = 0;
-  for (size_t c = 0; c < d; ++c) used = std::max<size_t>(used, from[c] + size_t{1});
-  for (size_t k = 0; k < nblocks; ++k) used = std::max(used, blocks[k].offset + blocks[k].dim);
+  const size_t used = internal::RowPositionsUsed(from, d, blocks, nblocks);
   *used_out = used;
   const size_t cols = (used + 15) / 16 * 16;
   return cols <= kMaxCols ? cols : 0;
@@ -267,7 +264,6 @@ void RotateColumns(const TransformBlock& blk, Columns& tr) {
 
 // ---- transform_decode: the indices straight from 16 codes into columns ----
 
-
 constexpr size_t kMaxWords = 80;   // code bytes held transposed: up to 320
 using Words = uint32_t[kMaxWords][16];  // [w]: dword w of 16 codes
 
@@ -407,10 +403,11 @@ bool Avx512TransformDecode(const uint8_t* code, size_t code_stride,
                            const float* norms, size_t n, size_t d, const float* mean,
                            const float* scale, void* out, DType dtype, size_t out_stride) {
   size_t used = 0, code_bytes = 0;
-  const bool fast =
-      TransformDecodeShape(code_blocks, blocks, nblocks, from, d, &used, &code_bytes);
-  const size_t cols = (used + 15) / 16 * 16;
-  if (!fast || cols > kMaxCols || code_bytes > 4 * kMaxWords) return false;  // the codec's route
+  const size_t cols = UsedColumns(from, d, blocks, nblocks, &used);
+  if (cols == 0 || !TransformDecodeBlocks(code_blocks, blocks, nblocks, &code_bytes) ||
+      code_bytes > 4 * kMaxWords) {
+    return false;  // the codec's route through buffers
+  }
   const size_t pitch = out_stride * DTypeSize(dtype);
   auto* o = static_cast<uint8_t*>(out);
   switch (dtype) {

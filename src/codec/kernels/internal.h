@@ -96,24 +96,30 @@ template <int N, typename F>
   UnrollImpl(f, std::make_integer_sequence<int, N>{});
 }
 
-// transform_decode's shape (the AVX2 and AVX-512 ones): *used = the row positions in use (every
-// from[c] and every block), *code_bytes = the code bytes its blocks' planes reach. False when a
-// block's plan does not match it (dim) or is not whole bytes of 1..8-bit planes. `static` as above.
-static inline bool TransformDecodeShape(const TransformCodeBlock* code_blocks,
-                                        const TransformBlock* blocks, size_t nblocks,
-                                        const uint32_t* from, size_t d, size_t* used,
-                                        size_t* code_bytes) {
-  size_t u = 0, c_bytes = 0;
+// The transform assembly's row positions in use: past every from[c] and every block. `static` as
+// above.
+static inline size_t RowPositionsUsed(const uint32_t* from, size_t d, const TransformBlock* blocks,
+                                      size_t nblocks) {
+  size_t used = 0;
+  for (size_t c = 0; c < d; ++c) used = std::max<size_t>(used, from[c] + size_t{1});
+  for (size_t k = 0; k < nblocks; ++k) used = std::max(used, blocks[k].offset + blocks[k].dim);
+  return used;
+}
+
+// transform_decode's blocks (the AVX2 and AVX-512 ones): *code_bytes = the code bytes their
+// planes reach. False when a block's plan does not match it (dim) or is not whole bytes of
+// 1..8-bit planes. `static` as above.
+static inline bool TransformDecodeBlocks(const TransformCodeBlock* code_blocks,
+                                         const TransformBlock* blocks, size_t nblocks,
+                                         size_t* code_bytes) {
+  size_t bytes = 0;
   bool ok = true;
-  for (size_t c = 0; c < d; ++c) u = std::max<size_t>(u, from[c] + size_t{1});
   for (size_t k = 0; k < nblocks; ++k) {
     const SubsetPlan& p = *code_blocks[k].plan;
-    u = std::max(u, blocks[k].offset + blocks[k].dim);
     ok = ok && p.dim == blocks[k].dim && p.dim % 8 == 0 && p.bits >= 1 && p.bits <= 8;
-    c_bytes = std::max(c_bytes, code_blocks[k].planes_offset + size_t{p.bits} * p.dim / 8);
+    bytes = std::max(bytes, code_blocks[k].planes_offset + size_t{p.bits} * p.dim / 8);
   }
-  *used = u;
-  *code_bytes = c_bytes;
+  *code_bytes = bytes;
   return ok;
 }
 
