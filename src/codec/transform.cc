@@ -157,8 +157,6 @@ class TransformCodec final : public Codec {
                                      " bytes, need " + std::to_string(group_meta_bytes()));
     }
     const auto& k = kernels::ActiveKernels();
-    const auto unit_moments =
-        k.unit_moments != nullptr ? k.unit_moments : kernels::ScalarKernels().unit_moments;
     std::vector<double> s1(d_, 0.0), s2(d_, 0.0);
     std::vector<float> xf(std::min(n, kBatch) * d_);
     size_t count = 0;  // vectors of finite norm above 0 (the others have no say)
@@ -170,7 +168,7 @@ class TransformCodec final : public Codec {
         k.to_f32(static_cast<const uint8_t*>(x) + (start + i) * pitch, dtype, d_,
                  xf.data() + i * d_);
       }
-      unit_moments(xf.data(), d_, cnt, d_, s1.data(), s2.data(), &count, &largest);
+      k.unit_moments(xf.data(), d_, cnt, d_, s1.data(), s2.data(), &count, &largest);
     }
     std::vector<double> var(d_, 0.0);
     for (uint32_t c = 0; c < d_; ++c) {
@@ -210,9 +208,6 @@ class TransformCodec final : public Codec {
     const Group g = Unpack(meta);
     const size_t pitch = stride * DTypeSize(dtype);
     const auto& k = kernels::ActiveKernels();
-    const kernels::KernelTable& ref = kernels::ScalarKernels();
-    const auto encode_unit = k.encode_unit != nullptr ? k.encode_unit : ref.encode_unit;
-    const auto whiten = k.whiten != nullptr ? k.whiten : ref.whiten;
     std::atomic<bool> overflow{false};
     ParallelFor(pool, n, kGrain, [&](size_t b, size_t e) {
       const size_t cap = std::min(kBatch, e - b);
@@ -225,13 +220,13 @@ class TransformCodec final : public Codec {
           k.to_f32(static_cast<const uint8_t*>(x) + (start + i) * pitch, dtype, d_,
                    xf.data() + i * d_);
         }
-        whiten(xf.data(), d_, cnt, d_, g.row_channel.data(), g.row_mean.data(),
-               g.row_scale.data(), g.row_channel.size(), norms.data(), w.data(), d_);
+        k.whiten(xf.data(), d_, cnt, d_, g.row_channel.data(), g.row_mean.data(),
+                 g.row_scale.data(), g.row_channel.size(), norms.data(), w.data(), d_);
         // The blocks' planes fill every byte after the norm (CheckGroupMeta: the bits sum to
         // code_bits); StoreNorm writes the norm and clears the planes of a degenerate vector.
         for (const Block& blk : g.blocks) {
-          encode_unit(blk.plan, w.data() + blk.row_offset, d_, cnt, code + blk.planes_offset,
-                      code_bytes_);
+          k.encode_unit(blk.plan, w.data() + blk.row_offset, d_, cnt, code + blk.planes_offset,
+                        code_bytes_);
         }
         for (size_t i = 0; i < cnt; ++i) {
           if (!StoreNorm(g, norms[i], code + i * code_bytes_)) overflow.store(true);

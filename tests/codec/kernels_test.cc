@@ -499,14 +499,13 @@ void ExpectMatchesReference(RotationKind rot) {
                           std::memcmp(&got[v * code_stride], &want[v * code_stride], code_stride))
                     << "vector " << v;
               }
-              if (table->encode_unit != nullptr) {
-                std::vector<uint8_t> got_unit(n * code_stride, 0xCD);
-                table->encode_unit(p, x.data(), x_stride, n, got_unit.data() + nb, code_stride);
-                for (size_t v = 0; v < n; ++v) {
-                  ASSERT_EQ(0, std::memcmp(&got_unit[v * code_stride], &want_unit[v * code_stride],
-                                           code_stride))
-                      << "encode_unit, vector " << v;
-                }
+              ASSERT_NE(table->encode_unit, nullptr);
+              std::vector<uint8_t> got_unit(n * code_stride, 0xCD);
+              table->encode_unit(p, x.data(), x_stride, n, got_unit.data() + nb, code_stride);
+              for (size_t v = 0; v < n; ++v) {
+                ASSERT_EQ(0, std::memcmp(&got_unit[v * code_stride], &want_unit[v * code_stride],
+                                         code_stride))
+                    << "encode_unit, vector " << v;
               }
               std::vector<float> got_out(n_dec * out_stride, -1.0f);
               table->decode(p, codes.data(), codes.data() + nb, code_stride, n_dec, got_out.data(),
@@ -557,7 +556,7 @@ TEST(KernelsSimd, WhitenMatchesReference) {
                              rows, want_n.data(), want_w.data(), w_stride);
       EXPECT_EQ(want_n[3], 0.0f);
       for (const KernelTable* table : SimdTables()) {
-        if (table->whiten == nullptr) continue;
+        ASSERT_NE(table->whiten, nullptr);
         SCOPED_TRACE(table->name);
         std::vector<float> got_n(n), got_w(n * w_stride, -7.0f);
         table->whiten(x.data(), x_stride, n, d, channel.data(), mean.data(), scale.data(), rows,
@@ -608,7 +607,7 @@ TEST(KernelsSimd, UnitMomentsMatchReference) {
     run(ScalarKernels(), w1, w2, wc, wl);
     EXPECT_EQ(wc, 2 + n - 3);  // the zero, NaN and infinite vectors have no say
     for (const KernelTable* table : SimdTables()) {
-      if (table->unit_moments == nullptr) continue;
+      ASSERT_NE(table->unit_moments, nullptr);
       SCOPED_TRACE(table->name);
       std::vector<double> g1, g2;
       size_t gc = 0;
@@ -640,7 +639,7 @@ TEST(KernelsSimd, EncodeUnitIsEncodeAtNormOne) {
       std::vector<const KernelTable*> tables = SimdTables();
       tables.insert(tables.begin(), &ScalarKernels());
       for (const KernelTable* table : tables) {
-        if (table->encode_unit == nullptr) continue;
+        ASSERT_NE(table->encode_unit, nullptr);
         SCOPED_TRACE(Describe(p, *table));
         std::vector<uint8_t> got(n * code_stride, 0xCD);
         table->encode_unit(p, x.data(), dim, n, got.data() + 2, code_stride);

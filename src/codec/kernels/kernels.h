@@ -177,20 +177,20 @@ struct KernelTable {
                            size_t nblocks, const uint32_t* from, const float* a, const float* b,
                            const float* norms, size_t n, size_t d, const float* mean,
                            const float* scale, void* out, DType dtype, size_t out_stride);
-  // Optional (null: the reference's): the transform codec's block encode, encode with every
+  // The transform codec's block encode (every table; NEON: the reference's), encode with every
   // vector's norm taken as 1 (nothing divided by it, no norm stored): the planes of vector i
   // (x + i * x_stride, plan.dim floats) to planes_out + i * code_stride, the same bits as the
   // reference's rotation, enc_scale multiply, Quantize and PackPlanes.
   void (*encode_unit)(const SubsetPlan& plan, const float* x, size_t x_stride, size_t n,
                       uint8_t* planes_out, size_t code_stride);
-  // Optional (null: the reference's): the transform codec's whitening of n vectors of d floats
+  // The transform codec's whitening (every table) of n vectors of d floats
   // (vector i at x + i * x_stride): norms[i] = sqrt(Sum8(x_i^2)), then for r < rows
   // w[i * w_stride + r] = (x_i[channel[r]] / norms[i] - mean[r]) / scale[r], each operation
   // rounded as written, or 0 where scale[r] is not above 0 (channel[r] < d).
   void (*whiten)(const float* x, size_t x_stride, size_t n, size_t d, const uint32_t* channel,
                  const float* mean, const float* scale, size_t rows, float* norms, float* w,
                  size_t w_stride);
-  // Optional (null: the reference's): the transform codec's unit-vector moments. For i = 0..n-1
+  // The transform codec's unit-vector moments (every table). For i = 0..n-1
   // in order, vector i of d floats at x + i * x_stride with n_i = sqrt(Sum8(x_i^2)) finite and
   // above 0 (others are skipped): u = double(x_ic / n_i) (the quotient in float), s1[c] += u,
   // s2[c] += u * u (the product rounded, then the add) for c < d, ++*count and

@@ -674,7 +674,8 @@ const KernelTable& NeonTable() {
   static const KernelTable table{"neon", ToF32, FromF32, Encode, Decode, SplitGather,
                                  SplitScatter, SplitEncode, SplitDecode, ChannelEnergy,
                                  AddScaled, nullptr, nullptr, ref::GatherAffine, nullptr, nullptr,
-                                 nullptr};
+                                 nullptr, ScalarKernels().encode_unit, ScalarKernels().whiten,
+                                 ScalarKernels().unit_moments};
   return table;
 }
 }  // namespace internal
