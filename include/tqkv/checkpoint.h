@@ -115,6 +115,9 @@ struct RestoreOptions {
   uint32_t read_lanes = 4;
   // When set, the stored geometry must equal it (else InvalidArgument saying what differs).
   const ModelGeometry* expect_geometry = nullptr;
+  // When set, the stored model string must equal it (else InvalidArgument), checked with the
+  // geometry before a byte of the destination is written: an engine's identity of the session.
+  std::optional<std::string> expect_model;
   bool drop_cache = false;            // evict the object from the page cache before reading
   // Restore(): allocate the destination and write every byte of it before the restore clock
   // starts, as an inference server restores into KV memory that is already mapped (first-touch

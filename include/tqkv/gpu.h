@@ -19,12 +19,14 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "tqkv/gpu_probe.h"
 #include "tqkv/kv_cache.h"
+#include "tqkv/batch.h"
 #include "tqkv/kv_layout.h"
 #include "tqkv/status.h"
 #include "tqkv/store.h"
@@ -43,6 +45,9 @@ struct GpuRestoreOptions {
   // can cudaStreamWaitEvent on it and start layer 0 while later layers are still being read. An
   // error return stops the restore with that error.
   std::function<Status(uint32_t layer, void* event)> on_layer;
+  // When set, the stored model string must equal it (else InvalidArgument, before any device
+  // memory is written), as RestoreOptions::expect_model.
+  std::optional<std::string> expect_model;
 };
 
 struct GpuRestoreStats {
@@ -96,6 +101,15 @@ Result<std::unique_ptr<GpuSession>> RestoreToGpu(Store& store, std::string_view 
 // options.on_layer fires per layer as above. Errors as RestoreToGpu.
 Result<GpuRestoreStats> RestoreIntoGpu(Store& store, std::string_view key, const LayoutTensors& dst,
                                        const GpuRestoreOptions& options);
+
+// RestoreBatch (batch.h) into device tensors: objects[i] into blocks objects[i].block_ids of
+// `dst` (paged, dst.tokens per object), each through RestoreIntoGpu with its header's model
+// (objects[i].model unless empty), geometry and tokens checked first, one object after another;
+// options.on_layer(l, event) fires for the last object's layer l, i.e. once layer l of every
+// object is enqueued. A failed object fails itself and the later ones (stats->done before it).
+Status RestoreBatchIntoGpu(Store& store, std::span<const BatchObject> objects,
+                           const LayoutTensors& dst, const GpuRestoreOptions& options,
+                           BatchStats* stats = nullptr);
 
 }  // namespace tqkv
 

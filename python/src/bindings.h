@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <stdexcept>
 #include <string>
 
@@ -18,6 +19,8 @@
 
 namespace tqkv {
 struct LayoutTensors;       // kv_layout.h
+struct BatchObject;         // batch.h
+struct BatchStats;          // batch.h
 struct RestoreStats;        // checkpoint.h
 struct CheckpointStats;     // checkpoint.h
 struct CheckpointSettings;  // settings.h
@@ -110,6 +113,13 @@ inline constexpr const char* kNoCudaMessage =
 Status RestoreToCudaArrays(Store& store, const std::string& key, const LayoutTensors& dst,
                            int device, const std::function<Status(uint32_t)>& layer_ready,
                            RestoreStats* stats);
+
+// RestoreBatch into CUDA arrays through the library's GPU batch restore (gpu_bindings.cc);
+// layer_ready(l) once layer l of every object is decoded. InvalidArgument without CUDA.
+Status RestoreBatchToCudaArrays(Store& store, std::span<const BatchObject> objects,
+                                const LayoutTensors& dst, int device,
+                                const std::function<Status(uint32_t)>& layer_ready,
+                                BatchStats* stats);
 
 // What checkpoint() and tqkv.llama's save return (session_bindings.cc): sizes, times, the
 // guard's figures and the settings as resolved.

@@ -3,6 +3,7 @@
 // included, with no second copy of the session on the device. Without the CUDA build this says
 // so (InvalidArgument) instead of touching device memory.
 #include "bindings.h"
+#include "tqkv/batch.h"
 #include "tqkv/checkpoint.h"
 #include "tqkv/kv_layout.h"
 
@@ -43,6 +44,29 @@ Status RestoreToCudaArrays(Store& store, const std::string& key, const LayoutTen
   return Status::Ok();
 #else
   (void)store, (void)key, (void)dst, (void)device, (void)layer_ready, (void)stats;
+  return Status::InvalidArgument(kNoCudaMessage);
+#endif
+}
+
+Status RestoreBatchToCudaArrays(Store& store, std::span<const BatchObject> objects,
+                                const LayoutTensors& dst, int device,
+                                const std::function<Status(uint32_t)>& layer_ready,
+                                BatchStats* stats) {
+#ifdef TQKV_HAVE_CUDA
+  GpuRestoreOptions opts;
+  opts.device = device;
+  if (layer_ready) {
+    opts.on_layer = [&](uint32_t layer, void* event) -> Status {
+      const cudaError_t e = cudaEventSynchronize(static_cast<cudaEvent_t>(event));
+      if (e != cudaSuccess) {
+        return Status::DeviceError(std::string("cudaEventSynchronize: ") + cudaGetErrorString(e));
+      }
+      return layer_ready(layer);
+    };
+  }
+  return RestoreBatchIntoGpu(store, objects, dst, opts, stats);
+#else
+  (void)store, (void)objects, (void)dst, (void)device, (void)layer_ready, (void)stats;
   return Status::InvalidArgument(kNoCudaMessage);
 #endif
 }

@@ -4,6 +4,7 @@
 // KvCache without a copy; other layouts are gathered a layer at a time (LayoutKvSource). The GIL
 // is released while the library works and taken back only for the caller's layer_ready callback.
 #include <optional>
+#include <span>
 #include <utility>
 
 #include <nanobind/stl/optional.h>
@@ -12,10 +13,12 @@
 #include <nanobind/stl/vector.h>
 
 #include "bindings.h"
+#include "tqkv/batch.h"
 #include "tqkv/checkpoint.h"
 #include "tqkv/settings.h"
 #include "tqkv/container.h"
 #include "tqkv/kv_layout.h"
+#include "tqkv/vllm_layout.h"
 
 namespace tqkv::python {
 namespace {
@@ -335,6 +338,171 @@ nb::dict RestoreNew(PyStore& ps, const std::string& key, Axes axes, nb::object a
   return RestoreStatsDict(r.stats, staged);
 }
 
+
+// An engine's paged K/V memory for the batch calls, built once and reused: the layouts, with the
+// arrays kept alive while the pointers are in use.
+struct PagedArrays {
+  LayoutTensors t;
+  std::vector<RwArray> arrays;
+  bool cuda = false;
+  int device = 0;
+};
+
+// Paged K and V arrays (one per layer, equal shapes and strides) in `axes`; tokens per object.
+PagedArrays MakePagedArrays(std::vector<RwArray> k, std::vector<RwArray> v, Axes axes,
+                            uint64_t tokens) {
+  if (axes.block < 0) ThrowInvalid("a batch moves paged arrays: layout 'paged' or 'paged_hnd'");
+  if (k.empty()) ThrowInvalid("k and v: at least one layer");
+  const uint64_t block = k[0].ndim() == 4 ? k[0].shape(axes.token) : 0;
+  if (block == 0 || tokens == 0) ThrowInvalid("paged arrays need blocks of at least one token");
+  // Validated against block 0 here; each object's own block ids when it is moved.
+  std::vector<int64_t> zeros((tokens + block - 1) / block, 0);
+  const size_t shape[1] = {zeros.size()};
+  Int64Array ids(zeros.data(), 1, shape);
+  PagedArrays out;
+  out.t = ViewLayers(k, v, axes, ids, tokens);
+  out.t.layout.block_ids.clear();
+  out.cuda = k[0].device_type() != nb::device::cpu::value;
+  out.device = k[0].device_id();
+  for (const auto* arrays : {&k, &v}) {
+    for (const RwArray& a : *arrays) {
+      if (a.device_type() != k[0].device_type() || a.device_id() != k[0].device_id()) {
+        ThrowInvalid("k and v: every array on the same device");
+      }
+    }
+  }
+  if (out.cuda && k[0].device_type() != nb::device::cuda::value) {
+    ThrowInvalid("paged arrays in host or CUDA device memory only");
+  }
+  out.arrays = std::move(k);
+  out.arrays.insert(out.arrays.end(), v.begin(), v.end());
+  return out;
+}
+
+// vLLM's CPU cache: one C-contiguous [blocks, kv_heads, block_size, 2 * head_dim] array per layer,
+// ordered as attention ISA `isa` writes it (tqkv/vllm_layout.h).
+PagedArrays MakeVllmCpuArrays(std::vector<RwArray> layers, const std::string& isa,
+                              uint32_t kv_heads, uint32_t head_dim, uint64_t tokens) {
+  if (layers.empty()) ThrowInvalid("layers: at least one");
+  const RwArray& a0 = layers[0];
+  if (a0.ndim() != 4 || a0.shape(1) != kv_heads || a0.shape(3) != 2ull * head_dim ||
+      a0.device_type() != nb::device::cpu::value) {
+    ThrowInvalid("vLLM CPU cache layer: a host array [blocks, " + std::to_string(kv_heads) +
+                 ", block_size, " + std::to_string(2 * head_dim) + "]");
+  }
+  PagedArrays out;
+  out.t.dtype = ArrayDType(a0.dtype(), "layers[0]");
+  out.t.geometry = ModelGeometry{static_cast<uint32_t>(layers.size()), kv_heads, head_dim};
+  out.t.tokens = tokens;
+  const uint64_t block = a0.shape(2);
+  VllmCpuLayouts l = ValueOrThrow(VllmCpuCacheLayouts(isa, out.t.geometry, block, out.t.dtype));
+  out.t.layout = std::move(l.k);
+  out.t.v_layout = std::move(l.v);
+  out.t.tensor_elems = 1;
+  for (size_t d = 0; d < 4; ++d) out.t.tensor_elems *= a0.shape(d);
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const RwArray& a = layers[i];
+    bool same = a.ndim() == 4 && a.dtype() == a0.dtype() &&
+                a.device_type() == nb::device::cpu::value;
+    int64_t stride = 1;
+    for (size_t d = 4; same && d-- > 0;) {
+      same = a.shape(d) == a0.shape(d) && (a.shape(d) == 1 || a.stride(d) == stride);
+      stride *= static_cast<int64_t>(a.shape(d));
+    }
+    if (!same) ThrowInvalid("layers[" + std::to_string(i) + "]: layers[0]'s shape and dtype, "
+                            "C-contiguous");
+    out.t.k.push_back(const_cast<void*>(static_cast<const void*>(a.data())));
+  }
+  out.t.v = out.t.k;
+  out.arrays = std::move(layers);
+  return out;
+}
+
+struct BatchArgs {
+  std::vector<BatchObject> objects;
+};
+
+BatchArgs Objects(const std::vector<std::string>& keys, const std::vector<std::string>& models,
+                  const std::vector<Int64Array>& block_ids,
+                  const std::vector<uint64_t>& first_tokens) {
+  const size_t n = keys.size();
+  if (block_ids.size() != n || (!models.empty() && models.size() != n) ||
+      (!first_tokens.empty() && first_tokens.size() != n)) {
+    ThrowInvalid("keys, block_ids (and models, first_tokens when given): one per object");
+  }
+  BatchArgs b;
+  b.objects.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    BatchObject& o = b.objects[i];
+    o.key = keys[i];
+    o.block_ids.assign(block_ids[i].data(), block_ids[i].data() + block_ids[i].shape(0));
+    if (!models.empty()) o.model = models[i];
+    if (!first_tokens.empty()) o.first_token = first_tokens[i];
+  }
+  return b;
+}
+
+nb::dict BatchDict(const BatchStats& st, const Status& s) {
+  nb::dict d;
+  d["done"] = st.done;
+  d["skipped"] = st.skipped;
+  d["bytes"] = st.bytes;
+  d["fp16_bytes"] = st.fp16_bytes;
+  d["tokens"] = st.tokens;
+  d["seconds"] = st.seconds;
+  d["first_layer_seconds"] = st.first_layer_seconds;
+  d["error"] = s.ok() ? nb::none() : nb::cast(s.ToString());
+  return d;
+}
+
+nb::dict RestoreBatchArrays(PyStore& ps, const std::vector<std::string>& keys,
+                            const std::vector<std::string>& models,
+                            const std::vector<Int64Array>& block_ids, const PagedArrays& dst,
+                            nb::object layer_ready, bool drop_cache, size_t in_flight) {
+  BatchArgs b = Objects(keys, models, block_ids, {});
+  ArrayRestore r(std::move(layer_ready), drop_cache, 0);
+  r.opts.dtype = dst.t.dtype;
+  r.opts.expect_geometry = &dst.t.geometry;
+  BatchOptions bo;
+  if (in_flight) bo.objects_in_flight = in_flight;
+  BatchStats st;
+  Status s;
+  {
+    nb::gil_scoped_release release;
+    s = dst.cuda ? RestoreBatchToCudaArrays(*ps.store, b.objects, dst.t, dst.device,
+                                            r.opts.layer_ready, &st)
+                 : RestoreBatch(*ps.store, b.objects, dst.t, r.opts, bo, &st);
+  }
+  if (r.ready.error) throw std::move(*r.ready.error);
+  return BatchDict(st, s);
+}
+
+nb::dict CheckpointBatchArrays(PyStore& ps, const std::vector<std::string>& keys,
+                               const std::vector<std::string>& models,
+                               const std::vector<Int64Array>& block_ids,
+                               const std::vector<uint64_t>& first_tokens, const PagedArrays& src,
+                               const CheckpointSettings& settings, uint32_t token_block,
+                               size_t in_flight, bool skip_existing) {
+  if (src.cuda) ThrowInvalid("checkpoint reads host memory: CUDA arrays are not read");
+  BatchArgs b = Objects(keys, models, block_ids, first_tokens);
+  CheckpointOptions opts = ValueOrThrow(ResolveCheckpointOptions(settings));
+  opts.token_block = token_block;
+  auto pool = Pool();
+  opts.pool = pool.get();
+  BatchOptions bo;
+  if (in_flight) bo.objects_in_flight = in_flight;
+  bo.skip_existing = skip_existing;
+  BatchStats st;
+  Status s;
+  {
+    nb::gil_scoped_release release;
+    s = CheckpointBatch(*ps.store, b.objects, src.t, opts, bo, &st);
+  }
+  nb::dict d = BatchDict(st, s);
+  d["settings"] = SettingsDict(DescribeSettings(settings, opts));
+  return d;
+}
+
 }  // namespace
 
 void BindSession(nb::module_& m) {
@@ -359,6 +527,21 @@ void BindSession(nb::module_& m) {
         nb::arg("v"), nb::arg("axes"), nb::arg("block_ids").none(), nb::arg("tokens"),
         nb::arg("layer_ready").none(), nb::arg("drop_cache"), nb::arg("inflight_bytes"));
   m.def("header", &Header, nb::arg("store"), nb::arg("key"));
+  nb::class_<PagedArrays>(m, "PagedArrays")
+      .def_prop_ro("tokens", [](const PagedArrays& a) { return a.t.tokens; })
+      .def_prop_ro("staged", [](const PagedArrays& a) { return !DecodesInPlace(a.t); })
+      .def_prop_ro("layers", [](const PagedArrays& a) { return a.t.geometry.layers; });
+  m.def("paged_arrays", &MakePagedArrays, nb::arg("k"), nb::arg("v"), nb::arg("axes"),
+        nb::arg("tokens"));
+  m.def("vllm_cpu_arrays", &MakeVllmCpuArrays, nb::arg("layers"), nb::arg("isa"),
+        nb::arg("kv_heads"), nb::arg("head_dim"), nb::arg("tokens"));
+  m.def("restore_batch", &RestoreBatchArrays, nb::arg("store"), nb::arg("keys"),
+        nb::arg("models"), nb::arg("block_ids"), nb::arg("dst"), nb::arg("layer_ready").none(),
+        nb::arg("drop_cache"), nb::arg("in_flight"));
+  m.def("checkpoint_batch", &CheckpointBatchArrays, nb::arg("store"), nb::arg("keys"),
+        nb::arg("models"), nb::arg("block_ids"), nb::arg("first_tokens"), nb::arg("src"),
+        nb::arg("settings"), nb::arg("token_block"), nb::arg("in_flight"),
+        nb::arg("skip_existing"));
   m.def("restore_new", &RestoreNew, nb::arg("store"), nb::arg("key"), nb::arg("axes"),
         nb::arg("allocate"), nb::arg("layer_ready").none(), nb::arg("drop_cache"),
         nb::arg("inflight_bytes"));

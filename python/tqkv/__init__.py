@@ -29,6 +29,7 @@ from ._tqkv import (  # noqa: F401 - the public names
 )
 from ._tqkv import built_with_cuda as _built_with_cuda
 from . import _errors
+from ._batch import PagedKV, checkpoint_batch, paged_kv, restore_batch, vllm_cpu_kv
 from ._codec import Codec
 from ._session import checkpoint, resolve_settings, restore, restore_layers
 from ._store import Store, inspect, open_store, verify
@@ -38,6 +39,7 @@ CUDA: bool = _built_with_cuda()  # the package was built with the CUDA library
 
 __all__ = [
     "Codec", "Store", "open_store", "checkpoint", "resolve_settings", "restore", "restore_layers", "inspect",
+    "PagedKV", "paged_kv", "vllm_cpu_kv", "restore_batch", "checkpoint_batch",
     "verify", "set_num_threads", "get_num_threads", "warm_restore_memory", "CUDA", "Error",
     "InvalidArgumentError",
     "NotFoundError", "CorruptionError", "IoError", "NoSpaceError", "UnsupportedError",

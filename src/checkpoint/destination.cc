@@ -55,8 +55,11 @@ Status CheckDestinationShape(const LayoutTensors& dst, std::string_view key) {
                                      std::to_string(l) + " has no tensor");
     }
   }
-  return ValidateKvLayout(dst.layout, g, dst.tokens, dst.tensor_elems)
-      .WithContext("restore " + std::string(key));
+  TQKV_RETURN_IF_ERROR(ValidateKvLayout(dst.layout, g, dst.tokens, dst.tensor_elems)
+                           .WithContext("restore " + std::string(key)));
+  if (!dst.v_layout) return Status::Ok();
+  return ValidateKvLayout(*dst.v_layout, g, dst.tokens, dst.tensor_elems)
+      .WithContext("restore " + std::string(key) + " (V)");
 }
 
 Status CheckDestination(const LayoutTensors& dst, const ContainerHeader& h, std::string_view key) {

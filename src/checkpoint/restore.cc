@@ -6,6 +6,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -27,15 +28,17 @@ namespace {
 // an engine's layout, or one reused canonical layer for streaming).
 class HostTensors {
  public:
-  explicit HostTensors(KvLayout layout) : layout_(std::move(layout)) {}
+  explicit HostTensors(KvLayout layout, std::optional<KvLayout> v_layout = std::nullopt)
+      : layout_(std::move(layout)), v_layout_(std::move(v_layout)) {}
   virtual ~HostTensors() = default;
-  // Base of layer `layer`'s tensor kv (0 = K, 1 = V), laid out as layout().
+  // Base of layer `layer`'s tensor kv (0 = K, 1 = V), laid out as layout(kv).
   virtual void* Tensor(uint32_t layer, int kv) = 0;
   virtual Status LayerDone(uint32_t layer) = 0;
-  const KvLayout& layout() const { return layout_; }
+  const KvLayout& layout(int kv) const { return kv == 1 && v_layout_ ? *v_layout_ : layout_; }
 
  private:
   KvLayout layout_;
+  std::optional<KvLayout> v_layout_;
 };
 
 class CacheTensors final : public HostTensors {
@@ -57,7 +60,7 @@ class CacheTensors final : public HostTensors {
 class LaidOutTensors final : public HostTensors {
  public:
   LaidOutTensors(const LayoutTensors& dst, const RestoreOptions& options)
-      : HostTensors(dst.layout), dst_(dst), layer_ready_(options.layer_ready) {}
+      : HostTensors(dst.layout, dst.v_layout), dst_(dst), layer_ready_(options.layer_ready) {}
   void* Tensor(uint32_t layer, int kv) override { return kv == 0 ? dst_.k[layer] : dst_.v[layer]; }
   Status LayerDone(uint32_t layer) override {
     return layer_ready_ ? layer_ready_(layer) : Status::Ok();
@@ -123,8 +126,10 @@ class HostDecodeSink final : public ChunkSink {
         exact_codec_(std::move(exact_codec)), tensors_(tensors), options_(options),
         name_(std::move(name)) {
     // A layout with runs of one token may have any token stride; the codecs want >= head_dim.
-    stride_ = static_cast<size_t>(
-        std::max<int64_t>(tensors.layout().token_stride, h_.geometry.head_dim));
+    for (int kv = 0; kv < 2; ++kv) {
+      stride_[kv] = static_cast<size_t>(
+          std::max<int64_t>(tensors.layout(kv).token_stride, h_.geometry.head_dim));
+    }
   }
 
   Status Consume(size_t slot, size_t index, std::span<const uint8_t> payload) override;
@@ -138,7 +143,7 @@ class HostDecodeSink final : public ChunkSink {
   Status DecodeExactRows(const ChunkEntry& e, const uint8_t* src);
   uint8_t* Destination(uint32_t layer, int kv, const Run& r) const {
     return static_cast<uint8_t*>(tensors_.Tensor(layer, kv)) +
-           tensors_.layout().Offset(r.token, r.head) * DTypeSize(options_.dtype);
+           tensors_.layout(kv).Offset(r.token, r.head) * DTypeSize(options_.dtype);
   }
 
   const ContainerReader& reader_;
@@ -148,7 +153,7 @@ class HostDecodeSink final : public ChunkSink {
   HostTensors& tensors_;
   const RestoreOptions& options_;
   std::string name_;
-  size_t stride_ = 0;           // elements between a run's vectors
+  size_t stride_[2] = {0, 0};   // elements between a run's vectors, K's and V's
   std::vector<uint8_t> metas_;  // the current layer's group metadata
   KeyMeans means_;              // the current layer's key means and coefficients
   std::vector<Run> runs_;
@@ -160,12 +165,12 @@ Status HostDecodeSink::DecodeExactRows(const ChunkEntry& e, const uint8_t* src) 
   const size_t vec = exact_codec_->code_bytes();
   for (int kv = 0; kv < 2; ++kv) {
     for (const TokenRange& range : ExactRanges(h_, e.layer)) {
-      SplitRuns(tensors_.layout(), heads, range.begin, range.count, runs_);
+      SplitRuns(tensors_.layout(kv), heads, range.begin, range.count, runs_);
       for (const Run& r : runs_) {
         const uint8_t* codes = src + (r.head * range.count + (r.token - range.begin)) * vec;
         TQKV_RETURN_IF_ERROR(exact_codec_->Decode({codes, r.n * vec}, r.n, {},
                                                   Destination(e.layer, kv, r), options_.dtype,
-                                                  stride_, nullptr));
+                                                  stride_[kv], nullptr));
       }
       src += heads * range.count * vec;
     }
@@ -210,17 +215,17 @@ Status HostDecodeSink::Consume(size_t, size_t index, std::span<const uint8_t> pa
     void* dst = Destination(e.layer, e.kv, r);
     if (centered) {
       return DecodeCenteredKeys(h_, e.layer, codec, means_, r.head, r.token, r.n, codes,
-                                {meta, meta_bytes}, dst, options_.dtype, stride_, pool);
+                                {meta, meta_bytes}, dst, options_.dtype, stride_[e.kv], pool);
     }
-    return codec.Decode(codes, r.n, {meta, meta_bytes}, dst, options_.dtype, stride_, pool);
+    return codec.Decode(codes, r.n, {meta, meta_bytes}, dst, options_.dtype, stride_[e.kv], pool);
   };
-  SplitRuns(tensors_.layout(), heads, e.token_begin, e.token_count, runs_);
+  SplitRuns(tensors_.layout(e.kv), heads, e.token_begin, e.token_count, runs_);
   if (runs_.size() <= heads) {  // one run per head: the codec spreads it over the pool
     for (const Run& r : runs_) TQKV_RETURN_IF_ERROR(decode(r, options_.pool));
     return Status::Ok();
   }
   // Paged: many short runs, spread over the pool themselves (each decoded on one thread).
-  const uint64_t block = std::max<uint64_t>(1, tensors_.layout().block_tokens);
+  const uint64_t block = std::max<uint64_t>(1, tensors_.layout(e.kv).block_tokens);
   const size_t grain = static_cast<size_t>(std::max<uint64_t>(1, 256 / block));
   return ParallelForEach(options_.pool, runs_.size(), grain,
                          [&](size_t i) { return decode(runs_[i], nullptr); });
@@ -248,6 +253,10 @@ Status RunRestore(Store& store, std::string_view key, const RestoreOptions& opti
   TQKV_ASSIGN_OR_RETURN(std::unique_ptr<ContainerReader> reader,
                         ContainerReader::Open(object.get(), name));
   const ContainerHeader& h = reader->header();
+  if (options.expect_model && h.model != *options.expect_model) {
+    return Status::InvalidArgument(name + " holds model '" + h.model + "', expected '" +
+                                   *options.expect_model + "'");
+  }
   if (options.expect_geometry != nullptr) {
     TQKV_RETURN_IF_ERROR(CheckGeometry(h, *options.expect_geometry, name));
   }
@@ -316,8 +325,8 @@ Status RestoreIntoLayout(Store& store, std::string_view key, const LayoutTensors
   }
   // Staging: a canonical layer, scattered into the caller's tensors once decoded.
   const LayerCallback scatter = [&](uint32_t layer, const void* k, const void* v) -> Status {
-    ScatterLayer(k, dst->layout, dst->geometry, dst->tokens, dst->dtype, dst->k[layer]);
-    ScatterLayer(v, dst->layout, dst->geometry, dst->tokens, dst->dtype, dst->v[layer]);
+    ScatterLayer(k, dst->layout_of(0), dst->geometry, dst->tokens, dst->dtype, dst->k[layer]);
+    ScatterLayer(v, dst->layout_of(1), dst->geometry, dst->tokens, dst->dtype, dst->v[layer]);
     return options.layer_ready ? options.layer_ready(layer) : Status::Ok();
   };
   return RunRestore(
@@ -331,7 +340,7 @@ Status RestoreIntoLayout(Store& store, std::string_view key, const LayoutTensors
         } else {  // shape checked before the open, geometry by expect_geometry
           TQKV_RETURN_IF_ERROR(CheckTokens(h, dst->tokens, key));
         }
-        if (DecodesInPlace(dst->layout, dst->geometry, dst->tokens)) {
+        if (DecodesInPlace(*dst)) {
           return std::unique_ptr<HostTensors>(new LaidOutTensors(*dst, opts));
         }
         const size_t bytes = h.tokens * dst->geometry.token_elems() * DTypeSize(dst->dtype);

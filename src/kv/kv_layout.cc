@@ -9,10 +9,72 @@ namespace {
 
 using Wide = unsigned __int128;  // offsets of hostile strides must not wrap while checked
 
+// One element of canonical (token t, head h, channel c) <-> its place in the layout.
+template <typename T>
+inline void Move(const T* src, T* dst, size_t from, size_t to) {
+  dst[to] = src[from];
+}
+
+// Strided channels (vLLM's CPU keys: channel-major blocks): element by element, channels outer
+// so that the layout side walks tokens, which lie token_stride apart.
+template <typename T>
+void CopyStrided(const KvLayout& l, const ModelGeometry& g, uint64_t tokens, const T* src, T* dst,
+                 bool to_canonical) {
+  const size_t heads = g.kv_heads, d = g.head_dim;
+  for (uint64_t t0 = 0; t0 < tokens;) {
+    const uint64_t n = l.RunTokens(t0, tokens - t0);
+    for (size_t h = 0; h < heads; ++h) {
+      const int64_t base = l.Offset(t0, h);
+      for (size_t c = 0; c < d; ++c) {
+        const int64_t laid = base + static_cast<int64_t>(c) * l.dim_stride;
+        for (uint64_t i = 0; i < n; ++i) {
+          const size_t canon = ((t0 + i) * heads + h) * d + c;
+          const size_t at = static_cast<size_t>(laid + static_cast<int64_t>(i) * l.token_stride);
+          if (to_canonical) Move(src, dst, at, canon); else Move(src, dst, canon, at);
+        }
+      }
+    }
+    t0 += n;
+  }
+}
+
+// Tiled blocks (KvTiles): element pairs, in the tile's order within each block and head.
+template <typename T>
+void CopyTiled(const KvLayout& l, const ModelGeometry& g, uint64_t tokens, const T* src, T* dst,
+               bool to_canonical) {
+  const size_t heads = g.kv_heads, d = g.head_dim;
+  for (uint64_t t = 0; t < tokens; ++t) {
+    const uint64_t b = t / l.block_tokens, in = t % l.block_tokens;
+    for (size_t h = 0; h < heads; ++h) {
+      const int64_t region = l.base + l.block_ids[b] * l.block_stride +
+                             static_cast<int64_t>(h) * l.head_stride;
+      const size_t canon = (t * heads + h) * d;
+      for (size_t c = 0; c < d; ++c) {
+        const size_t at = static_cast<size_t>(region + l.TiledOffset(in, c, d));
+        if (to_canonical) Move(src, dst, at, canon + c); else Move(src, dst, canon + c, at);
+      }
+    }
+  }
+}
+
 // Copies one layer between the layout and the canonical layout; to_canonical picks the direction.
 void CopyLayer(const KvLayout& l, const ModelGeometry& g, uint64_t tokens, DType dtype,
                const uint8_t* src, uint8_t* dst, bool to_canonical) {
   const size_t es = DTypeSize(dtype), heads = g.kv_heads, d = g.head_dim;
+  const auto typed = [&](auto tag) {
+    using T = decltype(tag);
+    const T* s = reinterpret_cast<const T*>(src);
+    T* o = reinterpret_cast<T*>(dst);
+    if (l.tiles != KvTiles::kNone) {
+      CopyTiled<T>(l, g, tokens, s, o, to_canonical);
+    } else {
+      CopyStrided<T>(l, g, tokens, s, o, to_canonical);
+    }
+  };
+  if (l.tiles != KvTiles::kNone || (l.dim_stride != 1 && d > 1)) {
+    if (es == 2) return typed(uint16_t{});
+    if (es == 4) return typed(uint32_t{});
+  }
   const size_t vec = d * es;
   for (uint64_t t = 0; t < tokens; ++t) {
     const int64_t row = l.Offset(t, 0);
@@ -44,27 +106,41 @@ KvLayout KvLayout::Canonical(const ModelGeometry& g) {
 }
 
 bool KvLayout::IsCanonical(const ModelGeometry& g) const {
-  return block_tokens == 0 && dim_stride == 1 && head_stride == static_cast<int64_t>(g.head_dim) &&
+  return block_tokens == 0 && base == 0 && tiles == KvTiles::kNone && dim_stride == 1 && head_stride == static_cast<int64_t>(g.head_dim) &&
          token_stride == static_cast<int64_t>(g.token_elems());
 }
 
 bool DecodesInPlace(const KvLayout& l, const ModelGeometry& g, uint64_t tokens) {
+  if (l.tiles != KvTiles::kNone) return false;
   if (l.dim_stride != 1 && g.head_dim > 1) return false;
   // Runs of one token need no stride between vectors.
   const bool single = tokens <= 1 || l.block_tokens == 1;
   return single || l.token_stride >= static_cast<int64_t>(g.head_dim);
 }
 
+bool DecodesInPlace(const LayoutTensors& dst) {
+  return DecodesInPlace(dst.layout, dst.geometry, dst.tokens) &&
+         (!dst.v_layout || DecodesInPlace(*dst.v_layout, dst.geometry, dst.tokens));
+}
+
 Status ValidateKvLayout(const KvLayout& l, const ModelGeometry& g, uint64_t tokens,
                         uint64_t tensor_elems) {
   if (g.kv_heads == 0 || g.head_dim == 0) return Status::InvalidArgument("layout: empty geometry");
-  if (l.token_stride < 0 || l.head_stride < 0 || l.dim_stride < 0 || l.block_stride < 0) {
+  if (l.token_stride < 0 || l.head_stride < 0 || l.dim_stride < 0 || l.block_stride < 0 ||
+      l.base < 0) {
     return Status::InvalidArgument("layout: negative strides are not supported");
   }
+  const bool tiled = l.tiles != KvTiles::kNone;
+  if (tiled && (l.tiles > KvTiles::kChannelGroups16 || l.block_tokens == 0 ||
+                l.block_tokens % 16 != 0 || g.head_dim % 16 != 0)) {
+    return Status::InvalidArgument("layout: a tiled layout needs blocks and head_dim of multiples "
+                                   "of 16 tokens and channels");
+  }
   if (tokens == 0) return Status::Ok();
-  // The furthest element of one token row: (kv_heads - 1, head_dim - 1).
-  const Wide row_span = Wide(g.kv_heads - 1) * Wide(l.head_stride) +
-                        Wide(g.head_dim - 1) * Wide(l.dim_stride);
+  // The furthest element of one token row: (kv_heads - 1, head_dim - 1); tiled: of a whole block.
+  const Wide row_span =
+      Wide(l.base) + Wide(g.kv_heads - 1) * Wide(l.head_stride) +
+      (tiled ? Wide(l.block_tokens) * g.head_dim - 1 : Wide(g.head_dim - 1) * Wide(l.dim_stride));
   Wide last = 0;
   if (l.block_tokens == 0) {
     last = Wide(tokens - 1) * Wide(l.token_stride) + row_span;
@@ -83,7 +159,7 @@ Status ValidateKvLayout(const KvLayout& l, const ModelGeometry& g, uint64_t toke
       }
       const uint64_t in_block = std::min<uint64_t>(l.block_tokens, tokens - b * l.block_tokens);
       const Wide end = Wide(l.block_ids[b]) * Wide(l.block_stride) +
-                       Wide(in_block - 1) * Wide(l.token_stride) + row_span;
+                       (tiled ? 0 : Wide(in_block - 1) * Wide(l.token_stride)) + row_span;
       if (end > last) last = end;
     }
   }
@@ -111,21 +187,23 @@ void ScatterLayer(const void* canonical, const KvLayout& layout, const ModelGeom
 
 LayoutKvSource::LayoutKvSource(std::string model, ModelGeometry geometry, DType dtype,
                                uint64_t tokens, KvLayout layout, std::vector<const void*> k,
-                               std::vector<const void*> v)
+                               std::vector<const void*> v, std::optional<KvLayout> v_layout)
     : model_(std::move(model)), geometry_(geometry), dtype_(dtype), tokens_(tokens),
-      layout_(std::move(layout)), k_(std::move(k)), v_(std::move(v)) {}
+      layout_(std::move(layout)), v_layout_(std::move(v_layout)), k_(std::move(k)),
+      v_(std::move(v)) {}
 
 Status LayoutKvSource::ReadLayer(uint32_t layer, void* k, void* v) {
   if (layer >= k_.size() || layer >= v_.size()) {
     return Status::InvalidArgument("layout source: no layer " + std::to_string(layer));
   }
   GatherLayer(k_[layer], layout_, geometry_, tokens_, dtype_, k);
-  GatherLayer(v_[layer], layout_, geometry_, tokens_, dtype_, v);
+  GatherLayer(v_[layer], v_layout_ ? *v_layout_ : layout_, geometry_, tokens_, dtype_, v);
   return Status::Ok();
 }
 
 bool LayoutKvSource::InMemory() const {
-  if (!layout_.IsCanonical(geometry_) || k_.size() != geometry_.layers ||
+  if (!layout_.IsCanonical(geometry_) || (v_layout_ && !v_layout_->IsCanonical(geometry_)) ||
+      k_.size() != geometry_.layers ||
       v_.size() != geometry_.layers) {
     return false;
   }

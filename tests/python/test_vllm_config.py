@@ -19,11 +19,11 @@ def test_config_passes_only_present_keys():
     c = tv.parse_config({"store": "/tmp/kv"}, 128)
     assert c["save_kwargs"] == {}  # the library's defaults apply
     assert c["link_gbps"] == 0  # no emulated link
-    assert c["chunk_tokens"] == 128 and c["namespace"] == "default" and not c["read_only"]
-    c = tv.parse_config({"store": "memory://", "codec": "tq3", "exact_tokens": [0, 8],
+    assert c["chunk_tokens"] == 256 and c["namespace"] == "default" and not c["read_only"]
+    c = tv.parse_config({"store": "memory://", "codec": "tq3", "exact_tokens": [4, 0],
                          "chunk_tokens": 256, "read_only": True, "namespace": "team-a",
                          "link_gbps": 0.05}, 128)
-    assert c["save_kwargs"] == {"codec": "tq3", "exact_tokens": (0, 8)}
+    assert c["save_kwargs"] == {"codec": "tq3", "exact_head": 4}
     assert c["link_gbps"] == 0.05
     assert c["chunk_tokens"] == 256 and c["read_only"] and c["namespace"] == "team-a"
 
@@ -31,6 +31,7 @@ def test_config_passes_only_present_keys():
 @pytest.mark.parametrize("extra, msg", [
     ({}, "needs 'store'"),
     ({"store": "/tmp/kv", "chunk_tokens": 100}, "multiple of the block size"),
+    ({"store": "/tmp/kv", "exact_tokens": [0, 4]}, "no\\s+chunk stores an exact tail|must be 0"),
     ({"store": "/tmp/kv", "namespace": "a/b"}, "namespace"),
     ({"store": "/tmp/kv", "codek": "tq3"}, "unknown"),
     ({"store": "/tmp/kv", "link_gbps": -1}, "link_gbps"),
@@ -92,6 +93,20 @@ def test_config_async_save():
                 {"save_queue": True}):
         with pytest.raises(ValueError, match="async_save|save_queue"):
             tv.parse_config({"store": "/tmp/kv", **bad}, 128)
+
+
+@pytest.mark.parametrize("block, chunk", [(16, 256), (32, 256), (128, 256), (96, 288),
+                                          (512, 512)])
+def test_default_chunk_is_256_tokens_rounded_up_to_the_block(block, chunk):
+    assert tv.default_chunk_tokens(block) == chunk
+    assert tv.parse_config({"store": "/tmp/kv"}, block)["chunk_tokens"] == chunk
+
+
+def test_package_layout_has_no_import_cycle():
+    # each module imports on its own in a fresh interpreter (a cycle fails one of them)
+    for mod in ("config", "keys", "writer", "worker", "scheduler"):
+        code = f"import tqkv.vllm.{mod}, sys; assert 'vllm' not in sys.modules"
+        subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_the_transform_codec_is_a_codec_like_any_other():

@@ -27,6 +27,9 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=8)
     ap.add_argument("--prompt-logprobs", type=int, default=0,
                     help="return this many prompt logprobs per position (0: none)")
+    ap.add_argument("--teacher", action="store_true",
+                    help="teacher forcing in one request: vLLM computes only the positions past "
+                         "a restored prefix (skip_reading_prefix_cache=False, detokenize=False)")
     ap.add_argument("--max-model-len", type=int, default=4096)
     ap.add_argument("--ignore-eos", action="store_true", help="always generate max_tokens")
     ap.add_argument("--logprobs", type=int, default=0,
@@ -49,23 +52,31 @@ def main() -> int:
         prompts = json.load(f)
     results = []
     for p in prompts:
-        sp = SamplingParams(temperature=0.0, max_tokens=a.max_tokens, ignore_eos=a.ignore_eos,
-                            prompt_logprobs=a.prompt_logprobs or None,
-                            logprobs=a.logprobs or None)
+        # per-prompt overrides; "continue_from": i teacher-forces result i's generated tokens
+        # (its prompt plus its tokens, prompt logprobs returned, one request)
+        p = dict(p)
+        teacher, max_tokens = p.pop("teacher", a.teacher), p.pop("max_tokens", a.max_tokens)
+        plp, lp = p.pop("prompt_logprobs", a.prompt_logprobs), p.pop("logprobs", a.logprobs)
+        if "continue_from" in p:
+            prev = results[p.pop("continue_from")]
+            p = {"prompt_token_ids": prev["prompt_token_ids"] + prev["tokens"]}
+        extra = dict(skip_reading_prefix_cache=False, detokenize=False) if teacher else {}
+        sp = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=a.ignore_eos,
+                            prompt_logprobs=plp or None, logprobs=lp or None, **extra)
         t0 = time.perf_counter()
         out = llm.generate([p], sp, use_tqdm=False)[0]
         seconds = time.perf_counter() - t0
-        r = {"tokens": list(out.outputs[0].token_ids), "text": out.outputs[0].text,
+        r = {"tokens": list(out.outputs[0].token_ids), "text": out.outputs[0].text or "",
              "num_cached_tokens": out.num_cached_tokens,
              "prompt_tokens": len(out.prompt_token_ids), "seconds": seconds,
              "prompt_token_ids": list(out.prompt_token_ids)}
-        if a.logprobs:
-            r["logprobs"] = [{str(t): lp.logprob for t, lp in d.items()}
+        if lp:
+            r["logprobs"] = [{str(t): x.logprob for t, x in d.items()}
                              for d in out.outputs[0].logprobs]
-        if a.prompt_logprobs:
+        if plp:
             # Position i's dict holds the logprobs of prompt token i given tokens < i.
             r["prompt_logprobs"] = [
-                None if d is None else {str(t): lp.logprob for t, lp in d.items()}
+                None if d is None else {str(t): x.logprob for t, x in d.items()}
                 for d in out.prompt_logprobs]
         results.append(r)
     text = json.dumps(results)

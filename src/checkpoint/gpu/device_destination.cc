@@ -16,6 +16,10 @@ Status CheckDeviceDType(DType dtype, std::string_view key) {
 Status CheckDeviceDestination(const LayoutTensors& dst, const ContainerHeader& h,
                               std::string_view key) {
   TQKV_RETURN_IF_ERROR(CheckDeviceDType(dst.dtype, key));
+  if (dst.v_layout || dst.layout.tiles != KvTiles::kNone || dst.layout.base != 0) {
+    return Status::InvalidArgument("GPU restore of " + std::string(key) +
+                                   ": K and V in one untiled layout (vLLM's CUDA caches are)");
+  }
   if (dst.layout.dim_stride != 1 && dst.geometry.head_dim > 1) {
     return Status::InvalidArgument("GPU restore of " + std::string(key) +
                                    ": each head's channels must be contiguous (dim_stride 1)");

@@ -139,6 +139,10 @@ Status RunGpuRestore(Store& store, std::string_view key, const GpuRestoreOptions
   TQKV_ASSIGN_OR_RETURN(std::unique_ptr<ContainerReader> reader,
                         ContainerReader::Open(object.get(), name));
   const ContainerHeader& h = reader->header();
+  if (options.expect_model && h.model != *options.expect_model) {
+    return Status::InvalidArgument(name + " holds model '" + h.model + "', expected '" +
+                                   *options.expect_model + "'");
+  }
   TQKV_RETURN_IF_ERROR(RefuseRagged(h, "GPU restore of " + name));  // before any device memory
   TQKV_ASSIGN_OR_RETURN(LayoutTensors dst, make(h));
   TQKV_RETURN_IF_ERROR(gpu::CheckDeviceDestination(dst, h, name));
@@ -216,6 +220,36 @@ Result<GpuRestoreStats> RestoreIntoGpu(Store& store, std::string_view key, const
       store, key, options, [&dst](const ContainerHeader&) { return Result<LayoutTensors>(dst); },
       events, stats));
   return stats;
+}
+
+Status RestoreBatchIntoGpu(Store& store, std::span<const BatchObject> objects,
+                           const LayoutTensors& dst, const GpuRestoreOptions& options,
+                           BatchStats* stats) {
+  const auto t0 = RestoreClock::now();
+  BatchStats st;
+  Status error;
+  for (size_t i = 0; i < objects.size(); ++i) {
+    const BatchObject& o = objects[i];
+    LayoutTensors mine = dst;
+    mine.SetBlockIds(o.block_ids);
+    GpuRestoreOptions opts = options;
+    if (!o.model.empty()) opts.expect_model = o.model;
+    if (i + 1 < objects.size()) opts.on_layer = nullptr;  // the batch's layer: the last object's
+    Result<GpuRestoreStats> r = RestoreIntoGpu(store, o.key, mine, opts);
+    if (!r.ok()) {
+      error = r.status().WithContext("object " + std::to_string(i + 1) + " of " +
+                                     std::to_string(objects.size()) + " (" + o.key + ")");
+      break;
+    }
+    st.done = i + 1;
+    st.bytes += r->bytes_read;
+    st.fp16_bytes += r->fp16_bytes;
+    st.tokens += r->tokens;
+    if (i == 0) st.first_layer_seconds = SecondsSince(t0);
+  }
+  st.seconds = SecondsSince(t0);
+  if (stats != nullptr) *stats = st;
+  return error;
 }
 
 std::string GpuRestoreStats::ToJson() const {

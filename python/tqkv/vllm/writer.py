@@ -1,6 +1,7 @@
-"""The vLLM connector's chunk writer: one background thread saves the chunks a step computed, so
-saves leave vLLM's forward path (docs/vllm.md, "Save"). Imports no vLLM
-(tests/python/test_vllm_writer.py drives it with numpy block pools).
+"""The connector's chunk writer: one background thread saves the chunks a step computed, so
+saves leave vLLM's forward path (docs/vllm.md, "Save"); each request's queued chunks go to the
+library in one tqkv.checkpoint_batch call. Imports no vLLM (tests/python/test_vllm_writer.py
+drives it with numpy block pools).
 
 The writer reads vLLM's paged KV tensors in place after wait_for_save returned: the blocks it
 reads must stay unchanged until it is done. vLLM guarantees that for a running request's computed
@@ -17,44 +18,32 @@ import time
 from dataclasses import dataclass
 from typing import Any, Deque, Dict, Iterable, List, Optional, Set, Tuple
 
-from . import _session
+from .. import _batch
 
 logger = logging.getLogger("tqkv.vllm")
 
 
 @dataclass
 class ChunkOp:
-    """One chunk to restore or save: its store key, header model string and vLLM block ids."""
+    """One chunk to restore or save: its store key, header model string, vLLM block ids, the
+    request and the position of its first token in the prompt."""
     key: str
     model: str
     block_ids: List[int]
     req_id: str = ""
-
-
-Views = Tuple[List[Any], List[Any], str]  # per-layer K views, V views, tqkv layout
-
-# The layout of views whose K and V have different strides (vLLM's CPU cache: K channel-major):
-# tqkv needs equal strides, so each chunk's blocks are copied (one chunk at a time) into
-# contiguous paged_hnd arrays first.
-STAGED = "paged_hnd+stage"
-
-
-def gather(layers: List[Any], block_ids: List[int]) -> List[Any]:
-    """Contiguous copies of the blocks ``block_ids`` of each layer (numpy or torch)."""
-    out = []
-    for x in layers:
-        y = x[list(block_ids)]
-        out.append(y.contiguous() if hasattr(y, "contiguous") else y.copy())
-    return out
+    first_token: int = 0
 
 
 class ChunkWriter:
     """Saves chunks in submission order on one thread (threaded=False: inline, in submit).
 
     At most ``max_queue`` chunks wait to be written; submit blocks while the queue is full (the
-    memory bound: a queued chunk holds vLLM blocks, not a copy). The library releases the GIL
-    while it encodes and writes. A failed save is logged and counted in ``stats`` (``errors``),
-    never raised: the chunk is a later miss."""
+    memory bound: a queued chunk holds vLLM blocks, not a copy). ``kv`` is the library's view of
+    vLLM's cache (tqkv.PagedKV), or None when the cache could not be read (the saves count as
+    errors). ``save_kwargs`` go to tqkv.checkpoint_batch (codec, key_means, exact_head). A failed
+    chunk is logged and counted in ``stats`` (``errors``), never raised, and the request's later
+    chunks of the same call are not written (a prompt is matched chunk by chunk from its start,
+    so they could never be found)."""
 
     def __init__(self, store: Any, save_kwargs: Dict[str, Any], tokens: int, stats: Any,
                  max_queue: int = 64, threaded: bool = True, log: Any = logger) -> None:
@@ -63,7 +52,7 @@ class ChunkWriter:
         self._store, self._kwargs, self._tokens = store, dict(save_kwargs), tokens
         self._stats, self._log, self._max = stats, log, max_queue
         self._cv = threading.Condition()
-        self._queue: Deque[Tuple[ChunkOp, Views]] = collections.deque()
+        self._queue: Deque[Tuple[ChunkOp, Any]] = collections.deque()
         self._pending: Dict[str, int] = {}  # req id -> its chunks queued or being written
         self._saving: Set[str] = set()  # req ids that had saves and were not reported yet
         self._finished: Set[str] = set()  # of those, the ones vLLM said are finished
@@ -80,15 +69,14 @@ class ChunkWriter:
     def threaded(self) -> bool:
         return self._thread is not None
 
-    def submit(self, ops: Iterable[ChunkOp], views: Optional[Views]) -> float:
-        """Queues the saves (views None: the KV cache could not be read; the saves are counted
-        as errors). Returns the seconds spent waiting for room in the queue."""
+    def submit(self, ops: Iterable[ChunkOp], kv: Any) -> float:
+        """Queues the saves. Returns the seconds spent waiting for room in the queue."""
         ops = list(ops)
         if not ops:
             return 0.0
         if self._thread is None or self._closing:
-            for op in ops:
-                self._save(op, views)
+            for group in _by_request([(op, kv) for op in ops]):
+                self._save(group, kv)
             self._flush_log()
             return 0.0
         waited = 0.0
@@ -99,7 +87,7 @@ class ChunkWriter:
                     t0 = time.perf_counter()
                     self._cv.wait_for(lambda: len(self._queue) < self._max)
                     waited += time.perf_counter() - t0
-                self._queue.append((op, views))
+                self._queue.append((op, kv))
                 self._pending[op.req_id] = self._pending.get(op.req_id, 0) + 1
                 self.high_water = max(self.high_water, len(self._queue))
                 self._cv.notify_all()
@@ -140,43 +128,46 @@ class ChunkWriter:
                 self._cv.wait_for(lambda: self._queue or self._closing)
                 if not self._queue:
                     return
-                op, views = self._queue.popleft()
+                taken = list(self._queue)  # everything queued: one library call per request
+                self._queue.clear()
                 self._cv.notify_all()  # room for a waiting submit
-            try:
-                self._save(op, views)
-            finally:
-                with self._cv:
-                    self._pending[op.req_id] -= 1
-                    if not self._pending[op.req_id]:
-                        del self._pending[op.req_id]
-                    idle = not self._queue
-                    self._cv.notify_all()
+            for group in _by_request(taken):
+                try:
+                    self._save(group, group[0][1])
+                finally:
+                    with self._cv:
+                        rid = group[0][0].req_id
+                        self._pending[rid] -= len(group)
+                        if not self._pending[rid]:
+                            del self._pending[rid]
+                        self._cv.notify_all()
+            with self._cv:
+                idle = not self._queue
             if idle:
                 self._flush_log()
 
-    def _save(self, op: ChunkOp, views: Optional[Views]) -> None:
+    def _save(self, group: List[Tuple[ChunkOp, Any]], kv: Any) -> None:
+        ops = [op for op, _ in group]
         t0 = time.perf_counter()
         try:
-            if views is None:
+            if kv is None:
                 raise RuntimeError("the KV cache could not be read")
-            if self._store.exists(op.key):  # another request or server stored it
-                return
-            ks, vs, layout = views
-            ids = op.block_ids
-            if layout == STAGED:
-                ks, vs, layout = gather(ks, ids), gather(vs, ids), "paged_hnd"
-                ids = list(range(len(ids)))
-            st = _session.checkpoint(self._store, op.key, ks, vs, layout=layout,
-                                     block_ids=ids, tokens=self._tokens,
-                                     model=op.model, **self._kwargs)
+            res = _batch.checkpoint_batch(self._store, [op.key for op in ops],
+                                          [op.block_ids for op in ops], kv,
+                                          models=[op.model for op in ops],
+                                          first_tokens=[op.first_token for op in ops],
+                                          **self._kwargs)
+            done, error, nbytes, skipped = res["done"], res["error"], res["bytes"], res["skipped"]
         except Exception as e:  # noqa: BLE001 - a save that fails is a later miss
-            self._stats.add(errors=1)
-            self._log.warning("tqkv connector: saving %s failed: %s", op.key, e)
-            return
+            done, error, nbytes, skipped = 0, str(e), 0, 0
+        if error is not None:
+            self._stats.add(errors=len(ops) - done)
+            self._log.warning("tqkv connector: saving %s failed (and the %d chunks after it): %s",
+                              ops[done].key, len(ops) - done - 1, error)
         secs = time.perf_counter() - t0
-        nbytes = int(st.get("bytes_written", 0))
-        self._stats.add(chunks_saved=1, bytes_written=nbytes, save_seconds=secs)
-        self._batch[0] += 1
+        written = done - skipped
+        self._stats.add(chunks_saved=written, bytes_written=nbytes, save_seconds=secs)
+        self._batch[0] += written
         self._batch[1] += nbytes
         self._batch[2] += secs
 
@@ -187,3 +178,14 @@ class ChunkWriter:
             self._log.info("tqkv connector: saved %d chunks (%d tokens, %d bytes) in %.3f s%s",
                            n, n * self._tokens, nbytes, secs,
                            " (background)" if self.threaded else "")
+
+
+def _by_request(items: List[Tuple[ChunkOp, Any]]) -> List[List[Tuple[ChunkOp, Any]]]:
+    """Consecutive runs of one request's chunks (with one cache view)."""
+    groups: List[List[Tuple[ChunkOp, Any]]] = []
+    for item in items:
+        if groups and groups[-1][0][0].req_id == item[0].req_id and groups[-1][0][1] is item[1]:
+            groups[-1].append(item)
+        else:
+            groups.append([item])
+    return groups

@@ -1,35 +1,26 @@
-"""tqkv inside vLLM: a KV connector that saves prompt KV compressed to any tqkv store and restores
-it for returning users (docs/vllm.md).
-
-    vllm serve MODEL --kv-transfer-config '{"kv_connector": "TqkvConnector",
-        "kv_connector_module_path": "tqkv.vllm", "kv_role": "kv_both",
-        "kv_load_failure_policy": "recompute",
-        "kv_connector_extra_config": {"store": "/var/kv", "codec": "tq4"}}'   # codec: default tq3
-
-Storage unit: a chain of chunks. Chunk i of a prompt holds tokens [i*C, (i+1)*C) (C = chunk_tokens, a
-multiple of vLLM's block size) and is one tqkv session whose key is a hash of (namespace, model
-identity, the parent chunk's hash, the chunk's token ids): a prompt that extends a stored one (the next
-turn of a conversation, a shared system prompt) finds the stored chunks and only new chunks are written.
-The header's model string records the model identity and the chunk hash; a different string, other
-geometry, a corrupt or missing object or a store error is a miss and vLLM computes the tokens itself.
-
-Importing this module does not import vLLM; the connector class is built on first use.
-"""
+"""The connector's settings (kv_connector_extra_config), the model identity its chunks are keyed
+by, and its counters. Imports no vLLM."""
 from __future__ import annotations
 
 import hashlib
-import json
-import logging
 import re
 import threading
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, Tuple
 
-logger = logging.getLogger("tqkv.vllm")
-
-# In every chunk's hash and model string; bump when the chunk contents change. /2 (2026-12-03):
-# K and V of vLLM's CPU cache as its kernels lay them out (/1 stored them mixed).
-_FORMAT = "tqkv-vllm/2"
 _NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+
+# Tokens per stored chunk unless configured, rounded up to a multiple of vLLM's block size. Every
+# chunk is one object with its own header, index and per-layer payloads, and a prompt is matched
+# chunk by chunk: 256 tokens keep those costs near 1 % of the codec's bytes and a restore's
+# per-object work small (docs/vllm.md, "Chunk size"), while a prompt that diverges recomputes at
+# most 255 tokens more than a finer chunk would. vLLM's block size itself (16 on GPUs) is never
+# the default: a 16-token object pays more in headers than in codes.
+DEFAULT_CHUNK_TOKENS = 256
+
+
+def default_chunk_tokens(block_size: int) -> int:
+    """DEFAULT_CHUNK_TOKENS rounded up to a multiple of ``block_size``."""
+    return -(-DEFAULT_CHUNK_TOKENS // block_size) * block_size
 
 
 class Stats:
@@ -53,8 +44,8 @@ class Stats:
 
 
 def parse_config(extra: Dict[str, Any], block_size: int) -> Dict[str, Any]:
-    """Checks kv_connector_extra_config; returns the connector's settings. Only keys present are
-    passed on to tqkv.checkpoint, so absent ones take the library's defaults."""
+    """Checks kv_connector_extra_config; returns the connector's settings. Only codec and key
+    means present are passed on to the library, so absent ones take its defaults."""
     known = {"store", "codec", "exact_tokens", "key_means", "chunk_tokens", "read_only",
              "namespace", "link_gbps", "async_save", "save_queue"}
     unknown = set(extra) - known
@@ -63,7 +54,7 @@ def parse_config(extra: Dict[str, Any], block_size: int) -> Dict[str, Any]:
                          f" (known: {sorted(known)})")
     if not extra.get("store"):
         raise ValueError("tqkv connector: kv_connector_extra_config needs 'store' (a tqkv store URI)")
-    chunk = int(extra.get("chunk_tokens", block_size))
+    chunk = int(extra.get("chunk_tokens", default_chunk_tokens(block_size)))
     if chunk <= 0 or chunk % block_size:
         raise ValueError(f"tqkv connector: chunk_tokens {chunk} is not a positive multiple of "
                          f"the block size {block_size}")
@@ -76,7 +67,12 @@ def parse_config(extra: Dict[str, Any], block_size: int) -> Dict[str, Any]:
             save_kwargs[k] = str(extra[k])
     if "exact_tokens" in extra:
         first, last = extra["exact_tokens"]
-        save_kwargs["exact_tokens"] = (int(first), int(last))
+        if int(last) != 0:
+            raise ValueError(f"tqkv connector: exact_tokens {extra['exact_tokens']!r}: the last "
+                             "value must be 0 (a prompt's last tokens change every turn, so no "
+                             "chunk stores an exact tail); the first applies to the prompt's "
+                             "first chunk")
+        save_kwargs["exact_head"] = int(first)
     try:
         link = float(extra.get("link_gbps", 0))
     except (TypeError, ValueError):
@@ -110,47 +106,3 @@ def model_identity(vllm_config: Any) -> Tuple[str, Dict[str, Any]]:
     ident = (f"{mc.model}@{mc.revision or ''} cfg={digest} L={geo['layers']} "
              f"H={geo['kv_heads']} D={geo['head_dim']} {geo['dtype']} tp={geo['tp']}")
     return ident, geo
-
-
-def chunk_hashes(namespace: str, ident: str, tokens: List[int], chunk: int) -> List[str]:
-    """The chained hashes of the full chunks of ``tokens``: chunk i's hash covers the namespace,
-    the model identity, chunk i-1's hash and chunk i's token ids."""
-    out: List[str] = []
-    parent = ""
-    for i in range(len(tokens) // chunk):
-        h = hashlib.blake2b(digest_size=20)
-        h.update(f"{_FORMAT}\0{namespace}\0{ident}\0{parent}\0".encode())
-        h.update(json.dumps(tokens[i * chunk:(i + 1) * chunk]).encode())
-        parent = h.hexdigest()
-        out.append(parent)
-    return out
-
-
-def chunk_key(namespace: str, h: str, rank: int = 0) -> str:
-    return f"vllm/{namespace}/{h[:2]}/{h}" + (f".r{rank}" if rank else "")
-
-
-def chunk_model(ident: str, h: str) -> str:
-    """The model string stored in a chunk's header (at most 256 bytes, docs/format.md §4): the
-    format, the model's name, a hash of the full identity and the chunk's hash."""
-    name = ident.split("@", 1)[0].rstrip("/").rsplit("/", 1)[-1][:80]
-    digest = hashlib.blake2b(ident.encode(), digest_size=8).hexdigest()
-    return f"{_FORMAT} {name} id={digest} chunk={h}"
-
-
-_CLASS: Any = None
-
-
-def _build_class() -> Any:
-    from ._vllm_connector import TqkvConnector  # imports vLLM
-
-    return TqkvConnector
-
-
-def __getattr__(name: str) -> Any:  # PEP 562: vLLM is imported only when the class is used
-    global _CLASS
-    if name == "TqkvConnector":
-        if _CLASS is None:
-            _CLASS = _build_class()
-        return _CLASS
-    raise AttributeError(name)
