@@ -54,7 +54,7 @@ def cli_restore(cli, store, key, cold):
         drop()
     r = subprocess.run([cli, "restore", "--store", str(store), "--session", key, "--dtype",
                         "bf16", "--json"], capture_output=True, text=True, check=True)
-    return json.loads(r.stdout)["seconds"]
+    return json.loads(r.stdout)["restore_s"]
 
 
 def main():

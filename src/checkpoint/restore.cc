@@ -95,6 +95,56 @@ class CallbackTensors final : public HostTensors {
   AlignedBuffer k_, v_;
 };
 
+// Caller tensors where K or V (or both) cannot be decoded into directly (strided channels,
+// tiles: vLLM's CPU keys): that tensor's layer is decoded into a canonical buffer and scattered
+// into place once the layer is done; the other is decoded in place.
+class StagedTensors final : public HostTensors {
+ public:
+  static Result<std::unique_ptr<HostTensors>> Make(const LayoutTensors& dst,
+                                                   const RestoreOptions& options) {
+    bool staged[2];
+    for (int kv = 0; kv < 2; ++kv) {
+      staged[kv] = !DecodesInPlace(dst.layout_of(kv), dst.geometry, dst.tokens);
+    }
+    const size_t bytes = dst.tokens * dst.geometry.token_elems() * DTypeSize(dst.dtype);
+    std::unique_ptr<StagedTensors> t(new StagedTensors(dst, options, staged));
+    for (int kv = 0; kv < 2; ++kv) {
+      if (staged[kv]) {
+        TQKV_ASSIGN_OR_RETURN(t->buf_[kv], TakeRestoreMemory(bytes));
+      }
+    }
+    return std::unique_ptr<HostTensors>(std::move(t));
+  }
+  ~StagedTensors() override {
+    for (AlignedBuffer& b : buf_) {
+      if (b.data() != nullptr) ReturnRestoreMemory(std::move(b));
+    }
+  }
+  void* Tensor(uint32_t layer, int kv) override {
+    if (staged_[kv]) return buf_[kv].data();
+    return kv == 0 ? dst_.k[layer] : dst_.v[layer];
+  }
+  Status LayerDone(uint32_t layer) override {
+    for (int kv = 0; kv < 2; ++kv) {
+      if (!staged_[kv]) continue;
+      ScatterLayer(buf_[kv].data(), dst_.layout_of(kv), dst_.geometry, dst_.tokens, dst_.dtype,
+                   kv == 0 ? dst_.k[layer] : dst_.v[layer]);
+    }
+    return layer_ready_ ? layer_ready_(layer) : Status::Ok();
+  }
+
+ private:
+  StagedTensors(const LayoutTensors& dst, const RestoreOptions& options, const bool staged[2])
+      : HostTensors(staged[0] ? KvLayout::Canonical(dst.geometry) : dst.layout,
+                    staged[1] ? KvLayout::Canonical(dst.geometry) : dst.layout_of(1)),
+        dst_(dst), layer_ready_(options.layer_ready), staged_{staged[0], staged[1]} {}
+
+  const LayoutTensors& dst_;
+  const std::function<Status(uint32_t)>& layer_ready_;
+  bool staged_[2];
+  AlignedBuffer buf_[2];
+};
+
 // One head's tokens [token, token + n) whose vectors lie token_stride apart in the destination.
 struct Run {
   uint32_t head;
@@ -323,12 +373,6 @@ Status RestoreIntoLayout(Store& store, std::string_view key, const LayoutTensors
     opts.dtype = fixed->dtype;
     if (opts.expect_geometry == nullptr) opts.expect_geometry = &fixed->geometry;
   }
-  // Staging: a canonical layer, scattered into the caller's tensors once decoded.
-  const LayerCallback scatter = [&](uint32_t layer, const void* k, const void* v) -> Status {
-    ScatterLayer(k, dst->layout_of(0), dst->geometry, dst->tokens, dst->dtype, dst->k[layer]);
-    ScatterLayer(v, dst->layout_of(1), dst->geometry, dst->tokens, dst->dtype, dst->v[layer]);
-    return options.layer_ready ? options.layer_ready(layer) : Status::Ok();
-  };
   return RunRestore(
       store, key, opts,
       [&](const ContainerHeader& h) -> Result<std::unique_ptr<HostTensors>> {
@@ -343,8 +387,7 @@ Status RestoreIntoLayout(Store& store, std::string_view key, const LayoutTensors
         if (DecodesInPlace(*dst)) {
           return std::unique_ptr<HostTensors>(new LaidOutTensors(*dst, opts));
         }
-        const size_t bytes = h.tokens * dst->geometry.token_elems() * DTypeSize(dst->dtype);
-        return CallbackTensors::Make(dst->geometry, bytes, scatter);
+        return StagedTensors::Make(*dst, opts);
       },
       stats);
 }

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <utility>
 
+#include "kv/transpose.h"
+
 namespace tqkv {
 namespace {
 
@@ -16,7 +18,8 @@ inline void Move(const T* src, T* dst, size_t from, size_t to) {
 }
 
 // Strided channels (vLLM's CPU keys: channel-major blocks): element by element, channels outer
-// so that the layout side walks tokens, which lie token_stride apart.
+// so that the layout side walks tokens, which lie token_stride apart; a run of consecutive
+// 16-bit tokens is a matrix transpose.
 template <typename T>
 void CopyStrided(const KvLayout& l, const ModelGeometry& g, uint64_t tokens, const T* src, T* dst,
                  bool to_canonical) {
@@ -25,6 +28,19 @@ void CopyStrided(const KvLayout& l, const ModelGeometry& g, uint64_t tokens, con
     const uint64_t n = l.RunTokens(t0, tokens - t0);
     for (size_t h = 0; h < heads; ++h) {
       const int64_t base = l.Offset(t0, h);
+      if constexpr (sizeof(T) == 2) {
+        if (l.token_stride == 1) {
+          const size_t row = heads * d, canon = (t0 * heads + h) * d;
+          const auto* s16 = reinterpret_cast<const uint16_t*>(src);
+          auto* d16 = reinterpret_cast<uint16_t*>(dst);
+          if (to_canonical) {  // [d][n] at dim_stride -> [n][d] at row
+            Transpose16(s16 + base, l.dim_stride, d16 + canon, row, d, n);
+          } else {
+            Transpose16(s16 + canon, row, d16 + base, l.dim_stride, n, d);
+          }
+          continue;
+        }
+      }
       for (size_t c = 0; c < d; ++c) {
         const int64_t laid = base + static_cast<int64_t>(c) * l.dim_stride;
         for (uint64_t i = 0; i < n; ++i) {
