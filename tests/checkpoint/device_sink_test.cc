@@ -42,9 +42,9 @@ class FakeDevice final : public RestoreDevice {
     for (auto& s : host_) out.emplace_back(s);
     return out;
   }
-  Status Upload(size_t slot, size_t bytes) override {
+  Status Upload(size_t slot, size_t offset, size_t bytes) override {
     EXPECT_FALSE(held_[slot]) << "a slot was refilled before it was retired";
-    std::memcpy(dev_[slot].data(), host_[slot].data(), bytes);
+    std::memcpy(dev_[slot].data() + offset, host_[slot].data() + offset, bytes);
     ++uploads;
     return Status::Ok();
   }
