@@ -236,6 +236,40 @@ TEST_F(DeviceSinkTest, KlCodecsReproduceTheHostRestore) {
   }
 }
 
+// Payloads 64-aligned (format version 9): several chunks share a slot's 4 KiB extent, the payload
+// inside it. Every op must read its payload where it sits in the slot (the fake's device slot is
+// filled with 0xEE outside what Upload copied), and a neighbour's bytes in the extent are ignored.
+TEST_F(DeviceSinkTest, PayloadsInsideTheirExtentReproduceTheHostRestore) {
+  for (const char* spec : {"tq2.5", "k:kl:3/v:tq3"}) {
+    SCOPED_TRACE(spec);
+    CheckpointOptions opts;
+    SetCodec(opts, ParseKvCodecSpec(spec).value());
+    opts.layer_overrides.push_back(ParseLayerCodec("1:fp16").value());
+    opts.token_block = 16;
+    opts.exact_head = 2;
+    opts.exact_tail = 3;
+    opts.key_mean_block = 16;
+    opts.alignment = 64;
+    ASSERT_TRUE(Checkpoint(session_->cache(), opts, store_, "a64").ok());
+    ASSERT_TRUE(RunOnFake("a64").ok());
+    size_t inside = 0;
+    for (size_t i = 0; i < reader_->chunks().size(); ++i) {
+      inside += reader_->PayloadOffsetInExtent(i) > 0;
+    }
+    EXPECT_GT(inside, 3u);
+    EXPECT_EQ(device_->uploads, static_cast<int>(reader_->chunks().size()));
+    auto host = Restore(store_, "a64", RestoreOptions{});
+    ASSERT_TRUE(host.ok()) << host.status().ToString();
+    for (uint32_t l = 0; l < 3; ++l) {
+      for (int kv = 0; kv < 2; ++kv) {
+        const auto& got = device_->tensor(l, kv);
+        ASSERT_EQ(std::memcmp(got.data(), (*host)->cache().tensor(l, kv), got.size()), 0)
+            << "layer " << l << " kv " << kv;
+      }
+    }
+  }
+}
+
 // Group metadata the codec refuses, in a container whose checksums are right (re-sealed): the
 // host refuses the chunk before it reaches the device, whose kernels trust their inputs; named as
 // the host restore names it.
