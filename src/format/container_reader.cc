@@ -347,15 +347,37 @@ Status ContainerReaderImpl::ReadChunks(std::span<const ChunkRead> reads) {
 }
 
 Status ContainerReaderImpl::ReadChunkExtents(std::span<const ChunkRead> reads) {
+  // Below 4 KiB alignment (version 9) neighbouring extents share blocks: what the previous read
+  // of the batch fetches is copied from it afterwards, not read again (16-token sessions read
+  // about 4x their size otherwise). Extents of 4 KiB-aligned files never overlap.
+  struct Copy {
+    size_t from, to;
+    uint64_t at, bytes;  // [at, at + bytes) of reads[from].dst to the start of reads[to].dst
+  };
   std::vector<ReadRequest> reqs;
+  std::vector<Copy> copies;
   reqs.reserve(reads.size());
-  for (const ChunkRead& r : reads) {
+  uint64_t prev_begin = 0, prev_end = 0;
+  for (size_t k = 0; k < reads.size(); ++k) {
+    const ChunkRead& r = reads[k];
     if (r.index >= c_.chunks.size() || r.dst.size() != format::ChunkExtent(c_, r.index)) {
       return VerifyChunkExtent(r.index, r.dst);  // says which bound was missed
     }
-    reqs.push_back({format::ChunkExtentOffset(c_, r.index), r.dst});
+    const uint64_t begin = format::ChunkExtentOffset(c_, r.index), end = begin + r.dst.size();
+    uint64_t from = begin;  // stays 4 KiB-aligned: prev_end is, unless it is the index offset
+    if (k > 0 && begin >= prev_begin && begin < prev_end) {
+      from = std::min(prev_end, end);
+      copies.push_back({k - 1, k, begin - prev_begin, from - begin});
+    }
+    if (from < end) reqs.push_back({from, r.dst.subspan(static_cast<size_t>(from - begin))});
+    prev_begin = begin;
+    prev_end = end;
   }
-  return in_->ReadBatch(reqs);
+  TQKV_RETURN_IF_ERROR(in_->ReadBatch(reqs));
+  for (const Copy& c : copies) {  // in order: a copied prefix may feed the next chunk's
+    std::memcpy(reads[c.to].dst.data(), reads[c.from].dst.data() + c.at, c.bytes);
+  }
+  return Status::Ok();
 }
 
 Result<size_t> ContainerReaderImpl::Find(const ChunkEntry& entry) const {

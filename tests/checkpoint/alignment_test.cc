@@ -134,6 +134,14 @@ TEST_P(AlignmentRoundTrip, EveryAlignmentRestoresTheSameBytes) {
       EXPECT_TRUE(SameTensors(want->cache(), (*back)->cache()));
       // O_DIRECT stays on: extents are whole 4 KiB blocks, as at 4096.
       EXPECT_EQ(rs.read_path.page_cache == 0, want_stats.read_path.page_cache == 0);
+      // Default read-ahead: batches of many chunks, whose shared blocks are read once.
+      RestoreStats big;
+      auto again = Restore(*store_, key, RestoreOptions{}, &big);
+      ASSERT_TRUE(again.ok()) << again.status().ToString();
+      EXPECT_TRUE(SameTensors(want->cache(), (*again)->cache()));
+      if (GetParam() != "memory") {
+        EXPECT_LE(big.bytes_read, (*object)->Size() + 8 * 4096) << big.bytes_read;
+      }
       if (!c.layer_tokens.empty()) continue;
       // Into a caller's cache, and streamed layer by layer.
       auto dst = KvCacheBuffer::Allocate("d", c.geometry, DType::kF16, 45).value();

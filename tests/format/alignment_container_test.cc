@@ -106,7 +106,10 @@ TEST(AlignmentContainerTest, ExtentsAreWhole4KiBBlocksAroundThePayload) {
   }
   for (size_t i = 0; i < chunks.size(); ++i) reads.push_back({i, bufs[i]});
   EXPECT_EQ((*r)->MaxChunkExtent(), max_extent);
+  const uint64_t before = in.bytes_read;
   ASSERT_TRUE((*r)->ReadChunks(reads).ok());
+  // One batch: blocks shared by neighbouring extents are read once, [0, index offset) in all.
+  EXPECT_EQ(in.bytes_read - before, index_offset);
   for (size_t i = 0; i < chunks.size(); ++i) {
     EXPECT_EQ(std::memcmp(bufs[i].data() + (*r)->PayloadOffsetInExtent(i), w.payloads[i].data(),
                           chunks[i].size),
