@@ -26,7 +26,7 @@ Result<PhaseRun> ReadLikeRestore(Store& store, const std::string& key, bool veri
   if (!verify) {
     loop.read = [&](std::span<const SlotRead> batch) {
       std::vector<ReadRequest> reqs;
-      for (const SlotRead& r : batch) reqs.push_back({reader->chunks()[r.index].offset, r.dst});
+      for (const SlotRead& r : batch) reqs.push_back({reader->ChunkExtentOffset(r.index), r.dst});
       return object->ReadBatch(reqs);
     };
   }

@@ -184,7 +184,7 @@ void Decode(std::span<const uint8_t> file, const tqkv::ContainerHeader& h) {
 // structural checksums: mutated payload bytes then reach the decoder.
 void ResignChunks(std::span<uint8_t> f) {
   using namespace tqkv::format;
-  if (f.size() < kMinFileBytes) return;
+  if (f.size() < kMinAnyFileBytes) return;
   const uint64_t fat = f.size() - kFooterBytes;
   const uint64_t io = LoadU64(f.data() + fat), is = LoadU64(f.data() + fat + 8);
   if (is < kIndexFixedBytes || io > fat || is > fat - io) return;

@@ -574,11 +574,20 @@ def parse_header(body, version):
             raise Corrupt("layer tokens")
         h["layer_tokens"] = [r.take("Q") for _ in range(h["layers"])]
         full = all(n == h["tokens"] for n in h["layer_tokens"])
-        if (any(n < 1 or n > h["tokens"] for n in h["layer_tokens"])
+        # each entry is `tokens` (0 in a 0-token session) or in [1, tokens)
+        if (any(n != h["tokens"] and not 1 <= n < h["tokens"] for n in h["layer_tokens"])
                 or (full and version == 7) or max(h["layer_tokens"]) != h["tokens"]):
             raise Corrupt("layer tokens")
-        if full:  # version 8 always has the table; all entries `tokens`: not ragged
+        if full:  # versions 8 and 9 always have the table; all entries `tokens`: not ragged
             h["layer_tokens"] = []
+    # format.md section 4: version 9 adds log2 of the payload alignment, 6..11 (64..2048 bytes;
+    # 12, i.e. 4096, is checked by the version rule)
+    h["alignment"] = ALIGN
+    if version >= 9:
+        log2 = r.take("B")
+        if not 6 <= log2 <= 12:
+            raise Corrupt("payload alignment")
+        h["alignment"] = 1 << log2
     if r.pos != len(body):
         raise Corrupt("trailing header bytes")
     return h
@@ -693,17 +702,17 @@ def chunk_size(h, decoders, key):
     return 2 * rows * h["kv_heads"] * h["head_dim"] * DTYPE_SIZE[h["source_dtype"]]
 
 
-def align(x):
-    return (x + ALIGN - 1) // ALIGN * ALIGN
+def align(x, a=ALIGN):
+    return (x + a - 1) // a * a
 
 
 def read_container(data):
     """Header and list of (key, payload) in container order; raises Corrupt."""
     size = len(data)
-    if size < ALIGN + 16 + 64 or data[:8] != MAGIC or data[-8:] != MAGIC:
+    if size < 64 + 16 + 64 or data[:8] != MAGIC or data[-8:] != MAGIC:
         raise Corrupt("size or magic")
     version, flags, checksum_type = struct.unpack_from("<IIB", data, 8)
-    if not 1 <= version <= 8:
+    if not 1 <= version <= 9:
         raise Corrupt("unsupported format version %d" % version)
     if flags != 0 or checksum_type != 1 or data[17:20] != b"\0\0\0":
         raise Corrupt("flags, checksum type or reserved")
@@ -715,11 +724,15 @@ def read_container(data):
         raise Corrupt("footer")
     if index_offset + index_size != foot or (index_size - 16) % 48:
         raise Corrupt("index placement")
-    header_end = align(32 + header_size)
+    if 32 + header_size > index_offset:
+        raise Corrupt("header size")
+    h = parse_header(data[32:32 + header_size], version)
+    a = h["alignment"]  # format.md section 2: the header block ends at align_P(32 + header_size)
+    header_end = align(32 + header_size, a)
     if header_end > index_offset or any(data[32 + header_size:header_end]):
         raise Corrupt("header block")
-    h = parse_header(data[32:32 + header_size], version)
-    want_version = (8 if any(c["kind"] == 2 for c in h["codecs"]) else
+    want_version = (9 if a != ALIGN else
+                    8 if any(c["kind"] == 2 for c in h["codecs"]) else
                     7 if h["layer_tokens"] else
                     6 if h["guard_stride"] or h["allocated_bits"] else
                     5 if h["layer_codec_v"] != h["layer_codec"] else
@@ -753,7 +766,7 @@ def read_container(data):
         typ, kv, res, layer, tb, tc, off, sz, _ = rec
         if (typ, layer, kv, tb, tc) != key or res != 0:
             raise Corrupt("chunk %d key" % i)
-        if sz != chunk_size(h, decoders, key) or off != align(pos) or off + sz > index_offset:
+        if sz != chunk_size(h, decoders, key) or off != align(pos, a) or off + sz > index_offset:
             raise Corrupt("chunk %d placement" % i)
         if any(data[pos:off]):
             raise Corrupt("padding before chunk %d" % i)

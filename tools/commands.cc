@@ -17,6 +17,8 @@ void SettingsFlags::Add(CLI::App* cmd, bool guard) {
       "--exact-tokens", [s](const std::string& v) { s->exact_tokens = v; }, kExactTokensHelp);
   cmd->add_option_function<std::string>(
       "--key-means", [s](const std::string& v) { s->key_means = v; }, kKeyMeansHelp);
+  cmd->add_option_function<uint64_t>(
+      "--align", [s](uint64_t v) { s->alignment = v; }, kAlignHelp);
   if (guard) {
     cmd->add_flag_callback("--strict", [s] { s->strict = true; }, kStrictHelp);
     cmd->add_flag_callback("--no-guard", [s] { s->guard = false; }, kNoGuardHelp);

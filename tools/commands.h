@@ -33,8 +33,12 @@ inline constexpr const char* kStrictHelp =
 inline constexpr const char* kNoGuardHelp =
     "Do not measure and record the codec's error per layer (format version 6; docs/codec.md §9)";
 
+inline constexpr const char* kAlignHelp =
+    "Payload alignment in bytes, a power of two from 64 to 4096 (default 4096, for O_DIRECT reads "
+    "of big sessions; 64 for small ones such as vLLM chunks: less padding; format version 9)";
+
 // The checkpoint settings options of a command (--codec, --layer-codec, --exact-tokens,
-// --key-means and, with `guard`, --strict and --no-guard): only what the user gives is set, so
+// --key-means, --align and, with `guard`, --strict and --no-guard): only what the user gives is set, so
 // ResolveCheckpointOptions (tqkv/settings.h) decides every default.
 struct SettingsFlags {
   CheckpointSettings settings;

@@ -334,6 +334,9 @@ void RegisterInspect(CLI::App& app) {
         std::printf("layer tokens %s\n", runs.c_str());
       }
       std::printf("format      version %u\n", ContainerVersionFor(h));
+      if (h.payload_alignment != kContainerAlignment) {
+        std::printf("alignment   payloads at multiples of %u bytes\n", h.payload_alignment);
+      }
       if (h.allocated_bits > 0) {
         std::printf("allocated   codecs chosen per layer and tensor for %g bits/value\n",
                     h.allocated_bits);

@@ -71,6 +71,10 @@ struct CheckpointOptions {
   // relative error exceeds guard_threshold; otherwise CheckpointStats::guard_exceeded says so.
   bool strict = false;
   double guard_threshold = kGuardThreshold;
+  // Where payloads start (ContainerHeader::payload_alignment): a power of two from 64 to 4096.
+  // 4096 suits big sessions read chunk by chunk with O_DIRECT; a small one (a vLLM chunk) wastes
+  // up to 4 KiB of padding per chunk, 64 nearly nothing (format version 9, docs/format.md §5).
+  uint32_t alignment = kContainerAlignment;
 };
 
 struct CheckpointStats {

@@ -2,7 +2,8 @@
 //
 //   [header block][layer 0: meta, key means, K chunks, V chunks, exact rows][layer 1 ...]...
 //   [index][footer]
-// Every chunk payload starts 4 KiB-aligned (O_DIRECT). Each chunk, the header and the index carry
+// Every chunk payload starts at a multiple of the container's payload alignment: 4 KiB (O_DIRECT)
+// by default, down to 64 bytes for small sessions (format version 9). Each chunk, the header and the index carry
 // an XXH3-64 checksum; the fixed-size footer at the end holds the index's offset, size and checksum
 // and repeats the magic, so truncation is caught. Packed codes are stored verbatim.
 #ifndef TQKV_INCLUDE_TQKV_CONTAINER_H_
@@ -30,15 +31,24 @@ namespace tqkv {
 // measured error per layer and tensor (ContainerHeader::guard_stride, codec_error) and the
 // allocator's budget (allocated_bits), version 7 a token count per layer (ragged sessions,
 // ContainerHeader::layer_tokens), version 8 the transform codec (CodecKind::kTransform, whose
-// record adds code_bits; layer_tokens always present, ragged or not);
+// record adds code_bits; layer_tokens always present, ragged or not), version 9 a payload
+// alignment other than 4 KiB (ContainerHeader::payload_alignment);
 // a writer emits the lowest version that holds the session, so files without the newer features
 // stay readable by older readers.
-inline constexpr uint32_t kContainerVersion = 8;
+inline constexpr uint32_t kContainerVersion = 9;
 // The largest engine state a header may carry (docs/format.md §4): 64 MiB, about 2 million cells
 // of a llama.cpp sequence state's metadata.
 inline constexpr uint64_t kMaxEngineStateBytes = 64ull << 20;
 inline constexpr uint32_t kContainerMinReadableVersion = 1;
+// The default payload alignment (versions 1 to 8 know no other) and the block every read of a
+// chunk extent is aligned to (O_DIRECT, io_uring, cuFile).
 inline constexpr uint64_t kContainerAlignment = 4096;
+// The smallest payload alignment (format version 9): a cache line.
+inline constexpr uint64_t kContainerMinAlignment = 64;
+// Whether `a` can be a container's payload alignment: a power of two in [64, 4096].
+inline constexpr bool ValidPayloadAlignment(uint64_t a) {
+  return a >= kContainerMinAlignment && a <= kContainerAlignment && (a & (a - 1)) == 0;
+}
 
 // Serialized: never renumber.
 enum class ChunkType : uint8_t {
@@ -112,6 +122,9 @@ struct ContainerHeader {
   // largest equal to tokens and some below (a llama.cpp sliding-window layer holds its window).
   // Empty: every layer holds `tokens`. Read it through LayerTokens.
   std::vector<uint64_t> layer_tokens;
+  // Version 9: each payload (and the header block's end) is aligned to this, a power of two in
+  // [64, 4096] (ValidPayloadAlignment). 4096 (every older file) needs no version 9.
+  uint32_t payload_alignment = kContainerAlignment;
 };
 
 // The one rule for how many tokens layer `layer` holds: [0, LayerTokens) of the session.
@@ -186,9 +199,10 @@ inline std::array<TokenRange, 2> ExactRanges(const ContainerHeader& h, uint32_t 
 
 inline bool HasExactRows(const ContainerHeader& h) { return h.exact_head != 0 || h.exact_tail != 0; }
 
-// The format version a header needs: 8 with a transform codec (kl:B), 7 with a per-layer token count, 6 with codec errors, else 5 with separate K/V codecs, else 4
+// The format version a header needs: 9 with a payload alignment other than 4096, 8 with a transform codec (kl:B), 7 with a per-layer token count, 6 with codec errors, else 5 with separate K/V codecs, else 4
 // with key means, else 3 with an engine state, else 2 with exact rows, else 1.
 inline uint32_t ContainerVersionFor(const ContainerHeader& h) {
+  if (h.payload_alignment != kContainerAlignment) return 9;
   for (const CodecParams& c : h.codecs) {
     if (c.kind == CodecKind::kTransform) return 8;
   }
@@ -205,7 +219,7 @@ struct ChunkEntry {
   uint8_t kv = 0;               // 0 = K, 1 = V (kCodes only; 0 for the per-layer chunk types)
   uint64_t token_begin = 0;
   uint64_t token_count = 0;
-  uint64_t offset = 0;          // payload offset in the file, kContainerAlignment-aligned
+  uint64_t offset = 0;          // payload offset in the file, a multiple of payload_alignment
   uint64_t size = 0;            // payload bytes (unpadded)
   uint64_t checksum = 0;        // XXH3-64 of the payload
 };
@@ -255,14 +269,21 @@ class ContainerReader {
   virtual const std::vector<ChunkEntry>& chunks() const = 0;
   virtual uint64_t file_bytes() const = 0;
 
-  // Bytes from chunk i's payload start to the next chunk: the payload and its zero padding (so
-  // O_DIRECT reads of whole 4 KiB blocks land straight in a buffer). The last chunk has no
-  // padding: the index follows its payload directly. i < chunks().size().
+  // Chunk i's extent, what a read of it fetches: the whole 4 KiB blocks around its payload,
+  // [floor_4096(offset), min(ceil_4096(offset + size), index offset)), so O_DIRECT reads land
+  // straight in a 4 KiB-aligned buffer. It holds the payload (at PayloadOffsetInExtent), all of
+  // the zero padding after it and, below 4 KiB alignment (version 9), maybe bytes of neighbouring
+  // chunks (extents may overlap). With 4 KiB alignment it is [offset, next payload). The last
+  // chunk's ends at its payload: the index follows directly. i < chunks().size().
   virtual uint64_t ChunkExtent(size_t i) const = 0;
+  // File offset of chunk i's extent (a multiple of 4096), and where its payload starts in it.
+  virtual uint64_t ChunkExtentOffset(size_t i) const = 0;
+  virtual uint64_t PayloadOffsetInExtent(size_t i) const = 0;
   // The largest ChunkExtent; 0 without chunks.
   virtual uint64_t MaxChunkExtent() const = 0;
   // Corruption unless `extent` (chunk i's ChunkExtent bytes as read) has the payload's checksum
-  // followed by zero padding; InvalidArgument for i out of range or a span of another size.
+  // at PayloadOffsetInExtent, followed by zero padding up to the next payload; InvalidArgument
+  // for i out of range or a span of another size.
   virtual Status VerifyChunkExtent(size_t i, std::span<const uint8_t> extent) const = 0;
   // Reads the extents of `reads` in one ReadBatch (io_uring keeps them in flight), then verifies
   // each with VerifyChunkExtent; returns the first error (InvalidArgument as VerifyChunkExtent).

@@ -5,6 +5,7 @@
 #ifndef TQKV_INCLUDE_TQKV_SETTINGS_H_
 #define TQKV_INCLUDE_TQKV_SETTINGS_H_
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -26,10 +27,13 @@ struct CheckpointSettings {
   std::optional<std::string> key_means;      // ParseKeyMeans; unset: 128-token blocks, f16
   std::optional<bool> strict;                // unset: false (a guard breach only warns)
   std::optional<bool> guard;                 // unset: true (errors measured and stored)
+  // Payload alignment in bytes, a power of two from 64 to 4096 (below 4096: format version 9,
+  // for small sessions); unset: 4096.
+  std::optional<uint64_t> alignment;
 };
 
 // The options a checkpoint with these settings runs with (codecs, exact rows, key means, guard,
-// strictness); InvalidArgument naming the setting that does not parse. Pool, token block and
+// strictness, alignment); InvalidArgument naming the setting that does not parse. Pool, token block and
 // engine state are the caller's.
 Result<CheckpointOptions> ResolveCheckpointOptions(const CheckpointSettings& settings);
 
@@ -42,6 +46,7 @@ struct ResolvedSettings {
   std::string key_means;
   bool strict = false;
   bool guard = true;
+  uint32_t alignment = 4096;
 };
 ResolvedSettings DescribeSettings(const CheckpointSettings& settings,
                                   const CheckpointOptions& resolved);

@@ -25,11 +25,12 @@ std::vector<const char*> AllocatorCandidates(AllocatorFamily family) {
 
 Result<uint64_t> ContainerFileBytes(const ContainerHeader& h) {
   using namespace format;  // NOLINT
-  uint64_t end = AlignUp(kPreambleBytes + EncodeHeaderBody(h).size());
+  const uint64_t align = h.payload_alignment;
+  uint64_t end = AlignUp(kPreambleBytes + EncodeHeaderBody(h).size(), align);
   uint64_t count = 0;
   for (ChunkSequence seq(h); !seq.done(); seq.Advance(), ++count) {
     TQKV_ASSIGN_OR_RETURN(const uint64_t size, ExpectedChunkBytes(h, seq.current().Entry()));
-    end = AlignUp(end) + size;
+    end = AlignUp(end, align) + size;
   }
   return end + kIndexFixedBytes + kIndexRecordBytes * count + kFooterBytes;
 }

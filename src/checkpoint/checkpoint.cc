@@ -180,6 +180,7 @@ ContainerHeader PlanHeader(const KvSource& source, const CheckpointOptions& opti
   header.exact_tail = static_cast<uint32_t>(
       std::min<uint64_t>(options.exact_tail, shortest - header.exact_head));
   header.engine_state = options.engine_state;
+  header.payload_alignment = options.alignment;
   bool any_lossy_k = false;
   for (uint16_t i : codecs.layer_codec) {  // key means are for keys: K's codecs decide
     any_lossy_k |= KindTakesKeyMeans(codecs.codecs[i]->params().kind);

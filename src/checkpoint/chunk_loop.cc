@@ -99,9 +99,13 @@ Status RunChunkLoop(ContainerReader& reader, ChunkSink& sink, const ChunkLoopOpt
       st = si.status();
       break;
     }
-    const ChunkEntry& e = chunks[chunk_of[*si]];
+    const size_t index = chunk_of[*si];
+    const ChunkEntry& e = chunks[index];
     const auto tc = RestoreClock::now();
-    st = sink.Consume(*si, chunk_of[*si], slots[*si].first(static_cast<size_t>(e.size)));
+    // The slot holds the chunk's extent; the payload sits inside it (format version 9).
+    st = sink.Consume(*si, index,
+                      slots[*si].subspan(static_cast<size_t>(reader.PayloadOffsetInExtent(index)),
+                                         static_cast<size_t>(e.size)));
     stats.consume_seconds += SecondsSince(tc);
     held.push_back(*si);
     while (st.ok() && held.size() > sink.held_slots()) st = retire_oldest();

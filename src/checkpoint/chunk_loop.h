@@ -30,8 +30,8 @@ class ChunkSink {
   // The memory reads land in: `count` slots of `bytes` each, 4 KiB-aligned (O_DIRECT). Default:
   // one host region owned by the sink, taken from and given back to restore_memory.h's pool.
   virtual Result<std::vector<std::span<uint8_t>>> AllocateSlots(size_t count, size_t bytes);
-  // Chunk `index` of the reader, verified (checksum and padding), sits in slot `slot`; `payload`
-  // is its first entry.size bytes.
+  // Chunk `index` of the reader, verified (checksum and padding), sits in slot `slot` as its
+  // extent; `payload` is its entry.size bytes at PayloadOffsetInExtent(index) of the slot.
   virtual Status Consume(size_t slot, size_t index, std::span<const uint8_t> payload) = 0;
   // Every chunk of `layer` was consumed. Called once per layer in order, also for a layer
   // without chunks (an empty session).

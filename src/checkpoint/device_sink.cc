@@ -97,7 +97,10 @@ Status DeviceSink::Consume(size_t slot, size_t index, std::span<const uint8_t> p
   if (e.type == ChunkType::kGroupMeta) {
     TQKV_RETURN_IF_ERROR(CheckGroupMetaChunk(*plan_.decoders, reader_.header(), e, payload, name_));
   }
-  TQKV_RETURN_IF_ERROR(device_.Upload(slot, payload.size()));
+  // The slot holds the chunk's extent: the payload starts inside it below 4 KiB alignment.
+  const uint64_t at = reader_.PayloadOffsetInExtent(index);
+  for (DeviceOp& op : ops_) op.src_offset += at;
+  TQKV_RETURN_IF_ERROR(device_.Upload(slot, static_cast<size_t>(at), payload.size()));
   return device_.Run(slot, ops_);
 }
 

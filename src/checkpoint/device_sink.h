@@ -53,7 +53,7 @@ struct DeviceOp {
   uint16_t codec = 0;         // index into DevicePlan::codecs
   uint32_t layer = 0;
   uint8_t kv = 0;
-  uint64_t src_offset = 0;    // bytes into the slot
+  uint64_t src_offset = 0;    // bytes into the payload (PlanDeviceOps); into the slot (Run)
   uint64_t bytes = 0;         // kStoreMeta
   uint64_t meta_offset = kNoMeta;  // kStoreMeta: destination; kCodes: the (layer, kv) masks
   // kStoreMeans: destination; kCodes of centered keys: the layer's means (DevicePlan::means_at),
@@ -73,9 +73,10 @@ class RestoreDevice {
   virtual ~RestoreDevice() = default;
   // Host-visible staging slots the reads land in (pinned for the DMA engine).
   virtual Result<std::vector<std::span<uint8_t>>> AllocateSlots(size_t count, size_t bytes) = 0;
-  // Makes the first `bytes` of slot `slot` available on the device, ordered after the slot's
-  // previous operations; nothing to do where the read put them there (cuFile).
-  virtual Status Upload(size_t slot, size_t bytes) = 0;
+  // Makes bytes [offset, offset + bytes) of slot `slot` (a chunk's payload within its extent)
+  // available at the same offset of the device slot, ordered after the slot's previous
+  // operations; nothing to do where the read put them there (cuFile).
+  virtual Status Upload(size_t slot, size_t offset, size_t bytes) = 0;
   // Enqueues `ops` on the slot's device bytes.
   virtual Status Run(size_t slot, std::span<const DeviceOp> ops) = 0;
   // Every chunk of `layer` is enqueued.

@@ -28,6 +28,13 @@ Result<CheckpointOptions> ResolveCheckpointOptions(const CheckpointSettings& s) 
   }
   opts.strict = s.strict.value_or(false);
   opts.guard = s.guard.value_or(true);
+  if (s.alignment) {
+    if (!ValidPayloadAlignment(*s.alignment)) {
+      return Status::InvalidArgument("alignment " + std::to_string(*s.alignment) +
+                                     ": expected a power of two from 64 to 4096 bytes");
+    }
+    opts.alignment = static_cast<uint32_t>(*s.alignment);
+  }
   return opts;
 }
 
@@ -39,6 +46,7 @@ ResolvedSettings DescribeSettings(const CheckpointSettings& s, const CheckpointO
   r.key_means = FormatKeyMeans({o.key_mean_block, o.key_mean_dtype});
   r.strict = o.strict;
   r.guard = o.guard;
+  r.alignment = o.alignment;
   return r;
 }
 

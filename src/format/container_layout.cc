@@ -199,6 +199,10 @@ Status ValidateHeader(const ContainerHeader& h) {
     return bad("source dtype " + std::to_string(static_cast<unsigned>(h.source_dtype)));
   }
   if (h.token_block == 0) return bad("token_block 0");
+  if (!ValidPayloadAlignment(h.payload_alignment)) {
+    return bad("payload alignment " + std::to_string(h.payload_alignment) +
+               " (a power of two from 64 to 4096)");
+  }
   if (h.codecs.empty()) return bad("no codecs");
   if (h.codecs.size() > std::numeric_limits<uint16_t>::max()) {
     return bad(std::to_string(h.codecs.size()) + " codecs (at most 65535)");
@@ -337,6 +341,7 @@ std::vector<uint8_t> EncodeHeaderBody(const ContainerHeader& h) {
   if (version >= 7) {  // version 8 has the table for every session: each entry `tokens` unless ragged
     for (uint32_t l = 0; l < h.geometry.layers; ++l) w.U64(LayerTokens(h, l));
   }
+  if (version >= 9) w.U8(static_cast<uint8_t>(std::countr_zero(h.payload_alignment)));
   return out;
 }
 
@@ -463,6 +468,15 @@ Result<ContainerHeader> DecodeHeaderBody(std::span<const uint8_t> body, uint64_t
     const bool all_full = std::all_of(h.layer_tokens.begin(), h.layer_tokens.end(),
                                       [&](uint64_t n) { return n == h.tokens; });
     if (version >= 8 && all_full) h.layer_tokens.clear();
+  }
+  if (version >= 9) {
+    // log2 of the payload alignment: 6 (64) to 12 (4096; a version 9 needs less, checked later).
+    const uint64_t at = r.offset();
+    const uint8_t log2 = r.U8("payload alignment");
+    if (r.ok() && (log2 < 6 || log2 > 12)) {
+      r.Fail("payload alignment (log2)", at, "6..12", std::to_string(log2));
+    }
+    if (r.ok()) h.payload_alignment = uint32_t{1} << log2;
   }
   if (!r.ok()) return r.status();
   if (r.remaining() != 0) {

@@ -27,15 +27,19 @@ inline constexpr uint64_t kFooterBytes = 64;
 inline constexpr uint64_t kIndexRecordBytes = 48;
 inline constexpr uint64_t kIndexFixedBytes = 16;  // u64 count + u64 checksum
 inline constexpr size_t kMaxModelBytes = 256;
-// Smallest well-formed file: the header block, an empty index and the footer.
+// Smallest well-formed file of versions 1 to 8: the header block, an empty index and the footer.
 inline constexpr uint64_t kMinFileBytes = kContainerAlignment + kIndexFixedBytes + kFooterBytes;
+// Smallest size a reader looks further at: a header block of the least alignment (version 9), an
+// empty index and the footer; the header block's real end is checked once the header is parsed.
+inline constexpr uint64_t kMinAnyFileBytes =
+    kContainerMinAlignment + kIndexFixedBytes + kFooterBytes;
 
 // XXH3-64 with seed 0.
 uint64_t Checksum(std::span<const uint8_t> bytes);
 
-inline uint64_t AlignUp(uint64_t x) {
-  return (x + kContainerAlignment - 1) & ~(kContainerAlignment - 1);
-}
+// `a` a power of two; x + a - 1 must not wrap (callers align offsets inside a file).
+inline uint64_t AlignUp(uint64_t x, uint64_t a) { return (x + a - 1) & ~(a - 1); }
+inline uint64_t AlignDown(uint64_t x, uint64_t a) { return x & ~(a - 1); }
 
 // Little-endian loads and stores, independent of host byte order and alignment.
 inline uint16_t LoadU16(const uint8_t* p) {
@@ -90,8 +94,7 @@ std::vector<uint8_t> EncodeHeaderBody(const ContainerHeader& header);
 // Parses a header body of exactly `body.size()` bytes that starts at file offset `base`. Every
 // count is checked against the bytes left before anything is allocated. Does not run
 // ValidateHeader beyond what parsing needs.
-// `version` (1..3) decides which fields follow the layer codecs (exact rows from 2, key means
-// from 3).
+// `version` (1..9) decides which fields follow the layer codecs (docs/format.md §4).
 Result<ContainerHeader> DecodeHeaderBody(std::span<const uint8_t> body, uint64_t base,
                                          std::string_view name, uint32_t version);
 

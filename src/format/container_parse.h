@@ -3,6 +3,7 @@
 #ifndef TQKV_SRC_FORMAT_CONTAINER_PARSE_H_
 #define TQKV_SRC_FORMAT_CONTAINER_PARSE_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -47,9 +48,21 @@ inline uint64_t PaddingBegin(const ParsedContainer& c, size_t i) {
 inline uint64_t PaddingEnd(const ParsedContainer& c, size_t i) {
   return i + 1 < c.chunks.size() ? c.chunks[i + 1].offset : c.index_offset;
 }
-// Chunk i's extent: payload and padding, [offset, PaddingEnd) (ContainerReader::ChunkExtent).
+// Chunk i's extent (ContainerReader::ChunkExtent): the 4 KiB blocks around its payload, up to the
+// index at most. It always holds all of the padding: the next payload starts at or before
+// ceil_4096(payload end), as the payload alignment divides 4096.
+inline uint64_t ChunkExtentOffset(const ParsedContainer& c, size_t i) {
+  return c.chunks[i].offset & ~(kContainerAlignment - 1);
+}
+inline uint64_t ChunkExtentEnd(const ParsedContainer& c, size_t i) {
+  const uint64_t end = c.chunks[i].offset + c.chunks[i].size;  // <= index_offset: no wrap below
+  return std::min((end + kContainerAlignment - 1) & ~(kContainerAlignment - 1), c.index_offset);
+}
 inline uint64_t ChunkExtent(const ParsedContainer& c, size_t i) {
-  return PaddingEnd(c, i) - c.chunks[i].offset;
+  return ChunkExtentEnd(c, i) - ChunkExtentOffset(c, i);
+}
+inline uint64_t PayloadOffsetInExtent(const ParsedContainer& c, size_t i) {
+  return c.chunks[i].offset - ChunkExtentOffset(c, i);
 }
 // VerifyChunkPayload and VerifyChunkPadding of an extent read whole (ChunkExtent(c, i) bytes).
 Status VerifyChunkExtent(const ParsedContainer& c, size_t i, std::span<const uint8_t> extent,

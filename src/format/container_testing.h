@@ -15,7 +15,7 @@ namespace tqkv::format {
 // size and the footer's index offset/size as they are and skips what lies outside the file.
 // Chunk checksums are left alone.
 inline void ResignContainerForTesting(std::span<uint8_t> f) {
-  if (f.size() < kMinFileBytes) return;
+  if (f.size() < kMinAnyFileBytes) return;
   const uint64_t fat = f.size() - kFooterBytes;
   const uint64_t header_size = LoadU32(f.data() + 20);
   if (kPreambleBytes + header_size <= f.size()) {

@@ -1,4 +1,5 @@
-// ContainerWriter: header block, chunks in container order at 4 KiB-aligned offsets, index, footer.
+// ContainerWriter: header block, chunks in container order at offsets aligned to the header's
+// payload_alignment, index, footer.
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -87,7 +88,7 @@ Status ContainerWriterImpl::Start() {
   header_checksum_ = format::HeaderChecksum(block);
   format::StoreU64(block.data() + format::kHeaderChecksumOffset, header_checksum_);
   TQKV_RETURN_IF_ERROR(Append(block));
-  return PadTo(format::AlignUp(written_));
+  return PadTo(format::AlignUp(written_, header_.payload_alignment));
 }
 
 Status ContainerWriterImpl::AddChunk(const ChunkEntry& key, std::span<const uint8_t> payload) {
@@ -108,7 +109,7 @@ Status ContainerWriterImpl::AddChunk(const ChunkEntry& key, std::span<const uint
                                    " has " + std::to_string(payload.size()) + " bytes, expected " +
                                    std::to_string(expected));
   }
-  TQKV_RETURN_IF_ERROR(PadTo(format::AlignUp(written_)));
+  TQKV_RETURN_IF_ERROR(PadTo(format::AlignUp(written_, header_.payload_alignment)));
   ChunkEntry e = want.Entry();
   e.offset = written_;
   e.size = payload.size();

@@ -83,6 +83,7 @@ std::string ContainerDescriptionJson(const ContainerDescription& d, bool with_ch
   // Version 7: the tokens each layer holds (every layer holds `tokens` when absent).
   if (IsRagged(h)) j["layer_tokens"] = h.layer_tokens;
   j["format_version"] = ContainerVersionFor(h);
+  j["payload_alignment"] = h.payload_alignment;  // version 9 when not 4096
   j["file_bytes"] = d.file_bytes;
   j["fp16_bytes"] = d.fp16_bytes;
   j["ratio"] = d.ratio;

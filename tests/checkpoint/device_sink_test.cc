@@ -42,9 +42,9 @@ class FakeDevice final : public RestoreDevice {
     for (auto& s : host_) out.emplace_back(s);
     return out;
   }
-  Status Upload(size_t slot, size_t bytes) override {
+  Status Upload(size_t slot, size_t offset, size_t bytes) override {
     EXPECT_FALSE(held_[slot]) << "a slot was refilled before it was retired";
-    std::memcpy(dev_[slot].data(), host_[slot].data(), bytes);
+    std::memcpy(dev_[slot].data() + offset, host_[slot].data() + offset, bytes);
     ++uploads;
     return Status::Ok();
   }
@@ -232,6 +232,40 @@ TEST_F(DeviceSinkTest, KlCodecsReproduceTheHostRestore) {
       const auto& got = device_->tensor(l, kv);
       ASSERT_EQ(std::memcmp(got.data(), (*host)->cache().tensor(l, kv), got.size()), 0)
           << "layer " << l << " kv " << kv;
+    }
+  }
+}
+
+// Payloads 64-aligned (format version 9): several chunks share a slot's 4 KiB extent, the payload
+// inside it. Every op must read its payload where it sits in the slot (the fake's device slot is
+// filled with 0xEE outside what Upload copied), and a neighbour's bytes in the extent are ignored.
+TEST_F(DeviceSinkTest, PayloadsInsideTheirExtentReproduceTheHostRestore) {
+  for (const char* spec : {"tq2.5", "k:kl:3/v:tq3"}) {
+    SCOPED_TRACE(spec);
+    CheckpointOptions opts;
+    SetCodec(opts, ParseKvCodecSpec(spec).value());
+    opts.layer_overrides.push_back(ParseLayerCodec("1:fp16").value());
+    opts.token_block = 16;
+    opts.exact_head = 2;
+    opts.exact_tail = 3;
+    opts.key_mean_block = 16;
+    opts.alignment = 64;
+    ASSERT_TRUE(Checkpoint(session_->cache(), opts, store_, "a64").ok());
+    ASSERT_TRUE(RunOnFake("a64").ok());
+    size_t inside = 0;
+    for (size_t i = 0; i < reader_->chunks().size(); ++i) {
+      inside += reader_->PayloadOffsetInExtent(i) > 0;
+    }
+    EXPECT_GT(inside, 3u);
+    EXPECT_EQ(device_->uploads, static_cast<int>(reader_->chunks().size()));
+    auto host = Restore(store_, "a64", RestoreOptions{});
+    ASSERT_TRUE(host.ok()) << host.status().ToString();
+    for (uint32_t l = 0; l < 3; ++l) {
+      for (int kv = 0; kv < 2; ++kv) {
+        const auto& got = device_->tensor(l, kv);
+        ASSERT_EQ(std::memcmp(got.data(), (*host)->cache().tensor(l, kv), got.size()), 0)
+            << "layer " << l << " kv " << kv;
+      }
     }
   }
 }

@@ -75,6 +75,13 @@ CASES = [
      ["--codec", "k:tq2.5/v:tq3,qjl=1", "--exact-tokens", "1,1"], ["f32"]),
     ("tq3 + layer 0 k:fp16/v:tq2.5 + layer 1 k4v3", 64, "BF16",
      ["--codec", "tq3", "--layer-codec", "0:k:fp16/v:tq2.5", "--layer-codec", "1:k4v3"], ["bf16"]),
+    # Payload alignment below 4096 (format version 9), with every kind of chunk.
+    ("tq2.5 + exact tokens 1,2, align 64", 64, "F32",
+     ["--codec", "tq2.5", "--exact-tokens", "1,2", "--align", "64"], ["f16", "f32"]),
+    ("kl:2.5 + layer 1 k4v2, align 512", 64, "BF16",
+     ["--codec", "kl:2.5", "--layer-codec", "1:k4v2", "--align", "512"], ["bf16"]),
+    ("fp16, no guard, align 2048", 32, "F16", ["--codec", "fp16", "--no-guard", "--align", "2048"],
+     ["f16"]),
 ]
 
 LAYERS, HEADS, TOKENS = 2, 2, 20

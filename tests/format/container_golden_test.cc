@@ -1,4 +1,4 @@
-// Golden files: the fuzz seeds under fuzz/corpus/container/ are version-1 to -6 containers
+// Golden files: the fuzz seeds under fuzz/corpus/container/ are version-1 to -9 containers
 // written by an earlier build. They must still parse, and today's writer must still produce them byte for byte
 // (a layout change without a format_version bump fails here). TQKV_WRITE_GOLDEN=1 rewrites them.
 // Every one verifies and restores (issue 34: five had outlier masks that decoders refuse, which
@@ -102,6 +102,16 @@ std::vector<Golden> Goldens() {
   kl_ragged.layer_codec_v = {0, 0};
   kl_ragged.layer_tokens = {3, 2};
   g.push_back({"v8_kl_ragged_kv.tqkv", kl_ragged});
+  // Version 9: payloads 64-aligned, everything of version 6 (separate K/V codecs, key means, exact
+  // rows, an engine state, guard figures, a budget); and 512-aligned with nothing else (every
+  // optional field of versions 2 to 8 zero or empty).
+  ContainerHeader align64 = guard_all;
+  align64.payload_alignment = 64;
+  g.push_back({"v9_align64.tqkv", align64});
+  ContainerHeader align512 =
+      MakeHeader({2, 1, 16}, 1, 1, {TqParams(16, 3, true), RawParams(16)}, {0, 1});
+  align512.payload_alignment = 512;
+  g.push_back({"v9_align512_plain.tqkv", align512});
   return g;
 }
 

@@ -661,6 +661,11 @@ TEST(ContainerReaderTest, Version3MustCarryAnEngineState) {
 namespace tqkv {
 namespace {
 
+ContainerHeader Aligned64(ContainerHeader h) {
+  h.payload_alignment = 64;  // format version 9
+  return h;
+}
+
 // docs/format.md §11's worked examples name each header body's size: the writer's, in order
 // (the version-4 example once said 204, forgetting engine_state_len: issue 34).
 TEST(ContainerDocsTest, WorkedExampleHeaderSizesAreTheWriters) {
@@ -677,7 +682,7 @@ TEST(ContainerDocsTest, WorkedExampleHeaderSizesAreTheWriters) {
   std::vector<uint64_t> written;
   for (const ContainerHeader& h :
        {SmallHeader(), SmallExactHeader(), SmallCenteredHeader(), SmallKvHeader(),
-        SmallRaggedHeader()}) {
+        SmallRaggedHeader(), Aligned64(SmallHeader())}) {
     WrittenContainer w = WriteContainer(h);
     ASSERT_TRUE(w.status.ok()) << w.status.ToString();
     written.push_back(format::LoadU32(w.file.data() + 20));

@@ -38,13 +38,14 @@ class MemoryWritable final : public WritableObject {
   uint64_t fail_after = UINT64_MAX;
 };
 
-// A ReadableObject over a span; records the largest single read.
+// A ReadableObject over a span; records the largest single read and the bytes read.
 class MemoryReadable final : public ReadableObject {
  public:
   explicit MemoryReadable(std::span<const uint8_t> data) : data_(data) {}
   uint64_t Size() const override { return data_.size(); }
   Status ReadAt(uint64_t offset, std::span<uint8_t> dst) override {
     max_read = std::max<uint64_t>(max_read, dst.size());
+    bytes_read += dst.size();
     if (offset > data_.size() || dst.size() > data_.size() - offset) {
       return Status::Corruption("memory readable: read past the end at offset " +
                                 std::to_string(offset));
@@ -58,6 +59,7 @@ class MemoryReadable final : public ReadableObject {
   }
 
   uint64_t max_read = 0;
+  uint64_t bytes_read = 0;
 
  private:
   std::span<const uint8_t> data_;

@@ -178,8 +178,11 @@ class GpuRestoreTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GpuRestoreTest, EndToEndWithLayerEvents) {
   SKIP_WITHOUT_DEVICE();
-  // "IO" or "IO+exact" (exact rows: 4 first tokens, 70 last, spanning two chunks).
-  const std::string param = GetParam();
+  // "IO", "IO+exact" (exact rows: 4 first tokens, 70 last, spanning two chunks), either with
+  // "+a64" (payloads 64-aligned, format version 9: each inside its slot's 4 KiB extent).
+  std::string param = GetParam();
+  const bool a64 = param.ends_with("+a64");
+  if (a64) param.resize(param.size() - 4);
   const bool exact = param.ends_with("+exact");
   const std::string io = exact ? param.substr(0, param.size() - 6) : param;
   testing_util::ScratchDir dir;
@@ -191,6 +194,7 @@ TEST_P(GpuRestoreTest, EndToEndWithLayerEvents) {
   co.codec = *ParseCodecSpec("tq3");
   co.layer_overrides.push_back(*ParseLayerCodec("0:tq2.5"));
   co.token_block = 64;
+  if (a64) co.alignment = 64;
   if (exact) {
     co.exact_head = 4;
     co.exact_tail = 70;
@@ -238,7 +242,8 @@ TEST_P(GpuRestoreTest, EndToEndWithLayerEvents) {
 }
 
 INSTANTIATE_TEST_SUITE_P(IoPaths, GpuRestoreTest, ::testing::Values("buffered", "direct", "gds", "buffered+exact",
-                                                             "gds+exact"),
+                                                             "gds+exact", "buffered+a64",
+                                                             "direct+exact+a64", "gds+exact+a64"),
                          [](const auto& info) {
                            std::string s = info.param;
                            for (char& c : s) {

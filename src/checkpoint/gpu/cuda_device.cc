@@ -133,18 +133,18 @@ Status CudaRestoreDevice::OpenGds(const std::string& path, const std::vector<std
 SlotReadFn CudaRestoreDevice::GdsRead(const ContainerReader& reader, const std::string& name) {
   return [this, &reader, name](std::span<const SlotRead> batch) -> Status {
     for (const SlotRead& r : batch) {
-      const ChunkEntry& e = reader.chunks()[r.index];
+      const uint64_t at = reader.ChunkExtentOffset(r.index);  // 4 KiB-aligned
       const Slot& s = slots_[r.slot];
       // The extent rounded up to whole blocks for O_DIRECT, within the file; only the extent
       // is verified and used.
       const size_t len = static_cast<size_t>(std::min<uint64_t>(
-          AlignUp(r.dst.size(), kContainerAlignment), reader.file_bytes() - e.offset));
+          AlignUp(r.dst.size(), kContainerAlignment), reader.file_bytes() - at));
       for (size_t done = 0; done < len;) {
         const ssize_t n = gds_file_.api.Read(gds_file_.handle, s.dev, len - done,
-                                             static_cast<off_t>(e.offset + done),
+                                             static_cast<off_t>(at + done),
                                              static_cast<off_t>(done));
         if (n <= 0) {
-          return Status::IoError(name + ": cuFileRead at offset " + std::to_string(e.offset + done) +
+          return Status::IoError(name + ": cuFileRead at offset " + std::to_string(at + done) +
                                  " returned " + std::to_string(n));
         }
         done += static_cast<size_t>(n);
@@ -169,14 +169,15 @@ Result<std::vector<std::span<uint8_t>>> CudaRestoreDevice::AllocateSlots(size_t 
   return out;
 }
 
-Status CudaRestoreDevice::Upload(size_t slot, size_t bytes) {
+Status CudaRestoreDevice::Upload(size_t slot, size_t offset, size_t bytes) {
   if (gds_) return Status::Ok();  // cuFile read it into the device slot
   Slot& s = slots_[slot];
   // The previous decode reading this device slot must finish before the copy overwrites it.
   TQKV_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copy_, s.decoded, 0));
   TQKV_ASSIGN_OR_RETURN(EventPair ct, TimingPair());
   TQKV_CUDA_RETURN_IF_ERROR(cudaEventRecord(ct.first, copy_));
-  TQKV_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s.dev, s.host, bytes, cudaMemcpyHostToDevice, copy_));
+  TQKV_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(s.dev + offset, s.host + offset, bytes, cudaMemcpyHostToDevice, copy_));
   TQKV_CUDA_RETURN_IF_ERROR(cudaEventRecord(ct.second, copy_));
   copy_times_.push_back(ct);
   TQKV_CUDA_RETURN_IF_ERROR(cudaEventRecord(s.copied, copy_));

@@ -57,7 +57,7 @@ class CudaRestoreDevice final : public RestoreDevice {
   uint64_t cufile_bytes() const { return cufile_bytes_.load(); }
 
   Result<std::vector<std::span<uint8_t>>> AllocateSlots(size_t count, size_t bytes) override;
-  Status Upload(size_t slot, size_t bytes) override;
+  Status Upload(size_t slot, size_t offset, size_t bytes) override;
   Status Run(size_t slot, std::span<const DeviceOp> ops) override;
   Status LayerReady(uint32_t layer) override;
   size_t held_slots() const override { return std::max<size_t>(1, slots_.size() / 2) - 1; }
