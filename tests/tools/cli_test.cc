@@ -158,6 +158,28 @@ TEST(Cli, SafetensorsRoundTripThroughCompress) {
   EXPECT_GT(sa.size(), 2u * 24 * 40 * 2 * 64 * 2);
 }
 
+// A repeatable option takes one value per use: "compress --layer-codec 0:fp16 IN OUT --codec tq3"
+// swallowed IN and OUT (CLI11 stops taking values only when the arguments left are the required
+// positionals) and failed with "IN is required" (issue 49, item 9).
+TEST(Cli, RepeatableOptionsLeaveThePositionalsAfterThem) {
+  tqkv::testing_util::ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  ASSERT_EQ(Tqkv("checkpoint --model smollm2-135m --tokens 20 --codec fp16 --store " + dir.path() +
+                 " --session raw").status, 0);
+  const std::string st = dir.path() + "/s.safetensors";
+  ASSERT_EQ(Tqkv("decompress " + dir.path() + "/raw.tqkv " + st).status, 0);
+  const std::string out = dir.path() + "/c.tqkv";
+  CmdResult c = Tqkv("compress --layer-codec 0:fp16 --layer-codec 1:tq4 " + st + " " + out +
+                     " --codec tq3");
+  ASSERT_EQ(c.status, 0) << c.out;
+  CmdResult i = Tqkv("inspect " + out);
+  ASSERT_EQ(i.status, 0) << i.out;
+  EXPECT_NE(i.out.find("0:fp16 1:tq4 2:tq3"), std::string::npos) << i.out;
+  // The option's value is still required, and a third positional is still an error.
+  EXPECT_NE(Tqkv("compress " + st + " " + out + " --layer-codec").status, 0);
+  EXPECT_NE(Tqkv("compress --layer-codec 0:fp16 " + st + " " + out + " extra").status, 0);
+}
+
 TEST(Cli, ErrorsAreClearAndNonZero) {
   CmdResult a = Tqkv("checkpoint --model nope --tokens 10 --codec tq3 --store /tmp --session x");
   EXPECT_NE(a.status, 0);
