@@ -89,4 +89,29 @@ TEST(StoreCli, FifoUnderAnObjectNameNeitherHangsNorIsRead) {
   }
 }
 
+// A command's .tqkv path is a local file, not a store key: "x^y.tqkv" was refused as an object
+// key with "a byte outside [A-Za-z0-9._-/]" (issue 49, item 10). The store's own names stay
+// reserved.
+TEST(StoreCli, FilePathsAreFileNamesNotStoreKeys) {
+  ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  ASSERT_EQ(Tqkv("checkpoint --model smollm2-135m --tokens 20 --codec fp16 --store " + dir.path() +
+                 " --session raw").status, 0);
+  const std::string st = dir.path() + "/s.safetensors";
+  ASSERT_EQ(Tqkv("decompress " + dir.path() + "/raw.tqkv " + st).status, 0);
+  const std::string odd = "'" + dir.path() + "/x^y z.tqkv'";
+  CmdResult c = Tqkv("compress --codec tq3 " + st + " " + odd);
+  ASSERT_EQ(c.status, 0) << c.out;
+  EXPECT_TRUE(std::filesystem::exists(dir.path() + "/x^y z.tqkv"));
+  for (const std::string& cmd : {"verify " + odd, "inspect " + odd,
+                                 "decompress " + odd + " " + dir.path() + "/back.safetensors"}) {
+    SCOPED_TRACE(cmd);
+    CmdResult r = Tqkv(cmd);
+    EXPECT_EQ(r.status, 0) << r.out;
+  }
+  CmdResult reserved = Tqkv("compress --codec tq3 " + st + " " + dir.path() + "/a.tqkv.pin.tqkv");
+  EXPECT_NE(reserved.status, 0) << reserved.out;
+  EXPECT_NE(reserved.out.find("reserved"), std::string::npos) << reserved.out;
+}
+
 }  // namespace

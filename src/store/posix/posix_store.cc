@@ -105,6 +105,23 @@ struct Shared {
   std::string ObjectPath(std::string_view key) const {
     return store_internal::ObjectPath(opts.dir, key);
   }
+  Status CheckKey(std::string_view key) const {
+    if (!opts.file_names) return ValidateKey(key);
+    const std::string shown(key.substr(0, key.find('\0')));
+    if (key.empty() || key == "." || key == ".." ||
+        key.find_first_of(std::string_view("/\0", 2)) != std::string_view::npos) {
+      return Status::InvalidArgument("file name \"" + shown +
+                                     "\" is empty, a directory or holds '/' or NUL");
+    }
+    // As for keys: ".tqkv" inside a name is the store's own files' (temps, pins, probes).
+    const size_t at = key.find(store_internal::kObjectSuffix);
+    if (at != std::string_view::npos && at + store_internal::kObjectSuffix.size() != key.size()) {
+      return Status::InvalidArgument("file name \"" + shown +
+                                     ".tqkv\" has \".tqkv\" inside: such names are reserved "
+                                     "for a store's own files");
+    }
+    return Status::Ok();
+  }
   bool WantDirect() const { return opts.io != IoMode::kBuffered && !direct_refused.load(); }
   bool UringEngine() const {
     return opts.io == IoMode::kUring || (opts.io == IoMode::kDirect && !opts.direct_threads);
@@ -593,7 +610,7 @@ class PosixStore final : public Store, public SessionAdmin {
 
   std::optional<std::string> LocalRoot() const override { return sh_->opts.dir; }
   std::optional<std::string> LocalPath(std::string_view key) const override {
-    if (!ValidateKey(key).ok()) return std::nullopt;
+    if (!sh_->CheckKey(key).ok()) return std::nullopt;
     return sh_->ObjectPath(key);
   }
 
@@ -638,7 +655,7 @@ class PosixStore final : public Store, public SessionAdmin {
   }
 
   Result<std::unique_ptr<WritableObject>> Create(std::string_view key) override {
-    TQKV_RETURN_IF_ERROR(ValidateKey(key));
+    TQKV_RETURN_IF_ERROR(sh_->CheckKey(key));
     const std::string final_path = sh_->ObjectPath(key);
     const std::string parent = ParentDir(final_path);
     std::vector<std::string> dirs_to_sync{parent};
@@ -665,7 +682,7 @@ class PosixStore final : public Store, public SessionAdmin {
   }
 
   Result<std::unique_ptr<ReadableObject>> Open(std::string_view key) override {
-    TQKV_RETURN_IF_ERROR(ValidateKey(key));
+    TQKV_RETURN_IF_ERROR(sh_->CheckKey(key));
     const std::string path = sh_->ObjectPath(key);
     bool direct = false;
     // O_NONBLOCK: a FIFO (or device) under the object's name must not block the open; it is
@@ -703,7 +720,7 @@ class PosixStore final : public Store, public SessionAdmin {
   }
 
   Status Remove(std::string_view key) override {
-    TQKV_RETURN_IF_ERROR(ValidateKey(key));
+    TQKV_RETURN_IF_ERROR(sh_->CheckKey(key));
     const std::string path = sh_->ObjectPath(key);
     if (::unlink(path.c_str()) != 0) {
       if (errno == ENOENT || errno == ENOTDIR) {
