@@ -118,6 +118,34 @@ TEST_F(S3StoreTest, MissingCredentialsAndBadUrisAreRefused) {
   EXPECT_TRUE(s.status().IsNotFound()) << s.status().ToString();
 }
 
+// Count options are counts, sizes sizes and timeouts durations: "depth=4k" was refused as a
+// "byte size" and "timeout=1k" taken as 1024 s (issue 49, item 15). Parsed before any request.
+TEST(S3ClientTest, UriOptionErrorsNameTheKindOfValue) {
+  if (OpenStore("s3://").status().message().find("unknown store scheme") != std::string::npos) {
+    GTEST_SKIP() << "this build has no s3:// store";
+  }
+  const std::string base = "s3://bkt/p?endpoint=http://127.0.0.1:1&region=us-east-1&";
+  const struct {
+    const char* option;
+    const char* kind;
+  } cases[] = {{"depth=4k", "expected a count"},      {"lanes=1.5", "expected a count"},
+               {"retries=2KiB", "expected a count"},  {"part=5x", "expected a byte size"},
+               {"timeout=1k", "expected seconds"},    {"timeout=1500ms", "expected seconds"}};
+  for (const auto& c : cases) {
+    auto s = OpenStore(base + c.option);
+    ASSERT_FALSE(s.ok()) << c.option;
+    EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument) << s.status().ToString();
+    EXPECT_NE(s.status().message().find(c.kind), std::string::npos) << s.status().ToString();
+    if (std::string(c.kind) != "expected a byte size") {
+      EXPECT_EQ(s.status().message().find("byte size"), std::string::npos) << s.status().ToString();
+    }
+  }
+  // A duration with a unit is a timeout (the store then fails on credentials, after parsing).
+  ScopedEnv k("AWS_ACCESS_KEY_ID", ""), sk("AWS_SECRET_ACCESS_KEY", "");
+  auto m = OpenStore(base + "timeout=2m");
+  EXPECT_NE(m.status().message().find("credentials"), std::string::npos) << m.status().ToString();
+}
+
 // A loopback HTTP server that answers every request with one canned response and counts them.
 class FakeS3 {
  public:

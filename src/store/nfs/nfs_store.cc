@@ -619,7 +619,7 @@ Result<std::unique_ptr<Store>> OpenNfsStoreFromUri(const StoreUri& uri) {
   NfsConfig cfg;
   cfg.server = uri.authority;
   uint64_t version = 3;
-  TQKV_RETURN_IF_ERROR(opts.GetUint("version", 3, 4, &version));
+  TQKV_RETURN_IF_ERROR(opts.GetCount("version", 3, 4, &version));
   if (version != 3) {
     return Status::Unsupported(
         "nfs:// version=4 is not supported: libnfs 4.0 NFSv4 writes fail against nfs-ganesha; "
@@ -629,14 +629,14 @@ Result<std::unique_ptr<Store>> OpenNfsStoreFromUri(const StoreUri& uri) {
   for (const char* k : {"nfsport", "mountport", "uid", "gid"}) {
     uint64_t v = 0;
     if (opts.Find(k) != nullptr) {
-      TQKV_RETURN_IF_ERROR(opts.GetUint(k, 0, 1u << 31, &v));
+      TQKV_RETURN_IF_ERROR(opts.GetCount(k, 0, 1u << 31, &v));
       extra += std::string("&") + k + "=" + std::to_string(v);
     }
   }
   uint64_t depth = cfg.depth;
-  TQKV_RETURN_IF_ERROR(opts.GetUint("depth", 1, 64, &depth));
+  TQKV_RETURN_IF_ERROR(opts.GetCount("depth", 1, 64, &depth));
   cfg.depth = static_cast<uint32_t>(depth);
-  TQKV_RETURN_IF_ERROR(opts.GetUint("chunk", 4096, 1u << 20, &cfg.chunk));
+  TQKV_RETURN_IF_ERROR(opts.GetBytes("chunk", 4096, 1u << 20, &cfg.chunk));
   bool create = true;
   TQKV_RETURN_IF_ERROR(opts.GetBool("create", &create));
   std::string export_opt;

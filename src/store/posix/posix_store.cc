@@ -925,9 +925,9 @@ Result<std::unique_ptr<Store>> OpenPosixStoreFromUri(const StoreUri& uri) {
     TQKV_ASSIGN_OR_RETURN(o.io, ParseIoMode(*io));
   }
   uint64_t qd = o.queue_depth;
-  TQKV_RETURN_IF_ERROR(opts.GetUint("qd", 1, 256, &qd));
+  TQKV_RETURN_IF_ERROR(opts.GetCount("qd", 1, 256, &qd));
   o.queue_depth = static_cast<uint32_t>(qd);
-  TQKV_RETURN_IF_ERROR(opts.GetUint("chunk", kAlign, 64u << 20, &o.chunk_bytes));
+  TQKV_RETURN_IF_ERROR(opts.GetBytes("chunk", kAlign, 64u << 20, &o.chunk_bytes));
   TQKV_RETURN_IF_ERROR(opts.GetBool("create", &o.create_dir));
   if (const std::string* engine = opts.Find("engine")) {
     if (*engine != "threads" && *engine != "uring") {

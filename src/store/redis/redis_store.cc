@@ -830,17 +830,17 @@ Result<std::unique_ptr<Store>> OpenRedisStoreFromUri(const StoreUri& uri) {
                                    "\" must be 1..100 bytes of [A-Za-z0-9._-/]");
   }
   store_internal::UriOptions opts(uri);
-  TQKV_RETURN_IF_ERROR(opts.GetUint("chunk", 4096, 512u << 20, &cfg.chunk_bytes));
+  TQKV_RETURN_IF_ERROR(opts.GetBytes("chunk", 4096, 512u << 20, &cfg.chunk_bytes));
   uint64_t depth = cfg.depth;
-  TQKV_RETURN_IF_ERROR(opts.GetUint("depth", 1, 256, &depth));
+  TQKV_RETURN_IF_ERROR(opts.GetCount("depth", 1, 256, &depth));
   cfg.depth = static_cast<uint32_t>(depth);
   uint64_t ttl_s = cfg.temp_ttl_ms / 1000, grace_s = cfg.grace_ms / 1000;
-  TQKV_RETURN_IF_ERROR(opts.GetUint("temp_ttl", 1, 7 * 86400, &ttl_s));
-  TQKV_RETURN_IF_ERROR(opts.GetUint("grace", 0, 86400, &grace_s));
+  TQKV_RETURN_IF_ERROR(opts.GetSeconds("temp_ttl", 1, 7 * 86400, &ttl_s));
+  TQKV_RETURN_IF_ERROR(opts.GetSeconds("grace", 0, 86400, &grace_s));
   cfg.temp_ttl_ms = ttl_s * 1000;
   cfg.grace_ms = grace_s * 1000;
   uint64_t timeout_s = cfg.timeout_ms / 1000;
-  TQKV_RETURN_IF_ERROR(opts.GetUint("timeout", 1, 3600, &timeout_s));
+  TQKV_RETURN_IF_ERROR(opts.GetSeconds("timeout", 1, 3600, &timeout_s));
   cfg.timeout_ms = timeout_s * 1000;
   if (const std::string* io = opts.Find("io")) {
     TQKV_ASSIGN_OR_RETURN(IoMode mode, ParseIoMode(*io));

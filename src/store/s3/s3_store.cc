@@ -677,19 +677,19 @@ Result<std::unique_ptr<Store>> OpenS3StoreFromUri(const StoreUri& uri) {
   if (cfg.endpoint.empty() && cfg.path_style) {
     cfg.endpoint = "https://s3." + cfg.region + ".amazonaws.com";
   }
-  TQKV_RETURN_IF_ERROR(opts.GetUint("part", 5u << 20, 5ull << 30, &cfg.part_bytes));
+  TQKV_RETURN_IF_ERROR(opts.GetBytes("part", 5u << 20, 5ull << 30, &cfg.part_bytes));
   uint64_t v = cfg.upload_depth;
-  TQKV_RETURN_IF_ERROR(opts.GetUint("depth", 1, 64, &v));
+  TQKV_RETURN_IF_ERROR(opts.GetCount("depth", 1, 64, &v));
   cfg.upload_depth = static_cast<uint32_t>(v);
   v = cfg.lanes;
-  TQKV_RETURN_IF_ERROR(opts.GetUint("lanes", 1, 256, &v));
+  TQKV_RETURN_IF_ERROR(opts.GetCount("lanes", 1, 256, &v));
   cfg.lanes = static_cast<uint32_t>(v);
-  TQKV_RETURN_IF_ERROR(opts.GetUint("get", 4096, 1ull << 30, &cfg.get_bytes));
+  TQKV_RETURN_IF_ERROR(opts.GetBytes("get", 4096, 1ull << 30, &cfg.get_bytes));
   v = cfg.retries;
-  TQKV_RETURN_IF_ERROR(opts.GetUint("retries", 0, 20, &v));
+  TQKV_RETURN_IF_ERROR(opts.GetCount("retries", 0, 20, &v));
   cfg.retries = static_cast<uint32_t>(v);
   v = cfg.timeout_s;
-  TQKV_RETURN_IF_ERROR(opts.GetUint("timeout", 1, 3600, &v));
+  TQKV_RETURN_IF_ERROR(opts.GetSeconds("timeout", 1, 3600, &v));
   cfg.timeout_s = static_cast<uint32_t>(v);
   if (const std::string* io = opts.Find("io")) {
     TQKV_ASSIGN_OR_RETURN(IoMode mode, ParseIoMode(*io));
