@@ -21,8 +21,10 @@
 #include <vector>
 
 #include "store/shared_store_servers.h"
+#include "store/store_internal.h"
 #include "store/store_test_util.h"
 #include "tqkv/store.h"
+#include "tqkv/store_admin.h"
 
 namespace tqkv {
 namespace {
@@ -438,6 +440,31 @@ TEST_F(S3StoreTest, AbortedMultipartWriterLeavesNoUpload) {
   ASSERT_TRUE(swept.ok());
   EXPECT_EQ(*swept, 0u) << "Abort already aborted the upload";
   EXPECT_TRUE(store_->Open("big").status().IsNotFound());
+}
+
+// gc --dry-run counts the uploads gc aborts: it said 0 for 20 abandoned ones (issue 49, item 12).
+TEST_F(S3StoreTest, GcDryRunCountsTheUploadsGcAborts) {
+  constexpr int kDead = 3;
+  for (int i = 0; i < kDead; ++i) {
+    auto w = store_->Create("dead" + std::to_string(i));
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    ASSERT_TRUE((*w)->Append(Pattern(i, 6u << 20)).ok());  // over part=5MiB: an upload is open
+    ASSERT_TRUE(store_internal::TrySimulateCrash(w->get()));
+  }
+  GcOptions g;
+  g.temp_min_age = std::chrono::seconds(0);
+  g.dry_run = true;
+  auto dry = CollectGarbage(store_.get(), g);
+  ASSERT_TRUE(dry.ok()) << dry.status().ToString();
+  EXPECT_EQ(dry->temps_removed, uint64_t{kDead});
+  auto still = store_->CountStaleTemps(std::chrono::seconds(0));
+  ASSERT_TRUE(still.ok());
+  EXPECT_EQ(*still, uint64_t{kDead}) << "the dry run aborted uploads";
+  g.dry_run = false;
+  auto run = CollectGarbage(store_.get(), g);
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  EXPECT_EQ(run->temps_removed, uint64_t{kDead});
+  EXPECT_EQ(*store_->CountStaleTemps(std::chrono::seconds(0)), 0u);
 }
 
 // 8 writers checkpoint one key concurrently as multipart uploads (2 parts each) while a reader

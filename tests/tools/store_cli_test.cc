@@ -2,10 +2,12 @@
 // refused, and a non-regular file under an object's name neither hangs nor is read.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <utime.h>
 
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "store/store_test_util.h"
@@ -14,6 +16,7 @@
 namespace {
 
 using tqkv::testing_util::CmdResult;
+using tqkv::testing_util::Json;
 using tqkv::testing_util::ScratchDir;
 using tqkv::testing_util::Tqkv;
 
@@ -112,6 +115,30 @@ TEST(StoreCli, FilePathsAreFileNamesNotStoreKeys) {
   CmdResult reserved = Tqkv("compress --codec tq3 " + st + " " + dir.path() + "/a.tqkv.pin.tqkv");
   EXPECT_NE(reserved.status, 0) << reserved.out;
   EXPECT_NE(reserved.out.find("reserved"), std::string::npos) << reserved.out;
+}
+
+// gc --dry-run reports the stale temps the run removes; it always said 0 (issue 49, item 12).
+TEST(StoreCli, GcDryRunCountsTheStaleTempsGcRemoves) {
+  ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  ASSERT_EQ(Tqkv("checkpoint --model smollm2-135m --tokens 20 --store " + dir.path() +
+                 " --session s").status, 0);
+  // What a writer killed before Commit leaves (store/file_layout.h's temp name), an hour old.
+  const std::string temp = dir.path() + "/.dead.tqkv.tmp.0123abcd";
+  std::ofstream(temp) << "partial";
+  const utimbuf old{::time(nullptr) - 7200, ::time(nullptr) - 7200};
+  ASSERT_EQ(::utime(temp.c_str(), &old), 0);
+  CmdResult dry = Tqkv("gc --store " + dir.path() + " --dry-run --json");
+  ASSERT_EQ(dry.status, 0) << dry.out;
+  EXPECT_EQ(Json(dry.out)["temps_removed"], 1) << dry.out;
+  EXPECT_TRUE(std::filesystem::exists(temp)) << "a dry run removed it";
+  CmdResult text = Tqkv("gc --store " + dir.path() + " --dry-run");
+  EXPECT_NE(text.out.find("1 stale temps would be removed"), std::string::npos) << text.out;
+  CmdResult run = Tqkv("gc --store " + dir.path() + " --json");
+  ASSERT_EQ(run.status, 0) << run.out;
+  EXPECT_EQ(Json(run.out)["temps_removed"], 1) << run.out;
+  EXPECT_FALSE(std::filesystem::exists(temp));
+  EXPECT_TRUE(std::filesystem::exists(dir.path() + "/s.tqkv"));
 }
 
 }  // namespace

@@ -535,6 +535,15 @@ class NfsStore final : public Store, public SessionAdmin {
   }
 
   Result<uint64_t> RemoveStaleTemps(std::chrono::seconds min_age) override {
+    return SweepStaleTemps(min_age, /*remove=*/true);
+  }
+  Result<uint64_t> CountStaleTemps(std::chrono::seconds min_age) override {
+    return SweepStaleTemps(min_age, /*remove=*/false);
+  }
+
+ private:
+  // remove false: count only (gc --dry-run).
+  Result<uint64_t> SweepStaleTemps(std::chrono::seconds min_age, bool remove) {
     std::vector<std::string> stale;
     const int64_t limit = store_internal::NowUnixNs() / 1'000'000'000 - min_age.count();
     std::lock_guard<std::mutex> lock(conn_->mu);
@@ -545,6 +554,7 @@ class NfsStore final : public Store, public SessionAdmin {
         stale.push_back(conn_->cfg.root + "/" + rel + e->name);
       }
     }));
+    if (!remove) return static_cast<uint64_t>(stale.size());
     uint64_t removed = 0;
     for (const auto& p : stale) {
       const int rc = nfs_unlink(conn_->ctx, p.c_str());
@@ -553,7 +563,6 @@ class NfsStore final : public Store, public SessionAdmin {
     return removed;
   }
 
- private:
   // Visits every non-directory entry below root/rel (caller holds mu); rel ends in '/' or is "".
   Status Walk(const std::string& rel,
               const std::function<void(const std::string&, const nfsdirent*)>& visit,

@@ -748,21 +748,30 @@ class PosixStore final : public Store, public SessionAdmin {
   }
 
   Result<uint64_t> RemoveStaleTemps(std::chrono::seconds min_age) override {
-    StaleSweep sweep;
-    sweep.cutoff_ns = store_internal::NowUnixNs() -
-                      std::chrono::duration_cast<std::chrono::nanoseconds>(min_age).count();
-    TQKV_RETURN_IF_ERROR(Walk("", "", nullptr, &sweep));
-    return sweep.removed;
+    return SweepStaleTemps(min_age, /*remove=*/true);
+  }
+  Result<uint64_t> CountStaleTemps(std::chrono::seconds min_age) override {
+    return SweepStaleTemps(min_age, /*remove=*/false);
   }
 
  private:
   struct StaleSweep {
     int64_t cutoff_ns = 0;
+    bool remove = true;  // false: count only (gc --dry-run)
     uint64_t removed = 0;
   };
 
+  Result<uint64_t> SweepStaleTemps(std::chrono::seconds min_age, bool remove) {
+    StaleSweep sweep;
+    sweep.cutoff_ns = store_internal::NowUnixNs() -
+                      std::chrono::duration_cast<std::chrono::nanoseconds>(min_age).count();
+    sweep.remove = remove;
+    TQKV_RETURN_IF_ERROR(Walk("", "", nullptr, &sweep));
+    return sweep.removed;
+  }
+
   // Visits <dir>/<rel>: committed objects matching `prefix` go to `objects`; temp files older
-  // than the cutoff are deleted when `sweep` is set. rel is "" or ends in '/'.
+  // than the cutoff are deleted (or counted) when `sweep` is set. rel is "" or ends in '/'.
   Status Walk(const std::string& rel, std::string_view prefix, std::vector<ObjectInfo>* objects,
               StaleSweep* sweep) {
     const std::string dir_path = rel.empty() ? sh_->opts.dir : sh_->opts.dir + "/" + rel;
@@ -811,7 +820,7 @@ class PosixStore final : public Store, public SessionAdmin {
         const int64_t mtime =
             static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
         if (mtime <= sweep->cutoff_ns) {
-          if (::unlinkat(dfd, e->d_name, 0) == 0) {
+          if (!sweep->remove || ::unlinkat(dfd, e->d_name, 0) == 0) {
             ++sweep->removed;
           } else if (errno != ENOENT && status.ok()) {
             status = Status::FromErrno("unlink", dir_path + "/" + std::string(name), errno);

@@ -675,6 +675,23 @@ class RedisStore final : public Store, public SessionAdmin {
   // min_age. Chunks of replaced versions in their grace period count as well: they are garbage.
   // The PTTL pass only picks candidates; each is checked again and deleted in one script.
   Result<uint64_t> RemoveStaleTemps(std::chrono::seconds min_age) override {
+    return SweepStaleTemps(min_age, /*remove=*/true);
+  }
+  // The candidates of the PTTL pass (the removal's script checks each again).
+  Result<uint64_t> CountStaleTemps(std::chrono::seconds min_age) override {
+    return SweepStaleTemps(min_age, /*remove=*/false);
+  }
+
+  Status Connect() { return router_->Connect(); }
+
+ private:
+  struct NodeKeys {
+    std::shared_ptr<Pool> pool;
+    std::vector<std::string> keys;
+  };
+
+  // remove false: count only (gc --dry-run).
+  Result<uint64_t> SweepStaleTemps(std::chrono::seconds min_age, bool remove) {
     TQKV_ASSIGN_OR_RETURN(std::vector<NodeKeys> nodes, ScanAll(cfg().prefix + ":{*}:d:*"));
     const int64_t ttl = static_cast<int64_t>(cfg().temp_ttl_ms);
     const int64_t min_ms = static_cast<int64_t>(min_age.count()) * 1000;
@@ -691,6 +708,10 @@ class RedisStore final : public Store, public SessionAdmin {
         if (left < 0) continue;  // published (no TTL) or gone
         if (ttl - left >= min_ms) stale.push_back(node.keys[i]);
       }
+      if (!remove) {
+        removed += stale.size();
+        continue;
+      }
       cmds.clear();
       for (const auto& k : stale) {
         cmds.push_back({"EVAL", kRemoveStaleLua, "1", k, ttl_arg, min_arg});
@@ -701,14 +722,6 @@ class RedisStore final : public Store, public SessionAdmin {
     }
     return removed;
   }
-
-  Status Connect() { return router_->Connect(); }
-
- private:
-  struct NodeKeys {
-    std::shared_ptr<Pool> pool;
-    std::vector<std::string> keys;
-  };
 
   const RedisConfig& cfg() const { return router_->cfg(); }
 

@@ -497,6 +497,15 @@ class S3Store final : public Store, public SessionAdmin {
   // Aborts the multipart uploads under the prefix started at least min_age ago (writers that
   // died before Commit or Abort).
   Result<uint64_t> RemoveStaleTemps(std::chrono::seconds min_age) override {
+    return SweepStaleTemps(min_age, /*remove=*/true);
+  }
+  Result<uint64_t> CountStaleTemps(std::chrono::seconds min_age) override {
+    return SweepStaleTemps(min_age, /*remove=*/false);
+  }
+
+ private:
+  // remove false: count only (gc --dry-run).
+  Result<uint64_t> SweepStaleTemps(std::chrono::seconds min_age, bool remove) {
     const int64_t cutoff =
         store_internal::NowUnixNs() - static_cast<int64_t>(min_age.count()) * 1'000'000'000;
     uint64_t removed = 0;
@@ -517,6 +526,10 @@ class S3Store final : public Store, public SessionAdmin {
         if (key->compare(0, names_.root.size(), names_.root) != 0) continue;
         const auto ns = s3::ParseIsoTime(*when);
         if (!ns || *ns > cutoff) continue;
+        if (!remove) {
+          ++removed;
+          continue;
+        }
         HttpRequest del;
         del.method = "DELETE";
         del.key = *key;
@@ -534,7 +547,6 @@ class S3Store final : public Store, public SessionAdmin {
     return removed;
   }
 
- private:
   const S3Config& cfg() const { return client_->cfg(); }
 
   Result<HttpResponse> Head(const std::string& obj) {
