@@ -247,6 +247,34 @@ TEST(S3ClientTest, ServerErrorsRetriedThenUnavailableOthersMapped) {
   }
 }
 
+// A server that takes connections and never answers, as a SIGSTOPped one does (the kernel
+// completes the handshakes): a request gives up once no byte has moved for the URI's deadline,
+// however many retries and timeouts would still be allowed (issue 49, item 11: a stopped
+// server took 603 s, 5 tries of a 60 s stall each, then two such calls).
+TEST(S3ClientTest, AServerThatNeverAnswersIsAnErrorWithinTheDeadline) {
+  if (OpenStore("s3://").status().message().find("unknown store scheme") != std::string::npos) {
+    GTEST_SKIP() << "this build has no s3:// store";
+  }
+  ScopedEnv k("AWS_ACCESS_KEY_ID", "AKTEST"), sk("AWS_SECRET_ACCESS_KEY", "secret");
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(::listen(fd, 64), 0);  // never accepted: connections wait in the backlog
+  socklen_t len = sizeof(a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  // 21 tries of a 1 s stall each would take over 21 s; the deadline ends it after 2.
+  auto s = OpenStore("s3://bkt/p?endpoint=http://127.0.0.1:" + std::to_string(ntohs(a.sin_port)) +
+                     "&region=us-east-1&retries=20&timeout=1&deadline=2");
+  ::close(fd);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("no byte moved for 2 s"), std::string::npos)
+      << s.status().ToString();
+  EXPECT_EQ(s.status().message().find("after 21 tries"), std::string::npos)
+      << s.status().ToString();
+}
+
 // A loopback server holding one object: HEAD, ranged GETs (206) and 200 for anything else, one
 // request per connection. With break_next_get the next ranged GET announces all its bytes, sends
 // half and closes the connection.

@@ -40,6 +40,7 @@ struct NfsConfig {
   std::string root;         // directory of the store inside the export: "" or "/a/b"
   uint32_t depth = 8;
   uint64_t chunk = 1u << 20;
+  uint32_t timeout_s = 30;  // each RPC (mount included): a stopped server is an error after it
   std::string uri;
 };
 
@@ -114,9 +115,11 @@ Status RunAsync(Conn* conn, size_t n, uint32_t depth,
       conn->broken = true;
       return Status::FromErrno("poll", "nfs socket", errno);
     }
-    if (pr == 0 && ++idle_polls > 120) {
+    // Polls are 1 s each: no reply for the URI's timeout ends the batch (a stopped server).
+    if (pr == 0 && ++idle_polls >= static_cast<int>(conn->cfg.timeout_s)) {
       conn->broken = true;
-      return Status::IoError("nfs: no reply from nfs://" + conn->cfg.server + " for 120 s");
+      return Status::IoError("nfs: no reply from nfs://" + conn->cfg.server + " for " +
+                             std::to_string(conn->cfg.timeout_s) + " s (the store URI's timeout)");
     }
     if (pr > 0) idle_polls = 0;
     if (nfs_service(conn->ctx, pr > 0 ? pfd.revents : 0) < 0) {
@@ -592,7 +595,7 @@ class NfsStore final : public Store, public SessionAdmin {
 };
 
 // Mounts `export_path` on a fresh context; nullptr and the error text on failure.
-nfs_context* TryMount(const std::string& url, std::string* error) {
+nfs_context* TryMount(const std::string& url, uint32_t timeout_s, std::string* error) {
   nfs_context* ctx = nfs_init_context();
   if (ctx == nullptr) {
     *error = "cannot create an NFS context";
@@ -604,7 +607,7 @@ nfs_context* TryMount(const std::string& url, std::string* error) {
     nfs_destroy_context(ctx);
     return nullptr;
   }
-  nfs_set_timeout(ctx, 60000);
+  nfs_set_timeout(ctx, static_cast<int>(timeout_s * 1000));
   const int rc = nfs_mount(ctx, u->server, u->path);
   nfs_destroy_url(u);
   if (rc != 0) {
@@ -646,6 +649,9 @@ Result<std::unique_ptr<Store>> OpenNfsStoreFromUri(const StoreUri& uri) {
   TQKV_RETURN_IF_ERROR(opts.GetCount("depth", 1, 64, &depth));
   cfg.depth = static_cast<uint32_t>(depth);
   TQKV_RETURN_IF_ERROR(opts.GetBytes("chunk", 4096, 1u << 20, &cfg.chunk));
+  uint64_t timeout_s = cfg.timeout_s;
+  TQKV_RETURN_IF_ERROR(opts.GetSeconds("timeout", 1, 3600, &timeout_s));
+  cfg.timeout_s = static_cast<uint32_t>(timeout_s);
   bool create = true;
   TQKV_RETURN_IF_ERROR(opts.GetBool("create", &create));
   std::string export_opt;
@@ -673,7 +679,7 @@ Result<std::unique_ptr<Store>> OpenNfsStoreFromUri(const StoreUri& uri) {
   nfs_context* ctx = nullptr;
   for (const std::string& exp : candidates) {
     std::string error;
-    ctx = TryMount("nfs://" + cfg.server + exp + extra, &error);
+    ctx = TryMount("nfs://" + cfg.server + exp + extra, cfg.timeout_s, &error);
     if (ctx != nullptr) {
       cfg.export_path = exp;
       cfg.root = path.substr(exp.size());

@@ -53,7 +53,24 @@ struct Transfer {
   uint64_t base = 0;  // bytes of the whole request landed by earlier tries
   bool overflow = false;
   bool aborted = false;
+  // The request's deadline (Client::Run): when a byte last moved, and how long that may last.
+  std::chrono::steady_clock::time_point* quiet_since = nullptr;
+  std::chrono::seconds deadline{0};
+  curl_off_t moved = 0;  // bytes down and up so far in this try
+  bool stalled = false;  // aborted by the deadline
 };
+
+// libcurl calls it about once a second, and on every transfer, connecting included.
+int OnProgress(void* user, curl_off_t, curl_off_t down, curl_off_t, curl_off_t up) {
+  auto* t = static_cast<Transfer*>(user);
+  const auto now = std::chrono::steady_clock::now();
+  if (down + up > t->moved) {
+    t->moved = down + up;
+    *t->quiet_since = now;
+  }
+  t->stalled = now - *t->quiet_since >= t->deadline;
+  return t->stalled ? 1 : 0;
+}
 
 size_t OnWrite(char* data, size_t size, size_t n, void* user) {
   auto* t = static_cast<Transfer*>(user);
@@ -169,11 +186,14 @@ std::string Client::Url(const HttpRequest& req) const {
 
 Result<HttpResponse> Client::RunOnce(void* handle, const HttpRequest& req, uint64_t base,
                                      std::string* transport_error, bool* retryable,
-                                     uint64_t* landed) {
+                                     uint64_t* landed,
+                                     std::chrono::steady_clock::time_point* quiet_since) {
   CURL* curl = static_cast<CURL*>(handle);
   curl_easy_reset(curl);
   HttpResponse resp;
   Transfer t{&req, &resp, curl, base};
+  t.quiet_since = quiet_since;
+  t.deadline = std::chrono::seconds(cfg_.deadline_s);
   const std::string url = Url(req);
   const std::string sigv4 = "aws:amz:" + cfg_.region + ":s3";
   curl_easy_setopt(curl, CURLOPT_SHARE, share_->sh);
@@ -187,6 +207,9 @@ Result<HttpResponse> Client::RunOnce(void* handle, const HttpRequest& req, uint6
   curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
   curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME, static_cast<long>(cfg_.timeout_s));
   curl_easy_setopt(curl, CURLOPT_FILETIME, 1L);
+  curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
+  curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, &OnProgress);
+  curl_easy_setopt(curl, CURLOPT_XFERINFODATA, &t);
   curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, &OnWrite);
   curl_easy_setopt(curl, CURLOPT_WRITEDATA, &t);
   curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, &OnHeader);
@@ -232,6 +255,12 @@ Result<HttpResponse> Client::RunOnce(void* handle, const HttpRequest& req, uint6
     *retryable = false;
     return Status::IoError("s3: " + req.method + " " + req.key + " aborted by its reader");
   }
+  if (t.stalled) {
+    *retryable = false;
+    *transport_error = "no byte moved for " + std::to_string(cfg_.deadline_s) +
+                       " s (the store URI's deadline)";
+    return Status::IoError(*transport_error);
+  }
   if (rc != CURLE_OK && !(t.overflow && rc == CURLE_WRITE_ERROR)) {
     *retryable = Retryable(rc);
     *transport_error = curl_easy_strerror(rc);
@@ -263,11 +292,23 @@ Result<HttpResponse> Client::Run(const HttpRequest& req) {
   HttpRequest rest;
   const bool resumable = req.range.has_value() && !req.dst.empty();
   uint64_t done = 0;
+  uint32_t tries = 0;
+  auto quiet_since = std::chrono::steady_clock::now();
+  const auto deadline = std::chrono::seconds(cfg_.deadline_s);
   for (uint32_t attempt = 0; attempt <= cfg_.retries; ++attempt) {
     if (attempt > 0) {
       const int ms = std::min(2000, 50 << (attempt - 1));
-      std::this_thread::sleep_for(std::chrono::milliseconds(ms / 2 + rng() % (ms / 2 + 1)));
+      const auto left = deadline - (std::chrono::steady_clock::now() - quiet_since);
+      std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
+          std::chrono::milliseconds(ms / 2 + rng() % (ms / 2 + 1)), left));
+      if (std::chrono::steady_clock::now() - quiet_since >= deadline) {
+        err = "no byte moved for " + std::to_string(cfg_.deadline_s) +
+              " s (the store URI's deadline)";
+        last = Status::IoError(err);
+        break;
+      }
     }
+    ++tries;
     if (done > 0) {
       rest = req;
       rest.range = std::make_pair(req.range->first + done, req.range->second - done);
@@ -275,7 +316,7 @@ Result<HttpResponse> Client::Run(const HttpRequest& req) {
     }
     bool retry = false;
     uint64_t landed = 0;
-    last = RunOnce(curl, done > 0 ? rest : req, done, &err, &retry, &landed);
+    last = RunOnce(curl, done > 0 ? rest : req, done, &err, &retry, &landed, &quiet_since);
     if (last.ok()) last->received += done;
     if (!retry || req.deadline_ms > 0) break;
     // Every byte landed yet the transfer failed: the next try is the whole request again.
@@ -284,8 +325,7 @@ Result<HttpResponse> Client::Run(const HttpRequest& req) {
   Give(curl);
   if (!last.ok() && !err.empty()) {
     return Status::IoError("s3: " + req.method + " " + cfg_.bucket + "/" + req.key +
-                           " unavailable after " + std::to_string(cfg_.retries + 1) +
-                           " tries: " + err);
+                           " unavailable after " + std::to_string(tries) + " tries: " + err);
   }
   return last;
 }

@@ -141,6 +141,9 @@ class S3Writable final : public store_internal::PublishingWriter {
     req.method = "DELETE";
     req.key = object_;
     req.query = {{"uploadId", upload_id_}};
+    // Best effort and short: the writer is failing already (often on a stalled server), and
+    // an upload left behind is gc's (RemoveStaleTemps).
+    req.deadline_ms = 3000;
     upload_id_.clear();
     TQKV_ASSIGN_OR_RETURN(HttpResponse r, client_->Run(req));
     if (r.code == 404) return Status::Ok();  // already gone
@@ -703,6 +706,9 @@ Result<std::unique_ptr<Store>> OpenS3StoreFromUri(const StoreUri& uri) {
   v = cfg.timeout_s;
   TQKV_RETURN_IF_ERROR(opts.GetSeconds("timeout", 1, 3600, &v));
   cfg.timeout_s = static_cast<uint32_t>(v);
+  v = cfg.deadline_s;
+  TQKV_RETURN_IF_ERROR(opts.GetSeconds("deadline", 1, 86400, &v));
+  cfg.deadline_s = static_cast<uint32_t>(v);
   if (const std::string* io = opts.Find("io")) {
     TQKV_ASSIGN_OR_RETURN(IoMode mode, ParseIoMode(*io));
     if (mode != IoMode::kBuffered) {
