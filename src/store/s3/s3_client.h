@@ -4,6 +4,7 @@
 #ifndef TQKV_SRC_STORE_S3_S3_CLIENT_H_
 #define TQKV_SRC_STORE_S3_S3_CLIENT_H_
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -79,23 +80,29 @@ class Client {
   // NotFound, 412 Busy, anything else IoError with the server's error code.
   Status Check(const HttpResponse& r, std::string_view what, std::string_view key) const;
 
+  struct Quiet;  // one request's deadline (s3_client.cc; public for libcurl's callback)
+
  private:
   struct Share;
   void* Take();            // CURL*
   void Give(void* curl);
   // `base`: bytes of req.dst's request landed by earlier tries (for on_data); `*landed`: bytes
   // this try wrote into req.dst, also when it failed.
-  // `*quiet_since`: when a byte last moved (kept across tries); the try is aborted once that
-  // is cfg_.deadline_s ago.
+  // `*quiet`: the request's deadline, kept across its tries; the try is aborted once no byte
+  // has moved for quiet->limit.
   Result<HttpResponse> RunOnce(void* curl, const HttpRequest& req, uint64_t base,
                                std::string* transport_error, bool* retryable, uint64_t* landed,
-                               std::chrono::steady_clock::time_point* quiet_since);
+                               Quiet* quiet);
   std::string Url(const HttpRequest& req) const;
 
   S3Config cfg_;
   std::unique_ptr<Share> share_;
   std::mutex mu_;
   std::vector<void*> idle_;
+  // Set when a request ran out of its deadline, cleared by the next byte that moves: while
+  // set, a request gets kStalledGrace, so the requests queued behind a stalled wave (read-ahead
+  // blocks, the next part) fail in seconds instead of a deadline each.
+  std::atomic<bool> stalled_{false};
 };
 
 // Text of the first <tag>...</tag> in xml at or after `from`; nullopt if absent. Entities
