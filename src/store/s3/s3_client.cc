@@ -53,9 +53,9 @@ struct Transfer {
   uint64_t base = 0;  // bytes of the whole request landed by earlier tries
   bool overflow = false;
   bool aborted = false;
-  void* quiet = nullptr;   // Client::Quiet: the request's deadline
-  curl_off_t down = 0;     // bytes received in this try
-  bool stalled = false;    // aborted by the deadline
+  Client::Quiet* quiet = nullptr;  // the request's deadline
+  curl_off_t down = 0;             // bytes received in this try
+  bool stalled = false;            // aborted by the deadline
 };
 
 }  // namespace
@@ -75,7 +75,7 @@ namespace {
 // libcurl calls it about once a second, and on every transfer, connecting included.
 int OnProgress(void* user, curl_off_t, curl_off_t down, curl_off_t, curl_off_t up) {
   auto* t = static_cast<Transfer*>(user);
-  auto* q = static_cast<Client::Quiet*>(t->quiet);
+  Client::Quiet* q = t->quiet;
   const auto now = std::chrono::steady_clock::now();
   bool moved = false;
   if (down > t->down) {
