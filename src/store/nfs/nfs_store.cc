@@ -686,6 +686,9 @@ Result<std::unique_ptr<Store>> OpenNfsStoreFromUri(const StoreUri& uri) {
       break;
     }
     if (first_error.empty()) first_error = error;
+    // A server that does not answer will not answer for a shorter export either: one timeout
+    // is the bound, not one per candidate.
+    if (error.find("timed out") != std::string::npos) break;
   }
   if (ctx == nullptr) {
     return Status::IoError("nfs: cannot mount nfs://" + cfg.server + path + ": " + first_error);
