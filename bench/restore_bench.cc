@@ -652,14 +652,14 @@ void RegisterBenchRestore(CLI::App& bench) {
   auto o = std::make_shared<Options>();
   cmd->add_option("--workers", o->workers, "Concurrent workers, each with its own session")->capture_default_str();
   cmd->add_option("--tokens", o->tokens, "Context lengths")->delimiter(',')->capture_default_str();
-  cmd->add_option("--codec", o->codecs, "Codec specs (repeatable; default fp16 and tq3)");
-  cmd->add_option("--io", o->ios, "I/O paths: buffered, direct, uring (repeatable; default buffered and direct)");
-  cmd->add_option("--config", o->configs,
+  OneValuePerUse(cmd->add_option("--codec", o->codecs, "Codec specs (repeatable; default fp16 and tq3)"));
+  OneValuePerUse(cmd->add_option("--io", o->ios, "I/O paths: buffered, direct, uring (repeatable; default buffered and direct)"));
+  OneValuePerUse(cmd->add_option("--config", o->configs,
                   "CODEC:IO or CODEC:IO:TARGET rows to run instead of every codec x io x target "
-                  "(repeatable; e.g. fp16:buffered:gpu, tq3:gds:gpu)");
-  cmd->add_option("--target", o->targets,
+                  "(repeatable; e.g. fp16:buffered:gpu, tq3:gds:gpu)"));
+  OneValuePerUse(cmd->add_option("--target", o->targets,
                   "Restore into host memory or GPU memory: host, gpu (repeatable; default host). "
-                  "GPU rows take io gds (the GDS -> direct -> buffered ladder), direct, uring or buffered");
+                  "GPU rows take io gds (the GDS -> direct -> buffered ladder), direct, uring or buffered"));
   cmd->add_option("--store", o->store, kStoreUriHelp)->capture_default_str();
   cmd->add_option("--model", o->model, "Model preset")->capture_default_str();
   cmd->add_option("--link-gbps", o->links,

@@ -395,13 +395,15 @@ class KlDecoder:
                 or any(math.copysign(1.0, s) < 0 for s in scales)
                 or any(bits.count(b) % 8 for b in range(1, 9))
                 or not (math.isfinite(g) and g > 0 and math.frexp(g)[0] == 0.5
-                        and -125 <= math.frexp(g)[1] <= 128)):
+                        and -125 <= math.frexp(g)[1] <= 128)
+                or not self.finite_decode(bits, means, scales, g)):
             raise Corrupt("kl group metadata")
         if self.c["norm_dtype"] == F16:
             norm = half_to_float(struct.unpack_from("<H", code, 0)[0])
         else:
             norm = struct.unpack_from("<f", code, 0)[0]
-        x = [f32(f32(means[c] * g) * norm) for c in range(d)]  # 0-bit channels: a_c * N
+        x = [0.0] * d
+        row0 = None  # row position 0: the first block's first value
         at = self.nb
         for b in range(1, 9):
             chans = [c for c in range(d) if bits[c] == b]
@@ -410,12 +412,28 @@ class KlDecoder:
             while m >= 8:  # blocks by the binary digits of the class size, largest first
                 if len(chans) & m:
                     row = self.block(m, b).decode(code, 0, at)
+                    if row0 is None:
+                        row0 = row[0]
                     for j, c in enumerate(chans[taken:taken + m]):
                         x[c] = f32(f32(f32(means[c] * g) * norm) + f32(f32(scales[c] * g) * row[j]))
                     taken += m
                     at += b * m // 8
                 m >>= 1
+        for c in range(d):  # 0-bit channels: beta_c = +0 and p_c = 0 (the sign of a zero sum)
+            if bits[c] == 0:
+                x[c] = f32(f32(f32(means[c] * g) * norm) + f32(0.0 * row0))
         return x
+
+    def finite_decode(self, bits, means, scales, g):
+        """codec.md section 11: finite codes must decode to finite values."""
+        if self.c["norm_dtype"] != F16:
+            return g == 1.0
+        root_d = math.sqrt(self.d)
+        largest = [0.0] + [max(abs(s["centroids"][0]), abs(s["centroids"][-1]))
+                           for s in self.c["subsets"]]
+        return all(g * 65504.0 * (abs(means[c]) + (scales[c] * root_d * largest[bits[c]]
+                                                  if bits[c] else 0.0)) <= 2.0 ** 127
+                   for c in range(self.d))
 
     def decode_to(self, code, meta, out_dtype):
         return store_bits([f32_bits(v) for v in self.decode(code, meta)], out_dtype)

@@ -27,6 +27,11 @@ inline constexpr const char* kDurationHelp = "Durations: ms, s, m, h, d (none: s
 // "-1" (which CLI11 would wrap into an unsigned) and "1e9" are refused before the command runs.
 CLI::Validator CountIn(uint64_t min, uint64_t max);
 
+// A repeatable option (a vector target) that takes one value per use ("--codec a --codec b"), so
+// it never swallows the positionals or values after it: CLI11 lets a vector option take every
+// following non-option argument.
+inline CLI::Option* OneValuePerUse(CLI::Option* option) { return option->allow_extra_args(false); }
+
 // Subcommand callbacks report their outcome here; main returns it.
 void SetExitCode(int code);
 int ExitCode();

@@ -12,7 +12,8 @@ void SettingsFlags::Add(CLI::App* cmd, bool guard) {
       "--codec", [s](const std::string& v) { s->codec = v; },
       "Codec spec: fp16, tq2, tq3, tq4, tq2.5, tq3.5, kl:2.5, k4v2, auto:B[,from=kl|all], ... (default " +
           std::string(kDefaultCodec) + ")");
-  cmd->add_option("--layer-codec", s->layer_codecs, "Per-layer override L:SPEC (repeatable)");
+  OneValuePerUse(
+      cmd->add_option("--layer-codec", s->layer_codecs, "Per-layer override L:SPEC (repeatable)"));
   cmd->add_option_function<std::string>(
       "--exact-tokens", [s](const std::string& v) { s->exact_tokens = v; }, kExactTokensHelp);
   cmd->add_option_function<std::string>(

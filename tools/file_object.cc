@@ -2,6 +2,8 @@
 
 #include <filesystem>
 
+#include "store/posix/posix_store.h"
+
 namespace tqkv::tools {
 
 Result<StoreAndKey> OpenFilePath(const std::string& path, bool create_dir) {
@@ -14,10 +16,14 @@ Result<StoreAndKey> OpenFilePath(const std::string& path, bool create_dir) {
   fs::path dir = fs::absolute(p.has_parent_path() ? p.parent_path() : fs::path("."), ec);
   if (ec) return Status::InvalidArgument(path + ": " + ec.message());
   if (!create_dir && !fs::is_directory(dir)) return Status::NotFound(dir.string() + ": no such directory");
+  // Opened as a directory, not a URI (a '?' in it is part of the name), and the stem is a file
+  // name: "x^y.tqkv" is a local file, not a store key (ValidateKey would refuse the '^').
+  PosixStoreOptions options;
+  options.dir = dir.string();
+  options.file_names = true;
   StoreAndKey out;
-  TQKV_ASSIGN_OR_RETURN(out.store, OpenStore(dir.string()));
+  TQKV_ASSIGN_OR_RETURN(out.store, OpenPosixStore(options));
   out.key = p.stem().string();
-  TQKV_RETURN_IF_ERROR(ValidateKey(out.key));
   return out;
 }
 

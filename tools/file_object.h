@@ -15,7 +15,8 @@ struct StoreAndKey {
   std::string key;
 };
 
-// Splits a .tqkv file path into the directory store and the key.
+// Splits a .tqkv file path into the directory store and the key. The key is the file's name
+// (any bytes but '/' and NUL), not a store key: the store is opened with file_names.
 Result<StoreAndKey> OpenFilePath(const std::string& path, bool create_dir = false);
 
 }  // namespace tqkv::tools

@@ -82,11 +82,12 @@ void RegisterMigrateCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--steps", o->steps, "Teacher-forced steps after the prefix")
       ->capture_default_str();
-  cmd->add_option("--codec", o->codecs, "Codec spec (repeatable: fp16, tq2, tq2.5, tq3, ...)")
+  OneValuePerUse(
+      cmd->add_option("--codec", o->codecs, "Codec spec (repeatable: fp16, tq2, tq2.5, tq3, ...)"))
       ->required();
-  cmd->add_option("--layer-codec", o->layer_codecs,
-                  "Per-layer override L:SPEC (repeatable); measured as extra rows, one per "
-                  "TurboQuant --codec");
+  OneValuePerUse(cmd->add_option("--layer-codec", o->layer_codecs,
+                                 "Per-layer override L:SPEC (repeatable); measured as extra rows, "
+                                 "one per TurboQuant --codec"));
   cmd->add_option("--store", o->store, kStoreUriHelp)->required();
   cmd->add_option("--threads", o->threads, "Threads (0: all cores)");
   cmd->add_option("--activations", o->activations,
@@ -101,8 +102,8 @@ void RegisterMigrateCommand(CLI::App& app) {
                   "Analysis: encode keys minus their per-head mean over blocks of N tokens "
                   "(scaled per vector), add it back on restore; the means and coefficients "
                   "count at 16 bits each (docs/lab/accuracy-log.md)");
-  cmd->add_option("--key-means", o->key_means,
-                  std::string(kKeyMeansHelp) + "; repeatable: every row once per setting");
+  OneValuePerUse(cmd->add_option("--key-means", o->key_means,
+                                 std::string(kKeyMeansHelp) + "; repeatable: every row once per setting"));
   cmd->add_option("--exact-tokens", o->exact_tokens,
                   std::string(kExactTokensHelp) + "; applies to the TurboQuant rows");
   cmd->callback([flags] { Report("migrate", Migrate(*flags)); });

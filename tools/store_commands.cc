@@ -201,10 +201,11 @@ void RegisterGc(CLI::App& app) {
         std::printf("%s %s (%llu bytes): over the cap, last used %s\n", verb, m.key.c_str(),
                     static_cast<unsigned long long>(m.size), Iso(m.LastUse()).c_str());
       }
-      std::printf("%llu -> %llu bytes; %zu pinned kept; %llu stale temps removed%s\n",
+      std::printf("%llu -> %llu bytes; %zu pinned kept; %llu stale temps %s%s\n",
                   static_cast<unsigned long long>(r.bytes_before),
                   static_cast<unsigned long long>(r.bytes_after), r.pinned_kept.size(),
                   static_cast<unsigned long long>(r.temps_removed),
+                  o->dry_run ? "would be removed" : "removed",
                   r.over_cap_after ? "; still over the cap (pinned sessions)" : "");
       return Status::Ok();
     }();

@@ -78,7 +78,8 @@ struct SeqState {
 // Parses a blob from llama_state_seq_get_data. Corruption for a truncated or damaged blob or an
 // unknown layout (saying where parsing stopped), Unsupported for a quantized K/V type (naming it).
 // Cells with and without llama_kv_cell_ext are told apart by which reading consumes the blob
-// exactly; a blob both readings accept is refused as ambiguous.
+// exactly with every cell's sequence ids ascending and non-negative (as llama.cpp writes them);
+// a blob both readings accept is refused as ambiguous.
 Result<SeqState> ParseSeqState(std::span<const uint8_t> blob);
 // The blob llama.cpp would write for `state` (ParseSeqState's inverse, byte for byte).
 std::vector<uint8_t> SerializeSeqState(const SeqState& state);

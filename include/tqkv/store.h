@@ -70,6 +70,9 @@ class Store {
   // was last modified at least `min_age` ago; returns how many were deleted. On a shared
   // directory, pick `min_age` well above the longest checkpoint write.
   virtual Result<uint64_t> RemoveStaleTemps(std::chrono::seconds min_age) { return uint64_t{0}; }
+  // How many temps RemoveStaleTemps(min_age) would delete now, deleting nothing (gc --dry-run).
+  // A store that overrides one overrides both.
+  virtual Result<uint64_t> CountStaleTemps(std::chrono::seconds min_age) { return uint64_t{0}; }
   // Stores that keep each object as a local file (posix, on a local disk or a mounted NFS): the
   // directory, and the file a committed object of `key` lives in (whether or not it exists now),
   // for callers that need a path (cuFile, an O_DIRECT probe). nullopt for stores without local

@@ -66,7 +66,7 @@ struct GcReport {
   std::vector<SessionMeta> expired;   // TTL
   std::vector<SessionMeta> evicted;   // over the cap, least recently used first
   std::vector<std::string> pinned_kept;
-  uint64_t temps_removed = 0;
+  uint64_t temps_removed = 0;         // dry_run: how many a run now would remove
   bool over_cap_after = false;        // pinned sessions alone exceed the cap
 };
 

@@ -62,21 +62,30 @@ class Measurer {
   void Accumulate(const TensorView& t, size_t hd, TensorCodecError* out) {
     const size_t d = h_.geometry.head_dim, row = h_.geometry.kv_heads * d;
     const uint64_t mean_blocks = t.means ? KeyMeanBlocks(h_, layer_) : 0;
+    // Left out, as a non-finite vector is: a finite one the codec stores as NaN (its f32 sum of
+    // squares overflows, docs/codec.md §5). Its error has no finite value, and the sums must.
+    keep_.assign(samples_, 0);
     std::vector<double> mean(d, 0.0);
     uint64_t count = 0;
     for (uint64_t i = 0; i < samples_; ++i) {
-      const size_t at = i * stride_ * row + hd * d;
-      if (!FiniteRow(t.x, t.dtype, at, d)) continue;
+      const uint64_t token = i * stride_;
+      const size_t at = token * row + hd * d;
+      // Exact rows are restored as they are: no error there, and they still vary.
+      const bool exact = token < h_.exact_head || token >= tokens_ - h_.exact_tail;
+      if (!FiniteRow(t.x, t.dtype, at, d) ||
+          (!exact && !FiniteRow(decoded_.data(), DType::kF32, i * d, d))) {
+        continue;
+      }
+      keep_[i] = 1;
       for (size_t c = 0; c < d; ++c) mean[c] += LoadAsFloat(t.x, t.dtype, at + c);
       ++count;
     }
     if (count == 0) return;
     for (double& m : mean) m /= static_cast<double>(count);
     for (uint64_t i = 0; i < samples_; ++i) {
+      if (!keep_[i]) continue;
       const uint64_t token = i * stride_;
       const size_t at = token * row + hd * d;
-      if (!FiniteRow(t.x, t.dtype, at, d)) continue;
-      // Exact rows are restored as they are: no error there, and they still vary.
       const bool exact = token < h_.exact_head || token >= tokens_ - h_.exact_tail;
       const float* r = decoded_.data() + i * d;
       const float* mu = nullptr;
@@ -107,6 +116,7 @@ class Measurer {
   uint64_t samples_ = 0;
   std::vector<uint8_t> codes_;
   std::vector<float> decoded_;
+  std::vector<uint8_t> keep_;  // per sample: in the sums
 };
 
 }  // namespace

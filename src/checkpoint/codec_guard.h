@@ -37,7 +37,9 @@ using CandidateErrors = std::vector<std::array<std::vector<TensorCodecError>, 2>
 // `h` describes (geometry, tokens, source dtype, key means). A TurboQuant K candidate is
 // measured the way the checkpoint stores it: mean-removed when h.key_mean_block != 0 (means
 // over all tokens, residual encoded, α·μ added back); a split codec's group metadata is
-// selected over all tokens. Vectors with a non-finite element are left out of the sums.
+// selected over all tokens. Vectors with a non-finite element are left out of the sums, and so
+// are finite ones the codec stores as NaN (an f32 sum of squares that overflows, unless the
+// row is exact): both restore as NaN (docs/codec.md §5), and the sums stay finite.
 // `residual` holds tokens × kv_heads × head_dim floats when h has key means.
 Result<CandidateErrors> MeasureCodecErrors(const ContainerHeader& h, uint32_t stride,
                                            const LayerTensorsFn& layer_tensors,

@@ -100,6 +100,7 @@ class TransformCodec final : public Codec {
       const std::vector<float>& c = params_.subsets[b - 1].centroids;
       thresholds_[b].resize(c.size() - 1);
       for (size_t k = 0; k + 1 < c.size(); ++k) thresholds_[b][k] = 0.5f * (c[k] + c[k + 1]);
+      largest_centroid_[b] = std::max(std::fabs(c.front()), std::fabs(c.back()));
     }
   }
 
@@ -145,6 +146,30 @@ class TransformCodec final : public Codec {
     int e = 0;
     if (!(g > 0.0f) || !std::isfinite(g) || std::frexp(g, &e) != 0.5f || e < -125 || e > 128) {
       return bad("norm scale is not a normal power of two");
+    }
+    return CheckDecodeBound(meta, g, bad);
+  }
+
+  // Finite codes must decode to finite values: a g edited to 2^127 passed verify and restored
+  // infinities (issue 49). With f16 norms N <= 65504 and a block's row entries are at most
+  // N·√d·max|centroid|, so g·65504·(|m_c| + s_c·√d·max|centroid|) bounds channel c (the encoder's
+  // metadata stays below 2^80). With f32 norms tqkv writes g = 1; N itself can then overflow the
+  // decode, as TurboQuant's f32 norm can (docs/codec.md §5).
+  template <typename Bad>
+  Status CheckDecodeBound(std::span<const uint8_t> meta, float g, const Bad& bad) const {
+    if (params_.norm_dtype == DType::kF32) {
+      return g == 1.0f ? Status::Ok() : bad("norm scale with f32 norms is not 1");
+    }
+    const double root_d = std::sqrt(static_cast<double>(d_));
+    for (uint32_t c = 0; c < d_; ++c) {
+      const double m = std::fabs(HalfToFloat(LoadU16(&meta[d_ + 2 * c])));
+      const double s = meta[c] == 0 ? 0.0 : HalfToFloat(LoadU16(&meta[3 * d_ + 2 * c]));
+      const double bound = g * 65504.0 * (m + s * root_d * largest_centroid_[meta[c]]);
+      if (bound > 0x1p127) {  // FLT_MAX / 2: room for the rounding of products and sum
+        return bad("channel " + std::to_string(c) + ": mean, scale and norm scale 2^" +
+                   std::to_string(std::ilogb(g)) +
+                   " can decode a finite code to infinity");
+      }
     }
     return Status::Ok();
   }
@@ -436,6 +461,7 @@ class TransformCodec final : public Codec {
   uint32_t d_ = 0;
   size_t norm_bytes_ = 0, code_bytes_ = 0;
   std::vector<float> thresholds_[kMaxBits + 1];  // [b]: 2^b - 1 midpoints
+  double largest_centroid_[kMaxBits + 1] = {};   // [b]: max |centroid| of codebook b
   mutable std::mutex rot_mu_;
   mutable std::map<uint32_t, std::unique_ptr<KlBlockRotation>> rotations_;
 };

@@ -301,8 +301,9 @@ TQKV_HD uint32_t KlNormScaleBits(const uint8_t* meta, uint32_t d) {
   return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 |
          static_cast<uint32_t>(p[2]) << 16 | static_cast<uint32_t>(p[3]) << 24;
 }
-// Codec::CheckGroupMeta's rules, which the kernels also apply (a metadata they refuse decodes to
-// NaN and is never read beyond the code; the restore refuses it on the host first): channel c
+// Codec::CheckGroupMeta's structural rules, which the kernels also apply (a metadata they refuse
+// decodes to NaN and is never read beyond the code; the restore refuses it on the host first,
+// where alone the overflow bound of docs/codec.md §11 is checked): channel c
 // has at most 8 bits, a finite mean and a finite non-negative scale...
 TQKV_HD bool KlChannelOk(const uint8_t* meta, uint32_t d, uint32_t c) {
   const uint32_t m = LoadU16Le(meta + d + 2 * c), s = LoadU16Le(meta + 3 * d + 2 * c);

@@ -127,6 +127,14 @@ void ReadStream(BlobReader& r, uint32_t cell_count, bool cell_ext, Stream* s) {
     if (!r.Need(uint64_t{n_seq} * 4, "cell sequence ids")) return;
     c.seq_ids.resize(n_seq);
     for (int32_t& id : c.seq_ids) id = r.I32("cell sequence id");
+    // state_write_meta lists a cell's sequences in ascending order, each >= 0. A reading with
+    // the wrong extension setting lands ids out of order (cells of 8 sequences once parsed
+    // both ways and were refused as ambiguous), so this one rule tells the readings apart.
+    for (size_t i = 0; i < c.seq_ids.size() && r.ok(); ++i) {
+      if (c.seq_ids[i] < 0 || (i > 0 && c.seq_ids[i] <= c.seq_ids[i - 1])) {
+        r.Fail("cell sequence ids", "not ascending and non-negative");
+      }
+    }
   }
   const uint32_t v_trans = r.U32("v_trans");
   if (r.ok() && v_trans > 1) r.Fail("v_trans", "expected 0 or 1, got " + std::to_string(v_trans));

@@ -355,17 +355,53 @@ const std::string* UriOptions::Find(std::string_view key) {
   return nullptr;
 }
 
-Status UriOptions::GetUint(std::string_view key, uint64_t min, uint64_t max, uint64_t* value) {
+namespace {
+
+Status BadOption(std::string_view key, const std::string& value, const char* kind, uint64_t min,
+                 uint64_t max, const Status& why) {
+  return Status::InvalidArgument("store URI option " + std::string(key) + "=" + Printable(value) +
+                                 ": expected " + kind + " in [" + std::to_string(min) + ", " +
+                                 std::to_string(max) + "]: " + why.message());
+}
+
+}  // namespace
+
+Status UriOptions::GetCount(std::string_view key, uint64_t min, uint64_t max, uint64_t* value) {
   const std::string* v = Find(key);
   if (v == nullptr) return Status::Ok();
-  auto parsed = ParseByteSize(*v, min, max);  // tqkv/units.h: the one unit rule
-  if (!parsed.ok()) {
-    return Status::InvalidArgument("store URI option " + std::string(key) + "=" + Printable(*v) +
-                                   ": expected a number in [" + std::to_string(min) + ", " +
-                                   std::to_string(max) + "]: " + parsed.status().message());
-  }
+  auto parsed = ParseCount(*v, min, max);  // tqkv/units.h: the one unit rule
+  if (!parsed.ok()) return BadOption(key, *v, "a count", min, max, parsed.status());
   *value = *parsed;
   return Status::Ok();
+}
+
+Status UriOptions::GetBytes(std::string_view key, uint64_t min, uint64_t max, uint64_t* value) {
+  const std::string* v = Find(key);
+  if (v == nullptr) return Status::Ok();
+  auto parsed = ParseByteSize(*v, min, max);
+  if (!parsed.ok()) return BadOption(key, *v, "a byte size", min, max, parsed.status());
+  *value = *parsed;
+  return Status::Ok();
+}
+
+Status UriOptions::GetSeconds(std::string_view key, uint64_t min, uint64_t max, uint64_t* value) {
+  const std::string* v = Find(key);
+  if (v == nullptr) return Status::Ok();
+  auto parsed = ParseDuration(*v);
+  Status why = parsed.status();
+  if (parsed.ok()) {
+    const int64_t ns = parsed->count();
+    if (ns % 1'000'000'000 != 0) {
+      why = Status::InvalidArgument("not a whole number of seconds");
+    } else if (static_cast<uint64_t>(ns / 1'000'000'000) < min ||
+               static_cast<uint64_t>(ns / 1'000'000'000) > max) {
+      why = Status::InvalidArgument("out of range");
+    } else {
+      *value = static_cast<uint64_t>(ns / 1'000'000'000);
+      return Status::Ok();
+    }
+  }
+  return BadOption(key, *v, "seconds", min, max, why);
 }
 
 Status UriOptions::GetBool(std::string_view key, bool* value) {

@@ -42,9 +42,8 @@ Result<GcReport> CollectGarbage(Store* store, const GcOptions& o) {
   }
   GcReport rep;
   TQKV_ASSIGN_OR_RETURN(auto admin, OpenSessionAdmin(store));
-  if (!o.dry_run) {
-    TQKV_ASSIGN_OR_RETURN(rep.temps_removed, store->RemoveStaleTemps(o.temp_min_age));
-  }
+  TQKV_ASSIGN_OR_RETURN(rep.temps_removed, o.dry_run ? store->CountStaleTemps(o.temp_min_age)
+                                                      : store->RemoveStaleTemps(o.temp_min_age));
   TQKV_ASSIGN_OR_RETURN(std::vector<SessionMeta> sessions, admin->ListSessions());
   const int64_t now = store_internal::NowUnixNs();
   for (const auto& s : sessions) rep.bytes_before += s.size;

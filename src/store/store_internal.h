@@ -40,7 +40,12 @@ class UriOptions {
 
   // nullptr when absent.
   const std::string* Find(std::string_view key);
-  Status GetUint(std::string_view key, uint64_t min, uint64_t max, uint64_t* value);
+  // Each leaves *value alone when the option is absent; a bad value is InvalidArgument naming
+  // the option and the kind of value it takes.
+  Status GetCount(std::string_view key, uint64_t min, uint64_t max, uint64_t* value);  // "16"
+  Status GetBytes(std::string_view key, uint64_t min, uint64_t max, uint64_t* value);  // "64KiB"
+  // Whole seconds: "90", "90s", "2m" (tqkv/units.h durations).
+  Status GetSeconds(std::string_view key, uint64_t min, uint64_t max, uint64_t* value);
   Status GetBool(std::string_view key, bool* value);
   Status Finish() const;
 

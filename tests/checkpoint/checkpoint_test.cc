@@ -7,11 +7,15 @@
 
 #include <algorithm>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "checkpoint/session_util.h"
+#include "format/container_layout.h"
+#include "format/container_testing.h"
 #include "store/store_test_util.h"
 #include "tqkv/aligned_buffer.h"
 #include "tqkv/container.h"
@@ -481,6 +485,61 @@ TEST(Checkpoint, StreamsFromASourceLayerByLayer) {
   ASSERT_TRUE(restored.ok());
   EXPECT_TRUE(SameBytes(same->cache(), (*restored)->cache()));
   EXPECT_EQ((*restored)->cache().model(), "synthetic");
+}
+
+// A kl group whose norm scale g was edited to 2^127 (every checksum fixed) passed verify and
+// restored infinities (issue 49, item 14): such metadata can decode finite codes to infinity, and
+// the metadata check refuses it as Corruption before anything is decoded.
+TEST(Checkpoint, KlNormScaleThatCanOverflowIsRefused) {
+  testing_util::ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  auto store = OpenStore(dir.path());
+  ASSERT_TRUE(store.ok());
+  auto session = MakeSession(kSmall64, 48, DType::kF16, 11);
+  CheckpointOptions o;
+  o.codec = *ParseCodecSpec("kl:2.5");
+  ASSERT_TRUE(Checkpoint(session->cache(), o, **store, "s").ok());
+  ASSERT_TRUE(VerifyObject(**store, "s").ok());
+  ChunkEntry meta;
+  {
+    auto object = (*store)->Open("s");
+    ASSERT_TRUE(object.ok());
+    auto reader = ContainerReader::Open(object->get(), "s");
+    ASSERT_TRUE(reader.ok());
+    for (const ChunkEntry& e : (*reader)->chunks()) {
+      if (e.type == ChunkType::kGroupMeta) {
+        meta = e;
+        break;
+      }
+    }
+  }
+  ASSERT_EQ(meta.type, ChunkType::kGroupMeta);
+  const std::string path = dir.path() + "/s.tqkv";
+  std::vector<uint8_t> f;
+  {
+    std::ifstream in(path, std::ios::binary);
+    f.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const float g = 0x1p127f;  // layer 0 K head 0's g: after u8 bits[d], f16 mean[d], f16 scale[d]
+  std::memcpy(&f[meta.offset + 5 * kSmall64.head_dim], &g, 4);
+  // The chunk's checksum in the index (found by value), then the structural ones.
+  const uint64_t fixed = format::Checksum(std::span<const uint8_t>(&f[meta.offset], meta.size));
+  auto at = std::search(f.begin() + meta.offset + meta.size, f.end(),
+                        reinterpret_cast<const uint8_t*>(&meta.checksum),
+                        reinterpret_cast<const uint8_t*>(&meta.checksum) + 8);
+  ASSERT_NE(at, f.end());
+  std::memcpy(&*at, &fixed, 8);
+  format::ResignContainerForTesting(f);
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write(reinterpret_cast<const char*>(f.data()), static_cast<std::streamsize>(f.size()));
+  }
+  const Status v = VerifyObject(**store, "s");
+  EXPECT_EQ(v.code(), StatusCode::kCorruption) << v.ToString();
+  EXPECT_NE(v.message().find("can decode a finite code to infinity"), std::string::npos)
+      << v.ToString();
+  auto r = Restore(**store, "s", RestoreOptions{});
+  EXPECT_EQ(r.status().code(), StatusCode::kCorruption) << r.status().ToString();
 }
 
 }  // namespace

@@ -237,6 +237,21 @@ TEST(TransformCodecTest, BadMetadataIsRefusedNamingWhy) {
   const float three = 3.0f;
   std::memcpy(&m[5 * d], &three, 4);
   refused(m, "power of two");
+  // A power of two so large that finite codes decode to infinity (issue 49, item 14); the
+  // largest g the encoder could write for f32 data is far below it.
+  m = r.meta;
+  const float huge = 0x1p127f, fine = 0x1p50f;
+  std::memcpy(&m[5 * d], &huge, 4);
+  refused(m, "can decode a finite code to infinity");
+  std::memcpy(&m[5 * d], &fine, 4);
+  EXPECT_TRUE(codec->CheckGroupMeta(m).ok());
+  // With f32 norms tqkv writes g = 1, and nothing else is taken.
+  auto f32 = MakeCodec("kl:3,norm=f32", d);
+  const Coded r32 = RoundTrip(*f32, x);
+  m = r32.meta;
+  const float two = 2.0f;
+  std::memcpy(&m[5 * d], &two, 4);
+  EXPECT_NE(f32->CheckGroupMeta(m).message().find("f32 norms is not 1"), std::string::npos);
 }
 
 }  // namespace

@@ -139,6 +139,21 @@ def make_input(path, head_dim, dtype, seed):
         f.write(struct.pack("<Q", len(text)) + text + b"".join(t for _, t in tensors))
 
 
+def make_flat_channel_input(path, head_dim, seed):
+    """make_input's F32 cache with channels 0..7 a constant tiny negative: kl gives them 0 bits
+    and a mean of -0 (f16), so a 0-bit channel's zero takes the sign of row position 0
+    (docs/codec.md section 11, step 2)."""
+    make_input(path, head_dim, "F32", seed)
+    with open(path, "rb") as f:
+        data = bytearray(f.read())
+    start = 8 + struct.unpack_from("<Q", data, 0)[0]
+    for at in range(start, len(data), 4 * head_dim):
+        for c in range(8):
+            struct.pack_into("<f", data, at + 4 * c, -1e-30)
+    with open(path, "wb") as f:
+        f.write(bytes(data))
+
+
 def run(cmd):
     return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -193,6 +208,20 @@ def main():
             checked += 1
             if err:
                 failures.append(err)
+    # 0-bit kl channels with -0 means, key means off so the zeros reach the output.
+    st = os.path.join(work, "in.safetensors")
+    container = os.path.join(work, "case.tqkv")
+    make_flat_channel_input(st, 64, 77)
+    label = "kl:1.5, 0-bit channels with -0 means"
+    r = run([tqkv, "compress", st, container, "--threads", "1", "--codec", "kl:1.5",
+             "--key-means", "off", "--exact-tokens", "0,0"])
+    if r.returncode != 0:
+        failures.append("%s: tqkv compress failed: %s" % (label, r.stderr.strip()))
+    else:
+        err = compare(tqkv, container, "f32", work, label)
+        checked += 1
+        if err:
+            failures.append(err)
     for f in failures:
         print("FAIL", f)
     print("%d comparisons, %d failed" % (checked, len(failures)))

@@ -189,6 +189,39 @@ TEST(KlEmulation, MetadataTheCodecRefusesDecodesToNaN) {
   for (uint32_t c = 0; c < d; ++c) ASSERT_TRUE(std::isnan(out[c])) << c;
 }
 
+// The GPU decodes with the container's stored codebooks, not Lloyd-Max tables of its own: a
+// record whose codebooks differ (valid: finite, ascending) decodes on the emulation exactly as
+// the CPU codec built from that record does, and differently from the standard codebooks
+// (issue 49, item 6; docs/gpu.md).
+TEST(KlEmulation, StoredCodebooksThatDifferAreUsed) {
+  const uint32_t d = 64;
+  const size_t n = 16;
+  auto standard = Codec::Create(*ParseCodecSpec("kl:3"), d);
+  ASSERT_TRUE(standard.ok());
+  CodecParams params = (*standard)->params();
+  for (SubsetParams& s : params.subsets) {
+    for (float& c : s.centroids) c = 1.5f * c + 0.25f;  // still finite and ascending
+  }
+  auto stored = Codec::FromParams(params);
+  ASSERT_TRUE(stored.ok()) << stored.status().ToString();
+  auto packed = cuda::PackCodecParams(params);
+  ASSERT_TRUE(packed.ok()) << packed.status().ToString();
+  const cuda::GpuCodecParams& p = packed->params;
+  const std::vector<float> x = gpu_test::TestVectors(n, d, 4);
+  std::vector<uint8_t> meta((*stored)->group_meta_bytes()), codes(n * p.code_bytes);
+  ASSERT_TRUE((*stored)->SelectGroupMeta(x.data(), DType::kF32, n, d, meta).ok());
+  ASSERT_TRUE((*stored)->Encode(x.data(), DType::kF32, n, d, meta, codes).ok());
+  std::vector<float> want(n * d), other(n * d), got(n * d);
+  ASSERT_TRUE((*stored)->Decode(codes, n, meta, want.data(), DType::kF32, d).ok());
+  ASSERT_TRUE((*standard)->Decode(codes, n, meta, other.data(), DType::kF32, d).ok());
+  for (size_t i = 0; i < n; ++i) {
+    cuda::EmulateDecodeVector(p, codes.data() + i * p.code_bytes, meta.data(),
+                              reinterpret_cast<uint8_t*>(got.data() + i * d), cuda::kGpuF32);
+  }
+  EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * 4));
+  EXPECT_NE(0, std::memcmp(other.data(), got.data(), other.size() * 4));
+}
+
 // The table holds what the codec uses: each codebook, each block size's signs and scale.
 TEST(KlEmulation, PackedTableHoldsTheCodebooksAndBlockRotations) {
   auto codec = Codec::Create(*ParseCodecSpec("kl:2.5"), 128);

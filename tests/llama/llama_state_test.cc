@@ -44,6 +44,7 @@ struct CacheSpec {
   bool v_trans = false;
   uint32_t empty_streams_before = 0;  // streams without cells of the sequence
   uint32_t seed = 1;
+  uint32_t seqs = 1;  // every cell belongs to sequences 0 .. seqs - 1
 };
 
 // What llama_kv_cache::state_write writes for one cache.
@@ -55,8 +56,8 @@ void WriteCache(Blob& o, const CacheSpec& c) {
   if (cells == 0) return;
   for (int32_t p : c.positions) {
     o.U32(static_cast<uint32_t>(p));
-    o.U32(1);  // n_seq_id
-    o.U32(0);  // seq 0
+    o.U32(c.seqs);  // n_seq_id, then the ids ascending (state_write_meta's loop)
+    for (uint32_t id = 0; id < c.seqs; ++id) o.U32(id);
   }
   o.U32(c.v_trans ? 1 : 0);
   o.U32(c.layers);
@@ -440,6 +441,29 @@ TEST(LlamaStateTest, Fp16CheckpointRestoresTheSameBytesAndTokens) {
   auto parsed = ParseSeqState(lossy->blob);
   ASSERT_TRUE(parsed.ok());
   EXPECT_EQ(parsed->caches[1].streams[0].cells[0].pos, 20);
+}
+
+// Cells shared by 8 sequences were refused as "ambiguous" while 9 imported (issue 49, item 13):
+// read with cell extensions, ids 0..7 happen to consume a pair of cells exactly. llama.cpp writes
+// a cell's ids ascending; a reading that gives any cell ids out of order is no reading.
+TEST(LlamaStateTest, CellsOfAnyNumberOfSequencesImport) {
+  for (uint32_t seqs : {1u, 2u, 3u, 7u, 8u, 9u, 16u}) {
+    SCOPED_TRACE(seqs);
+    CacheSpec c{Range(0, 12), 2, 32, kGgmlF16, kGgmlF16, false, 0, 4, seqs};
+    const std::vector<uint8_t> blob = MakeBlob({c});
+    auto parsed = ParseSeqState(blob);
+    ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+    EXPECT_FALSE(parsed->cell_ext);
+    ASSERT_EQ(parsed->caches[0].streams[0].cells[5].seq_ids.size(), seqs);
+    EXPECT_EQ(parsed->caches[0].streams[0].cells[5].seq_ids.back(), static_cast<int32_t>(seqs - 1));
+    MemoryStore store;
+    CheckpointOptions opts;
+    opts.codec = *ParseCodecSpec("fp16");
+    ASSERT_TRUE(CheckpointSeqState(blob, 16, "m", nullptr, opts, store, "s").ok());
+    auto back = RestoreSeqState(store, "s");
+    ASSERT_TRUE(back.ok()) << back.status().ToString();
+    EXPECT_EQ(back->blob, blob);
+  }
 }
 
 TEST(LlamaStateTest, SessionsWithoutEngineStateAndBadHeadDimAreRefused) {

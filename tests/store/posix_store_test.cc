@@ -306,6 +306,11 @@ TEST(PosixStoreTest, UriOptionsAreChecked) {
     EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument) << uri << ": "
                                                                << s.status().ToString();
   }
+  // qd is a count, not a byte size (issue 49, item 15).
+  auto qd = OpenStore(base + "?qd=1k");
+  EXPECT_NE(qd.status().message().find("expected a count"), std::string::npos)
+      << qd.status().ToString();
+  EXPECT_EQ(qd.status().message().find("byte size"), std::string::npos) << qd.status().ToString();
 }
 
 // A real ENOSPC: a 1 MiB tmpfs (needs CAP_SYS_ADMIN; skipped otherwise).

@@ -2,6 +2,7 @@
 // Redis Cluster redirection, which a redis:// client must report plainly instead of following;
 // redis+cluster:// URI errors and bad slot maps; hash slots against the values Redis documents.
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -76,6 +77,32 @@ TEST(RedisStoreTest, ClusterRedirectionIsAClearUnsupportedError) {
     EXPECT_NE(s.status().ToString().find("redis+cluster://"), std::string::npos)
         << s.status().ToString();
   }
+}
+
+// A server that takes connections and never answers, as a SIGSTOPped one does: the first
+// command fails after the URI's timeout and is not retried (issue 49, item 11; docs/store.md
+// §7 states the bound). Only one connection is made.
+TEST(RedisStoreTest, AServerThatNeverAnswersIsAnErrorAfterTheTimeout) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), len), 0);
+  ASSERT_EQ(::listen(fd, 64), 0);  // never accepted: connections wait in the backlog
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  auto s = OpenStore("redis://127.0.0.1:" + std::to_string(ntohs(a.sin_port)) + "/t?timeout=1");
+  ASSERT_FALSE(s.ok());
+  if (s.status().message().find("unknown store scheme") != std::string::npos) {
+    ::close(fd);
+    GTEST_SKIP() << "built without redis: " << s.status().ToString();
+  }
+  EXPECT_EQ(s.status().code(), StatusCode::kIoError) << s.status().ToString();
+  ASSERT_EQ(::fcntl(fd, F_SETFL, O_NONBLOCK), 0);
+  int tried = 0;
+  for (int c; (c = ::accept(fd, nullptr, nullptr)) >= 0; ++tried) ::close(c);
+  ::close(fd);
+  EXPECT_EQ(tried, 1);
 }
 
 // Values from the Redis Cluster specification and the CLUSTER KEYSLOT documentation.

@@ -21,8 +21,10 @@
 #include <vector>
 
 #include "store/shared_store_servers.h"
+#include "store/store_internal.h"
 #include "store/store_test_util.h"
 #include "tqkv/store.h"
+#include "tqkv/store_admin.h"
 
 namespace tqkv {
 namespace {
@@ -116,6 +118,34 @@ TEST_F(S3StoreTest, MissingCredentialsAndBadUrisAreRefused) {
   auto s = OpenStore(nobucket);
   ASSERT_FALSE(s.ok());
   EXPECT_TRUE(s.status().IsNotFound()) << s.status().ToString();
+}
+
+// Count options are counts, sizes sizes and timeouts durations: "depth=4k" was refused as a
+// "byte size" and "timeout=1k" taken as 1024 s (issue 49, item 15). Parsed before any request.
+TEST(S3ClientTest, UriOptionErrorsNameTheKindOfValue) {
+  if (OpenStore("s3://").status().message().find("unknown store scheme") != std::string::npos) {
+    GTEST_SKIP() << "this build has no s3:// store";
+  }
+  const std::string base = "s3://bkt/p?endpoint=http://127.0.0.1:1&region=us-east-1&";
+  const struct {
+    const char* option;
+    const char* kind;
+  } cases[] = {{"depth=4k", "expected a count"},      {"lanes=1.5", "expected a count"},
+               {"retries=2KiB", "expected a count"},  {"part=5x", "expected a byte size"},
+               {"timeout=1k", "expected seconds"},    {"timeout=1500ms", "expected seconds"}};
+  for (const auto& c : cases) {
+    auto s = OpenStore(base + c.option);
+    ASSERT_FALSE(s.ok()) << c.option;
+    EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument) << s.status().ToString();
+    EXPECT_NE(s.status().message().find(c.kind), std::string::npos) << s.status().ToString();
+    if (std::string(c.kind) != "expected a byte size") {
+      EXPECT_EQ(s.status().message().find("byte size"), std::string::npos) << s.status().ToString();
+    }
+  }
+  // A duration with a unit is a timeout (the store then fails on credentials, after parsing).
+  ScopedEnv k("AWS_ACCESS_KEY_ID", ""), sk("AWS_SECRET_ACCESS_KEY", "");
+  auto m = OpenStore(base + "timeout=2m");
+  EXPECT_NE(m.status().message().find("credentials"), std::string::npos) << m.status().ToString();
 }
 
 // A loopback HTTP server that answers every request with one canned response and counts them.
@@ -215,6 +245,34 @@ TEST(S3ClientTest, ServerErrorsRetriedThenUnavailableOthersMapped) {
     EXPECT_NE(s.status().message().find("unavailable after 2 tries"), std::string::npos)
         << s.status().ToString();
   }
+}
+
+// A server that takes connections and never answers, as a SIGSTOPped one does (the kernel
+// completes the handshakes): a request gives up once no byte has moved for the URI's deadline,
+// however many retries and timeouts would still be allowed (issue 49, item 11: a stopped
+// server took 603 s, 5 tries of a 60 s stall each, then two such calls).
+TEST(S3ClientTest, AServerThatNeverAnswersIsAnErrorWithinTheDeadline) {
+  if (OpenStore("s3://").status().message().find("unknown store scheme") != std::string::npos) {
+    GTEST_SKIP() << "this build has no s3:// store";
+  }
+  ScopedEnv k("AWS_ACCESS_KEY_ID", "AKTEST"), sk("AWS_SECRET_ACCESS_KEY", "secret");
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(::listen(fd, 64), 0);  // never accepted: connections wait in the backlog
+  socklen_t len = sizeof(a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  // 21 tries of a 1 s stall each would take over 21 s; the deadline ends it after 2.
+  auto s = OpenStore("s3://bkt/p?endpoint=http://127.0.0.1:" + std::to_string(ntohs(a.sin_port)) +
+                     "&region=us-east-1&retries=20&timeout=1&deadline=2");
+  ::close(fd);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("no byte moved for 2 s"), std::string::npos)
+      << s.status().ToString();
+  EXPECT_EQ(s.status().message().find("after 21 tries"), std::string::npos)
+      << s.status().ToString();
 }
 
 // A loopback server holding one object: HEAD, ranged GETs (206) and 200 for anything else, one
@@ -410,6 +468,31 @@ TEST_F(S3StoreTest, AbortedMultipartWriterLeavesNoUpload) {
   ASSERT_TRUE(swept.ok());
   EXPECT_EQ(*swept, 0u) << "Abort already aborted the upload";
   EXPECT_TRUE(store_->Open("big").status().IsNotFound());
+}
+
+// gc --dry-run counts the uploads gc aborts: it said 0 for 20 abandoned ones (issue 49, item 12).
+TEST_F(S3StoreTest, GcDryRunCountsTheUploadsGcAborts) {
+  constexpr int kDead = 3;
+  for (int i = 0; i < kDead; ++i) {
+    auto w = store_->Create("dead" + std::to_string(i));
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    ASSERT_TRUE((*w)->Append(Pattern(i, 6u << 20)).ok());  // over part=5MiB: an upload is open
+    ASSERT_TRUE(store_internal::TrySimulateCrash(w->get()));
+  }
+  GcOptions g;
+  g.temp_min_age = std::chrono::seconds(0);
+  g.dry_run = true;
+  auto dry = CollectGarbage(store_.get(), g);
+  ASSERT_TRUE(dry.ok()) << dry.status().ToString();
+  EXPECT_EQ(dry->temps_removed, uint64_t{kDead});
+  auto still = store_->CountStaleTemps(std::chrono::seconds(0));
+  ASSERT_TRUE(still.ok());
+  EXPECT_EQ(*still, uint64_t{kDead}) << "the dry run aborted uploads";
+  g.dry_run = false;
+  auto run = CollectGarbage(store_.get(), g);
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  EXPECT_EQ(run->temps_removed, uint64_t{kDead});
+  EXPECT_EQ(*store_->CountStaleTemps(std::chrono::seconds(0)), 0u);
 }
 
 // 8 writers checkpoint one key concurrently as multipart uploads (2 parts each) while a reader

@@ -4,11 +4,15 @@
 
 #include "tools/cli_util.h"
 
+#include <cmath>
 #include <fstream>
+#include <random>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "store/store_test_util.h"
+#include "tqkv/kv_cache.h"
+#include "tqkv/safetensors.h"
 #include "tqkv/simd.h"
 
 namespace {
@@ -156,6 +160,74 @@ TEST(Cli, SafetensorsRoundTripThroughCompress) {
   std::string sa((std::istreambuf_iterator<char>(a)), {}), sb((std::istreambuf_iterator<char>(b)), {});
   EXPECT_EQ(sa, sb);  // fp16 is lossless end to end
   EXPECT_GT(sa.size(), 2u * 24 * 40 * 2 * 64 * 2);
+}
+
+// A repeatable option takes one value per use: "compress --layer-codec 0:fp16 IN OUT --codec tq3"
+// swallowed IN and OUT (CLI11 stops taking values only when the arguments left are the required
+// positionals) and failed with "IN is required" (issue 49, item 9).
+TEST(Cli, RepeatableOptionsLeaveThePositionalsAfterThem) {
+  tqkv::testing_util::ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  ASSERT_EQ(Tqkv("checkpoint --model smollm2-135m --tokens 20 --codec fp16 --store " + dir.path() +
+                 " --session raw").status, 0);
+  const std::string st = dir.path() + "/s.safetensors";
+  ASSERT_EQ(Tqkv("decompress " + dir.path() + "/raw.tqkv " + st).status, 0);
+  const std::string out = dir.path() + "/c.tqkv";
+  CmdResult c = Tqkv("compress --layer-codec 0:fp16 --layer-codec 1:tq4 " + st + " " + out +
+                     " --codec tq3");
+  ASSERT_EQ(c.status, 0) << c.out;
+  CmdResult i = Tqkv("inspect " + out);
+  ASSERT_EQ(i.status, 0) << i.out;
+  EXPECT_NE(i.out.find("0:fp16 1:tq4 2:tq3"), std::string::npos) << i.out;
+  // The option's value is still required, and a third positional is still an error.
+  EXPECT_NE(Tqkv("compress " + st + " " + out + " --layer-codec").status, 0);
+  EXPECT_NE(Tqkv("compress --layer-codec 0:fp16 " + st + " " + out + " extra").status, 0);
+}
+
+// An f32 vector whose squared norm overflows f32 (x[13, 0, :4] = 1e20): compress refused its own
+// output on the guard ("sums must be finite and not negative"), while --no-guard wrote it
+// (issue 49, item 8). The codec stores it as NaN (docs/codec.md §5), the guard leaves it out of
+// its sums (§9), and the rest of the session is unaffected.
+TEST(Cli, CompressKeepsAVectorWhoseSquaredNormOverflowsF32) {
+  tqkv::testing_util::ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  const tqkv::ModelGeometry g{2, 2, 64};
+  constexpr uint64_t kTokens = 32;
+  auto buf = tqkv::KvCacheBuffer::Allocate("m", g, tqkv::DType::kF32, kTokens).value();
+  std::mt19937 rng(3);
+  std::normal_distribution<float> n01(0.0f, 1.0f);
+  for (uint32_t l = 0; l < g.layers; ++l) {
+    for (int kv = 0; kv < 2; ++kv) {
+      auto* x = static_cast<float*>(buf->cache().tensor(l, kv));
+      for (size_t i = 0; i < kTokens * g.token_elems(); ++i) x[i] = n01(rng);
+      if (l == 0) {
+        for (size_t c = 0; c < 4; ++c) x[13 * g.token_elems() + c] = 1e20f;
+      }
+    }
+  }
+  const std::string src = dir.path() + "/src.safetensors", out = dir.path() + "/out.tqkv";
+  ASSERT_TRUE(tqkv::WriteSafetensors(buf->cache(), src).ok());
+  CmdResult c = Tqkv("compress " + src + " " + out + " --codec tq3");
+  ASSERT_EQ(c.status, 0) << c.out;
+  CmdResult v = Tqkv("verify " + out);
+  EXPECT_EQ(v.status, 0) << v.out;
+  CmdResult i = Tqkv("inspect --json " + out);
+  EXPECT_TRUE(Json(i.out)["guard"]["recorded"].get<bool>()) << i.out;
+  const std::string back = dir.path() + "/back.safetensors";
+  ASSERT_EQ(Tqkv("decompress " + out + " " + back + " --dtype f32").status, 0);
+  auto r = tqkv::ReadSafetensors(back);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  // V is not mean-centred: its overflowing vector is all NaN, every other vector finite.
+  const auto* rv = static_cast<const float*>((*r)->cache().v(0));
+  for (uint64_t t = 0; t < kTokens; ++t) {
+    for (uint32_t h = 0; h < g.kv_heads; ++h) {
+      const float* e = rv + t * g.token_elems() + h * g.head_dim;
+      const bool overflow = t == 13 && h == 0;
+      for (uint32_t k = 0; k < g.head_dim; ++k) {
+        ASSERT_EQ(std::isnan(e[k]), overflow) << "token " << t << " head " << h << " elem " << k;
+      }
+    }
+  }
 }
 
 TEST(Cli, ErrorsAreClearAndNonZero) {

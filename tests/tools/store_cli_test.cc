@@ -2,10 +2,12 @@
 // refused, and a non-regular file under an object's name neither hangs nor is read.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <utime.h>
 
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "store/store_test_util.h"
@@ -14,6 +16,7 @@
 namespace {
 
 using tqkv::testing_util::CmdResult;
+using tqkv::testing_util::Json;
 using tqkv::testing_util::ScratchDir;
 using tqkv::testing_util::Tqkv;
 
@@ -87,6 +90,55 @@ TEST(StoreCli, FifoUnderAnObjectNameNeitherHangsNorIsRead) {
     EXPECT_NE(r.status, 0) << r.out;
     EXPECT_NE(r.out.find("not a regular file"), std::string::npos) << r.out;
   }
+}
+
+// A command's .tqkv path is a local file, not a store key: "x^y.tqkv" was refused as an object
+// key with "a byte outside [A-Za-z0-9._-/]" (issue 49, item 10). The store's own names stay
+// reserved.
+TEST(StoreCli, FilePathsAreFileNamesNotStoreKeys) {
+  ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  ASSERT_EQ(Tqkv("checkpoint --model smollm2-135m --tokens 20 --codec fp16 --store " + dir.path() +
+                 " --session raw").status, 0);
+  const std::string st = dir.path() + "/s.safetensors";
+  ASSERT_EQ(Tqkv("decompress " + dir.path() + "/raw.tqkv " + st).status, 0);
+  const std::string odd = "'" + dir.path() + "/x^y z.tqkv'";
+  CmdResult c = Tqkv("compress --codec tq3 " + st + " " + odd);
+  ASSERT_EQ(c.status, 0) << c.out;
+  EXPECT_TRUE(std::filesystem::exists(dir.path() + "/x^y z.tqkv"));
+  for (const std::string& cmd : {"verify " + odd, "inspect " + odd,
+                                 "decompress " + odd + " " + dir.path() + "/back.safetensors"}) {
+    SCOPED_TRACE(cmd);
+    CmdResult r = Tqkv(cmd);
+    EXPECT_EQ(r.status, 0) << r.out;
+  }
+  CmdResult reserved = Tqkv("compress --codec tq3 " + st + " " + dir.path() + "/a.tqkv.pin.tqkv");
+  EXPECT_NE(reserved.status, 0) << reserved.out;
+  EXPECT_NE(reserved.out.find("reserved"), std::string::npos) << reserved.out;
+}
+
+// gc --dry-run reports the stale temps the run removes; it always said 0 (issue 49, item 12).
+TEST(StoreCli, GcDryRunCountsTheStaleTempsGcRemoves) {
+  ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  ASSERT_EQ(Tqkv("checkpoint --model smollm2-135m --tokens 20 --store " + dir.path() +
+                 " --session s").status, 0);
+  // What a writer killed before Commit leaves (store/file_layout.h's temp name), an hour old.
+  const std::string temp = dir.path() + "/.dead.tqkv.tmp.0123abcd";
+  std::ofstream(temp) << "partial";
+  const utimbuf old{::time(nullptr) - 7200, ::time(nullptr) - 7200};
+  ASSERT_EQ(::utime(temp.c_str(), &old), 0);
+  CmdResult dry = Tqkv("gc --store " + dir.path() + " --dry-run --json");
+  ASSERT_EQ(dry.status, 0) << dry.out;
+  EXPECT_EQ(Json(dry.out)["temps_removed"], 1) << dry.out;
+  EXPECT_TRUE(std::filesystem::exists(temp)) << "a dry run removed it";
+  CmdResult text = Tqkv("gc --store " + dir.path() + " --dry-run");
+  EXPECT_NE(text.out.find("1 stale temps would be removed"), std::string::npos) << text.out;
+  CmdResult run = Tqkv("gc --store " + dir.path() + " --json");
+  ASSERT_EQ(run.status, 0) << run.out;
+  EXPECT_EQ(Json(run.out)["temps_removed"], 1) << run.out;
+  EXPECT_FALSE(std::filesystem::exists(temp));
+  EXPECT_TRUE(std::filesystem::exists(dir.path() + "/s.tqkv"));
 }
 
 }  // namespace

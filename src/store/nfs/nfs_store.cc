@@ -40,6 +40,7 @@ struct NfsConfig {
   std::string root;         // directory of the store inside the export: "" or "/a/b"
   uint32_t depth = 8;
   uint64_t chunk = 1u << 20;
+  uint32_t timeout_s = 30;  // each RPC (mount included): a stopped server is an error after it
   std::string uri;
 };
 
@@ -114,9 +115,11 @@ Status RunAsync(Conn* conn, size_t n, uint32_t depth,
       conn->broken = true;
       return Status::FromErrno("poll", "nfs socket", errno);
     }
-    if (pr == 0 && ++idle_polls > 120) {
+    // Polls are 1 s each: no reply for the URI's timeout ends the batch (a stopped server).
+    if (pr == 0 && ++idle_polls >= static_cast<int>(conn->cfg.timeout_s)) {
       conn->broken = true;
-      return Status::IoError("nfs: no reply from nfs://" + conn->cfg.server + " for 120 s");
+      return Status::IoError("nfs: no reply from nfs://" + conn->cfg.server + " for " +
+                             std::to_string(conn->cfg.timeout_s) + " s (the store URI's timeout)");
     }
     if (pr > 0) idle_polls = 0;
     if (nfs_service(conn->ctx, pr > 0 ? pfd.revents : 0) < 0) {
@@ -535,6 +538,15 @@ class NfsStore final : public Store, public SessionAdmin {
   }
 
   Result<uint64_t> RemoveStaleTemps(std::chrono::seconds min_age) override {
+    return SweepStaleTemps(min_age, /*remove=*/true);
+  }
+  Result<uint64_t> CountStaleTemps(std::chrono::seconds min_age) override {
+    return SweepStaleTemps(min_age, /*remove=*/false);
+  }
+
+ private:
+  // remove false: count only (gc --dry-run).
+  Result<uint64_t> SweepStaleTemps(std::chrono::seconds min_age, bool remove) {
     std::vector<std::string> stale;
     const int64_t limit = store_internal::NowUnixNs() / 1'000'000'000 - min_age.count();
     std::lock_guard<std::mutex> lock(conn_->mu);
@@ -545,6 +557,7 @@ class NfsStore final : public Store, public SessionAdmin {
         stale.push_back(conn_->cfg.root + "/" + rel + e->name);
       }
     }));
+    if (!remove) return static_cast<uint64_t>(stale.size());
     uint64_t removed = 0;
     for (const auto& p : stale) {
       const int rc = nfs_unlink(conn_->ctx, p.c_str());
@@ -553,7 +566,6 @@ class NfsStore final : public Store, public SessionAdmin {
     return removed;
   }
 
- private:
   // Visits every non-directory entry below root/rel (caller holds mu); rel ends in '/' or is "".
   Status Walk(const std::string& rel,
               const std::function<void(const std::string&, const nfsdirent*)>& visit,
@@ -583,7 +595,7 @@ class NfsStore final : public Store, public SessionAdmin {
 };
 
 // Mounts `export_path` on a fresh context; nullptr and the error text on failure.
-nfs_context* TryMount(const std::string& url, std::string* error) {
+nfs_context* TryMount(const std::string& url, uint32_t timeout_s, std::string* error) {
   nfs_context* ctx = nfs_init_context();
   if (ctx == nullptr) {
     *error = "cannot create an NFS context";
@@ -595,7 +607,7 @@ nfs_context* TryMount(const std::string& url, std::string* error) {
     nfs_destroy_context(ctx);
     return nullptr;
   }
-  nfs_set_timeout(ctx, 60000);
+  nfs_set_timeout(ctx, static_cast<int>(timeout_s * 1000));
   const int rc = nfs_mount(ctx, u->server, u->path);
   nfs_destroy_url(u);
   if (rc != 0) {
@@ -619,7 +631,7 @@ Result<std::unique_ptr<Store>> OpenNfsStoreFromUri(const StoreUri& uri) {
   NfsConfig cfg;
   cfg.server = uri.authority;
   uint64_t version = 3;
-  TQKV_RETURN_IF_ERROR(opts.GetUint("version", 3, 4, &version));
+  TQKV_RETURN_IF_ERROR(opts.GetCount("version", 3, 4, &version));
   if (version != 3) {
     return Status::Unsupported(
         "nfs:// version=4 is not supported: libnfs 4.0 NFSv4 writes fail against nfs-ganesha; "
@@ -629,14 +641,17 @@ Result<std::unique_ptr<Store>> OpenNfsStoreFromUri(const StoreUri& uri) {
   for (const char* k : {"nfsport", "mountport", "uid", "gid"}) {
     uint64_t v = 0;
     if (opts.Find(k) != nullptr) {
-      TQKV_RETURN_IF_ERROR(opts.GetUint(k, 0, 1u << 31, &v));
+      TQKV_RETURN_IF_ERROR(opts.GetCount(k, 0, 1u << 31, &v));
       extra += std::string("&") + k + "=" + std::to_string(v);
     }
   }
   uint64_t depth = cfg.depth;
-  TQKV_RETURN_IF_ERROR(opts.GetUint("depth", 1, 64, &depth));
+  TQKV_RETURN_IF_ERROR(opts.GetCount("depth", 1, 64, &depth));
   cfg.depth = static_cast<uint32_t>(depth);
-  TQKV_RETURN_IF_ERROR(opts.GetUint("chunk", 4096, 1u << 20, &cfg.chunk));
+  TQKV_RETURN_IF_ERROR(opts.GetBytes("chunk", 4096, 1u << 20, &cfg.chunk));
+  uint64_t timeout_s = cfg.timeout_s;
+  TQKV_RETURN_IF_ERROR(opts.GetSeconds("timeout", 1, 3600, &timeout_s));
+  cfg.timeout_s = static_cast<uint32_t>(timeout_s);
   bool create = true;
   TQKV_RETURN_IF_ERROR(opts.GetBool("create", &create));
   std::string export_opt;
@@ -664,13 +679,16 @@ Result<std::unique_ptr<Store>> OpenNfsStoreFromUri(const StoreUri& uri) {
   nfs_context* ctx = nullptr;
   for (const std::string& exp : candidates) {
     std::string error;
-    ctx = TryMount("nfs://" + cfg.server + exp + extra, &error);
+    ctx = TryMount("nfs://" + cfg.server + exp + extra, cfg.timeout_s, &error);
     if (ctx != nullptr) {
       cfg.export_path = exp;
       cfg.root = path.substr(exp.size());
       break;
     }
     if (first_error.empty()) first_error = error;
+    // A server that does not answer will not answer for a shorter export either: one timeout
+    // is the bound, not one per candidate.
+    if (error.find("timed out") != std::string::npos) break;
   }
   if (ctx == nullptr) {
     return Status::IoError("nfs: cannot mount nfs://" + cfg.server + path + ": " + first_error);

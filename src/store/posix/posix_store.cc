@@ -105,6 +105,23 @@ struct Shared {
   std::string ObjectPath(std::string_view key) const {
     return store_internal::ObjectPath(opts.dir, key);
   }
+  Status CheckKey(std::string_view key) const {
+    if (!opts.file_names) return ValidateKey(key);
+    const std::string shown(key.substr(0, key.find('\0')));
+    if (key.empty() || key == "." || key == ".." ||
+        key.find_first_of(std::string_view("/\0", 2)) != std::string_view::npos) {
+      return Status::InvalidArgument("file name \"" + shown +
+                                     "\" is empty, a directory or holds '/' or NUL");
+    }
+    // As for keys: ".tqkv" inside a name is the store's own files' (temps, pins, probes).
+    const size_t at = key.find(store_internal::kObjectSuffix);
+    if (at != std::string_view::npos && at + store_internal::kObjectSuffix.size() != key.size()) {
+      return Status::InvalidArgument("file name \"" + shown +
+                                     ".tqkv\" has \".tqkv\" inside: such names are reserved "
+                                     "for a store's own files");
+    }
+    return Status::Ok();
+  }
   bool WantDirect() const { return opts.io != IoMode::kBuffered && !direct_refused.load(); }
   bool UringEngine() const {
     return opts.io == IoMode::kUring || (opts.io == IoMode::kDirect && !opts.direct_threads);
@@ -593,7 +610,7 @@ class PosixStore final : public Store, public SessionAdmin {
 
   std::optional<std::string> LocalRoot() const override { return sh_->opts.dir; }
   std::optional<std::string> LocalPath(std::string_view key) const override {
-    if (!ValidateKey(key).ok()) return std::nullopt;
+    if (!sh_->CheckKey(key).ok()) return std::nullopt;
     return sh_->ObjectPath(key);
   }
 
@@ -638,7 +655,7 @@ class PosixStore final : public Store, public SessionAdmin {
   }
 
   Result<std::unique_ptr<WritableObject>> Create(std::string_view key) override {
-    TQKV_RETURN_IF_ERROR(ValidateKey(key));
+    TQKV_RETURN_IF_ERROR(sh_->CheckKey(key));
     const std::string final_path = sh_->ObjectPath(key);
     const std::string parent = ParentDir(final_path);
     std::vector<std::string> dirs_to_sync{parent};
@@ -665,7 +682,7 @@ class PosixStore final : public Store, public SessionAdmin {
   }
 
   Result<std::unique_ptr<ReadableObject>> Open(std::string_view key) override {
-    TQKV_RETURN_IF_ERROR(ValidateKey(key));
+    TQKV_RETURN_IF_ERROR(sh_->CheckKey(key));
     const std::string path = sh_->ObjectPath(key);
     bool direct = false;
     // O_NONBLOCK: a FIFO (or device) under the object's name must not block the open; it is
@@ -703,7 +720,7 @@ class PosixStore final : public Store, public SessionAdmin {
   }
 
   Status Remove(std::string_view key) override {
-    TQKV_RETURN_IF_ERROR(ValidateKey(key));
+    TQKV_RETURN_IF_ERROR(sh_->CheckKey(key));
     const std::string path = sh_->ObjectPath(key);
     if (::unlink(path.c_str()) != 0) {
       if (errno == ENOENT || errno == ENOTDIR) {
@@ -731,21 +748,30 @@ class PosixStore final : public Store, public SessionAdmin {
   }
 
   Result<uint64_t> RemoveStaleTemps(std::chrono::seconds min_age) override {
-    StaleSweep sweep;
-    sweep.cutoff_ns = store_internal::NowUnixNs() -
-                      std::chrono::duration_cast<std::chrono::nanoseconds>(min_age).count();
-    TQKV_RETURN_IF_ERROR(Walk("", "", nullptr, &sweep));
-    return sweep.removed;
+    return SweepStaleTemps(min_age, /*remove=*/true);
+  }
+  Result<uint64_t> CountStaleTemps(std::chrono::seconds min_age) override {
+    return SweepStaleTemps(min_age, /*remove=*/false);
   }
 
  private:
   struct StaleSweep {
     int64_t cutoff_ns = 0;
+    bool remove = true;  // false: count only (gc --dry-run)
     uint64_t removed = 0;
   };
 
+  Result<uint64_t> SweepStaleTemps(std::chrono::seconds min_age, bool remove) {
+    StaleSweep sweep;
+    sweep.cutoff_ns = store_internal::NowUnixNs() -
+                      std::chrono::duration_cast<std::chrono::nanoseconds>(min_age).count();
+    sweep.remove = remove;
+    TQKV_RETURN_IF_ERROR(Walk("", "", nullptr, &sweep));
+    return sweep.removed;
+  }
+
   // Visits <dir>/<rel>: committed objects matching `prefix` go to `objects`; temp files older
-  // than the cutoff are deleted when `sweep` is set. rel is "" or ends in '/'.
+  // than the cutoff are deleted (or counted) when `sweep` is set. rel is "" or ends in '/'.
   Status Walk(const std::string& rel, std::string_view prefix, std::vector<ObjectInfo>* objects,
               StaleSweep* sweep) {
     const std::string dir_path = rel.empty() ? sh_->opts.dir : sh_->opts.dir + "/" + rel;
@@ -794,7 +820,7 @@ class PosixStore final : public Store, public SessionAdmin {
         const int64_t mtime =
             static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
         if (mtime <= sweep->cutoff_ns) {
-          if (::unlinkat(dfd, e->d_name, 0) == 0) {
+          if (!sweep->remove || ::unlinkat(dfd, e->d_name, 0) == 0) {
             ++sweep->removed;
           } else if (errno != ENOENT && status.ok()) {
             status = Status::FromErrno("unlink", dir_path + "/" + std::string(name), errno);
@@ -908,9 +934,9 @@ Result<std::unique_ptr<Store>> OpenPosixStoreFromUri(const StoreUri& uri) {
     TQKV_ASSIGN_OR_RETURN(o.io, ParseIoMode(*io));
   }
   uint64_t qd = o.queue_depth;
-  TQKV_RETURN_IF_ERROR(opts.GetUint("qd", 1, 256, &qd));
+  TQKV_RETURN_IF_ERROR(opts.GetCount("qd", 1, 256, &qd));
   o.queue_depth = static_cast<uint32_t>(qd);
-  TQKV_RETURN_IF_ERROR(opts.GetUint("chunk", kAlign, 64u << 20, &o.chunk_bytes));
+  TQKV_RETURN_IF_ERROR(opts.GetBytes("chunk", kAlign, 64u << 20, &o.chunk_bytes));
   TQKV_RETURN_IF_ERROR(opts.GetBool("create", &o.create_dir));
   if (const std::string* engine = opts.Find("engine")) {
     if (*engine != "threads" && *engine != "uring") {

@@ -29,6 +29,10 @@ struct PosixStoreOptions {
   bool direct_threads = false;
   uint64_t write_buffer_bytes = 4u << 20;  // append staging buffer; multiple of 4096
   bool create_dir = true;
+  // The command line's file paths ("dir/NAME.tqkv"): NAME is a file name, not a store key, so any
+  // name without '/' or NUL is taken (ValidateKey's character set is for keys shared by every
+  // store). Listing and gc still see only valid keys.
+  bool file_names = false;
   // Tests: behave as if the filesystem refused O_DIRECT (EINVAL), to exercise the fallback.
   bool simulate_no_direct = false;
   // Tests: every pread/pwrite reports only half of what it moved (a short transfer), to exercise

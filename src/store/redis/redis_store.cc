@@ -675,6 +675,23 @@ class RedisStore final : public Store, public SessionAdmin {
   // min_age. Chunks of replaced versions in their grace period count as well: they are garbage.
   // The PTTL pass only picks candidates; each is checked again and deleted in one script.
   Result<uint64_t> RemoveStaleTemps(std::chrono::seconds min_age) override {
+    return SweepStaleTemps(min_age, /*remove=*/true);
+  }
+  // The candidates of the PTTL pass (the removal's script checks each again).
+  Result<uint64_t> CountStaleTemps(std::chrono::seconds min_age) override {
+    return SweepStaleTemps(min_age, /*remove=*/false);
+  }
+
+  Status Connect() { return router_->Connect(); }
+
+ private:
+  struct NodeKeys {
+    std::shared_ptr<Pool> pool;
+    std::vector<std::string> keys;
+  };
+
+  // remove false: count only (gc --dry-run).
+  Result<uint64_t> SweepStaleTemps(std::chrono::seconds min_age, bool remove) {
     TQKV_ASSIGN_OR_RETURN(std::vector<NodeKeys> nodes, ScanAll(cfg().prefix + ":{*}:d:*"));
     const int64_t ttl = static_cast<int64_t>(cfg().temp_ttl_ms);
     const int64_t min_ms = static_cast<int64_t>(min_age.count()) * 1000;
@@ -691,6 +708,10 @@ class RedisStore final : public Store, public SessionAdmin {
         if (left < 0) continue;  // published (no TTL) or gone
         if (ttl - left >= min_ms) stale.push_back(node.keys[i]);
       }
+      if (!remove) {
+        removed += stale.size();
+        continue;
+      }
       cmds.clear();
       for (const auto& k : stale) {
         cmds.push_back({"EVAL", kRemoveStaleLua, "1", k, ttl_arg, min_arg});
@@ -701,14 +722,6 @@ class RedisStore final : public Store, public SessionAdmin {
     }
     return removed;
   }
-
-  Status Connect() { return router_->Connect(); }
-
- private:
-  struct NodeKeys {
-    std::shared_ptr<Pool> pool;
-    std::vector<std::string> keys;
-  };
 
   const RedisConfig& cfg() const { return router_->cfg(); }
 
@@ -830,17 +843,17 @@ Result<std::unique_ptr<Store>> OpenRedisStoreFromUri(const StoreUri& uri) {
                                    "\" must be 1..100 bytes of [A-Za-z0-9._-/]");
   }
   store_internal::UriOptions opts(uri);
-  TQKV_RETURN_IF_ERROR(opts.GetUint("chunk", 4096, 512u << 20, &cfg.chunk_bytes));
+  TQKV_RETURN_IF_ERROR(opts.GetBytes("chunk", 4096, 512u << 20, &cfg.chunk_bytes));
   uint64_t depth = cfg.depth;
-  TQKV_RETURN_IF_ERROR(opts.GetUint("depth", 1, 256, &depth));
+  TQKV_RETURN_IF_ERROR(opts.GetCount("depth", 1, 256, &depth));
   cfg.depth = static_cast<uint32_t>(depth);
   uint64_t ttl_s = cfg.temp_ttl_ms / 1000, grace_s = cfg.grace_ms / 1000;
-  TQKV_RETURN_IF_ERROR(opts.GetUint("temp_ttl", 1, 7 * 86400, &ttl_s));
-  TQKV_RETURN_IF_ERROR(opts.GetUint("grace", 0, 86400, &grace_s));
+  TQKV_RETURN_IF_ERROR(opts.GetSeconds("temp_ttl", 1, 7 * 86400, &ttl_s));
+  TQKV_RETURN_IF_ERROR(opts.GetSeconds("grace", 0, 86400, &grace_s));
   cfg.temp_ttl_ms = ttl_s * 1000;
   cfg.grace_ms = grace_s * 1000;
   uint64_t timeout_s = cfg.timeout_ms / 1000;
-  TQKV_RETURN_IF_ERROR(opts.GetUint("timeout", 1, 3600, &timeout_s));
+  TQKV_RETURN_IF_ERROR(opts.GetSeconds("timeout", 1, 3600, &timeout_s));
   cfg.timeout_ms = timeout_s * 1000;
   if (const std::string* io = opts.Find("io")) {
     TQKV_ASSIGN_OR_RETURN(IoMode mode, ParseIoMode(*io));

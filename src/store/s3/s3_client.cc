@@ -53,7 +53,57 @@ struct Transfer {
   uint64_t base = 0;  // bytes of the whole request landed by earlier tries
   bool overflow = false;
   bool aborted = false;
+  Client::Quiet* quiet = nullptr;  // the request's deadline
+  curl_off_t down = 0;             // bytes received in this try
+  bool stalled = false;            // aborted by the deadline
 };
+
+}  // namespace
+
+// One request's deadline, across its tries.
+struct Client::Quiet {
+  std::chrono::steady_clock::time_point since;  // a byte last moved, or the request began
+  std::chrono::steady_clock::duration limit;    // how long no byte may move
+  // Bytes sent by the furthest try: a retry sends the body again from its start, into kernel
+  // buffers that take megabytes from a stopped server, and that is no progress.
+  curl_off_t up_high = 0;
+  std::atomic<bool>* stalled = nullptr;         // the client's (Client::stalled_)
+};
+
+namespace {
+
+// libcurl calls it about once a second, and on every transfer, connecting included.
+int OnProgress(void* user, curl_off_t, curl_off_t down, curl_off_t, curl_off_t up) {
+  auto* t = static_cast<Transfer*>(user);
+  Client::Quiet* q = t->quiet;
+  const auto now = std::chrono::steady_clock::now();
+  bool moved = false;
+  if (down > t->down) {
+    t->down = down;
+    moved = true;
+  }
+  if (up > q->up_high) {
+    q->up_high = up;
+    moved = true;
+  }
+  if (moved) {
+    q->since = now;
+    q->stalled->store(false, std::memory_order_relaxed);
+  }
+  t->stalled = now - q->since >= q->limit;
+  return t->stalled ? 1 : 0;
+}
+
+// While the client knows its server stalled past a deadline, a request's deadline is this.
+constexpr std::chrono::seconds kStalledGrace{2};
+
+// The error of a request that ran out of its deadline; `shortened`: kStalledGrace's.
+std::string DeadlineError(std::chrono::steady_clock::duration limit, bool shortened) {
+  const auto s = std::chrono::duration_cast<std::chrono::seconds>(limit).count();
+  return "no byte moved for " + std::to_string(s) + " s (" +
+         (shortened ? "the server had already stalled past the store URI's deadline)"
+                    : "the store URI's deadline)");
+}
 
 size_t OnWrite(char* data, size_t size, size_t n, void* user) {
   auto* t = static_cast<Transfer*>(user);
@@ -169,11 +219,12 @@ std::string Client::Url(const HttpRequest& req) const {
 
 Result<HttpResponse> Client::RunOnce(void* handle, const HttpRequest& req, uint64_t base,
                                      std::string* transport_error, bool* retryable,
-                                     uint64_t* landed) {
+                                     uint64_t* landed, Quiet* quiet) {
   CURL* curl = static_cast<CURL*>(handle);
   curl_easy_reset(curl);
   HttpResponse resp;
   Transfer t{&req, &resp, curl, base};
+  t.quiet = quiet;
   const std::string url = Url(req);
   const std::string sigv4 = "aws:amz:" + cfg_.region + ":s3";
   curl_easy_setopt(curl, CURLOPT_SHARE, share_->sh);
@@ -187,6 +238,9 @@ Result<HttpResponse> Client::RunOnce(void* handle, const HttpRequest& req, uint6
   curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
   curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME, static_cast<long>(cfg_.timeout_s));
   curl_easy_setopt(curl, CURLOPT_FILETIME, 1L);
+  curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
+  curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, &OnProgress);
+  curl_easy_setopt(curl, CURLOPT_XFERINFODATA, &t);
   curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, &OnWrite);
   curl_easy_setopt(curl, CURLOPT_WRITEDATA, &t);
   curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, &OnHeader);
@@ -232,6 +286,12 @@ Result<HttpResponse> Client::RunOnce(void* handle, const HttpRequest& req, uint6
     *retryable = false;
     return Status::IoError("s3: " + req.method + " " + req.key + " aborted by its reader");
   }
+  if (t.stalled) {
+    *retryable = false;
+    *transport_error =
+        DeadlineError(quiet->limit, quiet->limit < std::chrono::seconds(cfg_.deadline_s));
+    return Status::IoError(*transport_error);
+  }
   if (rc != CURLE_OK && !(t.overflow && rc == CURLE_WRITE_ERROR)) {
     *retryable = Retryable(rc);
     *transport_error = curl_easy_strerror(rc);
@@ -263,11 +323,29 @@ Result<HttpResponse> Client::Run(const HttpRequest& req) {
   HttpRequest rest;
   const bool resumable = req.range.has_value() && !req.dst.empty();
   uint64_t done = 0;
+  uint32_t tries = 0;
+  Quiet quiet;
+  quiet.since = std::chrono::steady_clock::now();
+  quiet.limit = std::chrono::seconds(cfg_.deadline_s);
+  if (stalled_.load(std::memory_order_relaxed)) {
+    quiet.limit = std::min<std::chrono::steady_clock::duration>(quiet.limit, kStalledGrace);
+  }
+  quiet.stalled = &stalled_;
+  bool timed_out = false;
   for (uint32_t attempt = 0; attempt <= cfg_.retries; ++attempt) {
     if (attempt > 0) {
       const int ms = std::min(2000, 50 << (attempt - 1));
-      std::this_thread::sleep_for(std::chrono::milliseconds(ms / 2 + rng() % (ms / 2 + 1)));
+      const auto left = quiet.limit - (std::chrono::steady_clock::now() - quiet.since);
+      std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
+          std::chrono::milliseconds(ms / 2 + rng() % (ms / 2 + 1)), left));
+      if (std::chrono::steady_clock::now() - quiet.since >= quiet.limit) {
+        err = DeadlineError(quiet.limit, quiet.limit < std::chrono::seconds(cfg_.deadline_s));
+        last = Status::IoError(err);
+        timed_out = true;
+        break;
+      }
     }
+    ++tries;
     if (done > 0) {
       rest = req;
       rest.range = std::make_pair(req.range->first + done, req.range->second - done);
@@ -275,17 +353,18 @@ Result<HttpResponse> Client::Run(const HttpRequest& req) {
     }
     bool retry = false;
     uint64_t landed = 0;
-    last = RunOnce(curl, done > 0 ? rest : req, done, &err, &retry, &landed);
+    last = RunOnce(curl, done > 0 ? rest : req, done, &err, &retry, &landed, &quiet);
+    timed_out = !last.ok() && std::chrono::steady_clock::now() - quiet.since >= quiet.limit;
     if (last.ok()) last->received += done;
     if (!retry || req.deadline_ms > 0) break;
     // Every byte landed yet the transfer failed: the next try is the whole request again.
     if (resumable) done = done + landed < req.dst.size() ? done + landed : 0;
   }
   Give(curl);
+  if (timed_out) stalled_.store(true, std::memory_order_relaxed);
   if (!last.ok() && !err.empty()) {
     return Status::IoError("s3: " + req.method + " " + cfg_.bucket + "/" + req.key +
-                           " unavailable after " + std::to_string(cfg_.retries + 1) +
-                           " tries: " + err);
+                           " unavailable after " + std::to_string(tries) + " tries: " + err);
   }
   return last;
 }

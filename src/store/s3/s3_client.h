@@ -4,6 +4,8 @@
 #ifndef TQKV_SRC_STORE_S3_S3_CLIENT_H_
 #define TQKV_SRC_STORE_S3_S3_CLIENT_H_
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -31,7 +33,10 @@ struct S3Config {
   uint32_t lanes = 8;              // parallel ranged GETs per ReadBatch
   uint64_t get_bytes = 4u << 20;   // a ReadBatch request is split into GETs of at most this
   uint32_t retries = 4;            // after the first try, for 5xx / transport errors
-  uint32_t timeout_s = 60;
+  uint32_t timeout_s = 20;         // one try: a stall (under 1 B/s) this long is a timeout
+  // One request, all its tries: it gives up once no byte has moved (either way) for this long,
+  // so a stopped server is an error within it whatever `retries` and `timeout` allow.
+  uint32_t deadline_s = 45;
   std::string access_key, secret_key, session_token;  // from the environment
   std::string uri;  // for messages: no credentials
 };
@@ -67,12 +72,15 @@ class Client {
   Client& operator=(const Client&) = delete;
 
   const S3Config& cfg() const { return cfg_; }
-  // Runs one request with bounded retries (5xx, timeouts, broken connections). A response is
-  // returned for every status the server sent; only transport failures are errors here.
+  // Runs one request with bounded retries (5xx, timeouts, broken connections), within
+  // cfg().deadline_s of the last byte moved. A response is returned for every status the
+  // server sent; only transport failures are errors here.
   Result<HttpResponse> Run(const HttpRequest& req);
   // `r` as a Status: 2xx OK, 403 IoError "permission denied" naming bucket and key, 404
   // NotFound, 412 Busy, anything else IoError with the server's error code.
   Status Check(const HttpResponse& r, std::string_view what, std::string_view key) const;
+
+  struct Quiet;  // one request's deadline (s3_client.cc; public for libcurl's callback)
 
  private:
   struct Share;
@@ -80,14 +88,21 @@ class Client {
   void Give(void* curl);
   // `base`: bytes of req.dst's request landed by earlier tries (for on_data); `*landed`: bytes
   // this try wrote into req.dst, also when it failed.
+  // `*quiet`: the request's deadline, kept across its tries; the try is aborted once no byte
+  // has moved for quiet->limit.
   Result<HttpResponse> RunOnce(void* curl, const HttpRequest& req, uint64_t base,
-                               std::string* transport_error, bool* retryable, uint64_t* landed);
+                               std::string* transport_error, bool* retryable, uint64_t* landed,
+                               Quiet* quiet);
   std::string Url(const HttpRequest& req) const;
 
   S3Config cfg_;
   std::unique_ptr<Share> share_;
   std::mutex mu_;
   std::vector<void*> idle_;
+  // Set when a request ran out of its deadline, cleared by the next byte that moves: while
+  // set, a request gets kStalledGrace, so the requests queued behind a stalled wave (read-ahead
+  // blocks, the next part) fail in seconds instead of a deadline each.
+  std::atomic<bool> stalled_{false};
 };
 
 // Text of the first <tag>...</tag> in xml at or after `from`; nullopt if absent. Entities

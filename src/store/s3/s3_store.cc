@@ -141,6 +141,9 @@ class S3Writable final : public store_internal::PublishingWriter {
     req.method = "DELETE";
     req.key = object_;
     req.query = {{"uploadId", upload_id_}};
+    // Best effort and short: the writer is failing already (often on a stalled server), and
+    // an upload left behind is gc's (RemoveStaleTemps).
+    req.deadline_ms = 3000;
     upload_id_.clear();
     TQKV_ASSIGN_OR_RETURN(HttpResponse r, client_->Run(req));
     if (r.code == 404) return Status::Ok();  // already gone
@@ -497,6 +500,15 @@ class S3Store final : public Store, public SessionAdmin {
   // Aborts the multipart uploads under the prefix started at least min_age ago (writers that
   // died before Commit or Abort).
   Result<uint64_t> RemoveStaleTemps(std::chrono::seconds min_age) override {
+    return SweepStaleTemps(min_age, /*remove=*/true);
+  }
+  Result<uint64_t> CountStaleTemps(std::chrono::seconds min_age) override {
+    return SweepStaleTemps(min_age, /*remove=*/false);
+  }
+
+ private:
+  // remove false: count only (gc --dry-run).
+  Result<uint64_t> SweepStaleTemps(std::chrono::seconds min_age, bool remove) {
     const int64_t cutoff =
         store_internal::NowUnixNs() - static_cast<int64_t>(min_age.count()) * 1'000'000'000;
     uint64_t removed = 0;
@@ -517,6 +529,10 @@ class S3Store final : public Store, public SessionAdmin {
         if (key->compare(0, names_.root.size(), names_.root) != 0) continue;
         const auto ns = s3::ParseIsoTime(*when);
         if (!ns || *ns > cutoff) continue;
+        if (!remove) {
+          ++removed;
+          continue;
+        }
         HttpRequest del;
         del.method = "DELETE";
         del.key = *key;
@@ -534,7 +550,6 @@ class S3Store final : public Store, public SessionAdmin {
     return removed;
   }
 
- private:
   const S3Config& cfg() const { return client_->cfg(); }
 
   Result<HttpResponse> Head(const std::string& obj) {
@@ -677,20 +692,23 @@ Result<std::unique_ptr<Store>> OpenS3StoreFromUri(const StoreUri& uri) {
   if (cfg.endpoint.empty() && cfg.path_style) {
     cfg.endpoint = "https://s3." + cfg.region + ".amazonaws.com";
   }
-  TQKV_RETURN_IF_ERROR(opts.GetUint("part", 5u << 20, 5ull << 30, &cfg.part_bytes));
+  TQKV_RETURN_IF_ERROR(opts.GetBytes("part", 5u << 20, 5ull << 30, &cfg.part_bytes));
   uint64_t v = cfg.upload_depth;
-  TQKV_RETURN_IF_ERROR(opts.GetUint("depth", 1, 64, &v));
+  TQKV_RETURN_IF_ERROR(opts.GetCount("depth", 1, 64, &v));
   cfg.upload_depth = static_cast<uint32_t>(v);
   v = cfg.lanes;
-  TQKV_RETURN_IF_ERROR(opts.GetUint("lanes", 1, 256, &v));
+  TQKV_RETURN_IF_ERROR(opts.GetCount("lanes", 1, 256, &v));
   cfg.lanes = static_cast<uint32_t>(v);
-  TQKV_RETURN_IF_ERROR(opts.GetUint("get", 4096, 1ull << 30, &cfg.get_bytes));
+  TQKV_RETURN_IF_ERROR(opts.GetBytes("get", 4096, 1ull << 30, &cfg.get_bytes));
   v = cfg.retries;
-  TQKV_RETURN_IF_ERROR(opts.GetUint("retries", 0, 20, &v));
+  TQKV_RETURN_IF_ERROR(opts.GetCount("retries", 0, 20, &v));
   cfg.retries = static_cast<uint32_t>(v);
   v = cfg.timeout_s;
-  TQKV_RETURN_IF_ERROR(opts.GetUint("timeout", 1, 3600, &v));
+  TQKV_RETURN_IF_ERROR(opts.GetSeconds("timeout", 1, 3600, &v));
   cfg.timeout_s = static_cast<uint32_t>(v);
+  v = cfg.deadline_s;
+  TQKV_RETURN_IF_ERROR(opts.GetSeconds("deadline", 1, 86400, &v));
+  cfg.deadline_s = static_cast<uint32_t>(v);
   if (const std::string* io = opts.Find("io")) {
     TQKV_ASSIGN_OR_RETURN(IoMode mode, ParseIoMode(*io));
     if (mode != IoMode::kBuffered) {

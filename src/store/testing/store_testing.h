@@ -45,6 +45,9 @@ class StoreWrapper : public Store {
   Result<uint64_t> RemoveStaleTemps(std::chrono::seconds min_age) override {
     return base_->RemoveStaleTemps(min_age);
   }
+  Result<uint64_t> CountStaleTemps(std::chrono::seconds min_age) override {
+    return base_->CountStaleTemps(min_age);
+  }
 
  protected:
   std::unique_ptr<Store> base_;
