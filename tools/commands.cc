@@ -29,7 +29,8 @@ void SettingsFlags::Add(CLI::App* cmd, bool guard) {
 nlohmann::json SettingsFlags::Json(const CheckpointOptions& resolved) const {
   const ResolvedSettings r = DescribeSettings(settings, resolved);
   return {{"codec", r.codec},       {"layer_codecs", r.layer_codecs}, {"exact_tokens", r.exact_tokens},
-          {"key_means", r.key_means}, {"strict", r.strict},             {"guard", r.guard}};
+          {"key_means", r.key_means}, {"strict", r.strict},             {"guard", r.guard},
+          {"alignment", r.alignment}};
 }
 
 void PrintGuardReport(const CheckpointStats& st, const CheckpointOptions& options) {

@@ -118,6 +118,7 @@ nb::dict SettingsDict(const ResolvedSettings& settings) {
   st["key_means"] = settings.key_means;
   st["strict"] = settings.strict;
   st["guard"] = settings.guard;
+  st["alignment"] = settings.alignment;
   return st;
 }
 
@@ -154,8 +155,9 @@ CheckpointSettings SettingsOf(const std::optional<std::string>& codec,
                               const std::vector<std::string>& layer_codecs,
                               const std::optional<std::string>& exact_tokens,
                               const std::optional<std::string>& key_means,
-                              std::optional<bool> strict, std::optional<bool> guard) {
-  return {codec, layer_codecs, exact_tokens, key_means, strict, guard};
+                              std::optional<bool> strict, std::optional<bool> guard,
+                              std::optional<uint64_t> alignment) {
+  return {codec, layer_codecs, exact_tokens, key_means, strict, guard, alignment};
 }
 
 namespace {
@@ -515,7 +517,7 @@ void BindSession(nb::module_& m) {
   nb::class_<CheckpointSettings>(m, "CheckpointSettings");
   m.def("checkpoint_settings", &SettingsOf, nb::arg("codec").none(), nb::arg("layer_codecs"),
         nb::arg("exact_tokens").none(), nb::arg("key_means").none(), nb::arg("strict").none(),
-        nb::arg("guard").none());
+        nb::arg("guard").none(), nb::arg("alignment").none());
   m.def("resolve_settings", [](const CheckpointSettings& s) {
     const CheckpointOptions o = ValueOrThrow(ResolveCheckpointOptions(s));
     return SettingsDict(DescribeSettings(s, o));

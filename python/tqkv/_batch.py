@@ -99,19 +99,19 @@ def checkpoint_batch(store: StoreLike, keys: Sequence[str], block_ids: Sequence[
                      *, models: Optional[Sequence[str]] = None,
                      first_tokens: Optional[Sequence[int]] = None, codec: Optional[str] = None,
                      exact_head: int = 0, key_means: Optional[str] = None,
-                     guard: Optional[bool] = None, in_flight: int = 0,
-                     skip_existing: bool = True) -> Dict[str, Any]:
+                     guard: Optional[bool] = None, alignment: Optional[int] = None,
+                     in_flight: int = 0, skip_existing: bool = True) -> Dict[str, Any]:
     """Checkpoints the tokens in blocks ``block_ids[i]`` of ``kv`` as ``keys[i]`` (header model
     ``models[i]``), each published atomically; returns ``done``, ``skipped`` (already stored,
     left as they were), ``error``, ``bytes`` (written), ``fp16_bytes``, ``tokens``, ``seconds``,
     ``settings``. The objects are chunks of a prompt starting at ``first_tokens[i]``: the
     prompt's first ``exact_head`` tokens are also stored exactly, in the objects that hold them;
     no chunk has an exact tail (a prompt's last tokens change every turn). ``codec``,
-    ``key_means``, ``guard``: as ``tqkv.checkpoint``."""
+    ``key_means``, ``guard``, ``alignment``: as ``tqkv.checkpoint``."""
     st = as_store(store)
     keys = [str(k) for k in keys]
     resolved = _settings(codec=codec, exact_tokens=(int(exact_head), 0), key_means=key_means,
-                         guard=guard)
+                         guard=guard, alignment=alignment)
     firsts = [int(t) for t in first_tokens] if first_tokens is not None else []
     return _tqkv.checkpoint_batch(st._s, keys, [str(m) for m in models or []],
                                   _ids(block_ids, len(keys)), firsts, kv._a, resolved, 0,

@@ -62,7 +62,8 @@ def _block_ids(block_ids: Any) -> Optional[np.ndarray]:
 
 def settings(*, codec: Optional[str] = None, layer_codecs: Optional[Mapping[int, str]] = None,
              exact_tokens: Optional[Tuple[int, int]] = None, key_means: Optional[str] = None,
-             strict: Optional[bool] = None, guard: Optional[bool] = None) -> Any:
+             strict: Optional[bool] = None, guard: Optional[bool] = None,
+             alignment: Optional[int] = None) -> Any:
     """The library's settings object for these arguments; ``None`` leaves the library's default
     (the one resolver every front end uses: the ``tqkv`` command, tqkv.llama, tqkv.vllm)."""
     overrides = [f"{int(layer)}:{spec}" for layer, spec in sorted((layer_codecs or {}).items())]
@@ -72,13 +73,15 @@ def settings(*, codec: Optional[str] = None, layer_codecs: Optional[Mapping[int,
             raise _tqkv.InvalidArgumentError(
                 f"exact_tokens {exact_tokens!r}: a pair (first, last) of token counts")
         exact = f"{int(exact_tokens[0])},{int(exact_tokens[1])}"
-    return _tqkv.checkpoint_settings(codec, overrides, exact, key_means, strict, guard)
+    align = None if alignment is None else int(alignment)
+    return _tqkv.checkpoint_settings(codec, overrides, exact, key_means, strict, guard, align)
 
 
 def resolve_settings(**options: Any) -> Dict[str, Any]:
     """What a checkpoint with these settings (the keyword arguments of ``checkpoint``: codec,
-    layer_codecs, exact_tokens, key_means, strict, guard) stores, with every default filled in:
-    ``{'codec': 'tq3', 'layer_codecs': [], 'exact_tokens': '0,4', 'key_means': '128', ...}``."""
+    layer_codecs, exact_tokens, key_means, strict, guard, alignment) stores, with every default
+    filled in: ``{'codec': 'tq3', 'layer_codecs': [], 'exact_tokens': '0,4', 'key_means': '128',
+    ..., 'alignment': 4096}``."""
     return _tqkv.resolve_settings(settings(**options))
 
 
@@ -86,8 +89,9 @@ def checkpoint(store: StoreLike, key: str, k: Any, v: Any, *, codec: Optional[st
                layer_codecs: Optional[Mapping[int, str]] = None,
                exact_tokens: Optional[Tuple[int, int]] = None, key_means: Optional[str] = None,
                strict: Optional[bool] = None, guard: Optional[bool] = None,
-               layout: str = "nhd", block_ids: Any = None, tokens: Optional[int] = None,
-               model: str = "", token_block: int = 0) -> Dict[str, Any]:
+               alignment: Optional[int] = None, layout: str = "nhd", block_ids: Any = None,
+               tokens: Optional[int] = None, model: str = "",
+               token_block: int = 0) -> Dict[str, Any]:
     """Encodes the cache ``k``, ``v`` and publishes it atomically under ``key``.
 
     Settings (``None``, the default of each, takes the library's default, the same as the
@@ -102,7 +106,9 @@ def checkpoint(store: StoreLike, key: str, k: Any, v: Any, *, codec: Optional[st
     optionally ``",f32"`` (docs/format.md §5); ``guard``: measure and store each layer's codec
     error (default True); ``strict``: refuse the checkpoint (InvalidArgumentError, nothing
     stored) when some layer's error exceeds the guard's threshold (default False: the returned
-    ``guard_exceeded`` lists them).
+    ``guard_exceeded`` lists them); ``alignment``: where payloads start in the file, a power of
+    two from 64 to 4096 (default 4096, which lets O_DIRECT read each chunk; 64 packs a small
+    session: format version 9, docs/format.md).
     ``layout``/``block_ids``: see the module docs; ``tokens``: for paged caches, the session
     length (default ``len(block_ids) * block_size``); ``model``: a name stored in the header.
     Returns the library's figures: ``bytes_written``, ``fp16_bytes``, ``seconds``, ...,
@@ -119,7 +125,7 @@ def checkpoint(store: StoreLike, key: str, k: Any, v: Any, *, codec: Optional[st
     if tokens is None:
         tokens = 0 if ids is None or not kl else len(ids) * _block_size(kl[0], layout)
     resolved = settings(codec=codec, layer_codecs=layer_codecs, exact_tokens=exact_tokens,
-                        key_means=key_means, strict=strict, guard=guard)
+                        key_means=key_means, strict=strict, guard=guard, alignment=alignment)
     return _tqkv.checkpoint(as_store(store)._s, key, kl, vl, _axes(layout), ids, int(tokens),
                             resolved, model, int(token_block))
 

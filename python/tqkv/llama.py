@@ -93,13 +93,13 @@ def save_blob(blob: bytes, store: StoreLike, key: str, head_dim: int,
               layer_codecs: Optional[Mapping[int, str]] = None,
               exact_tokens: Optional[Tuple[int, int]] = None, key_means: Optional[str] = None,
               strict: Optional[bool] = None, guard: Optional[bool] = None,
-              model: str = "llama.cpp") -> Dict[str, Any]:
+              alignment: Optional[int] = None, model: str = "llama.cpp") -> Dict[str, Any]:
     """Stores a sequence state blob (with a slot file's tokens when given) as session ``key`` of
     ``store`` (a Store, a directory or any store URI, docs/store.md). The settings are
     tqkv.checkpoint's, with the same defaults. Returns tqkv.checkpoint's figures plus
     ``state_bytes`` (the blob's size)."""
     s = _settings(codec=codec, layer_codecs=layer_codecs, exact_tokens=exact_tokens,
-                  key_means=key_means, strict=strict, guard=guard)
+                  key_means=key_means, strict=strict, guard=guard, alignment=alignment)
     toks = None if tokens is None else [int(t) for t in tokens]
     return _tqkv.llama_save(as_store(store)._s, key, bytes(blob), int(head_dim), model, toks, s)
 

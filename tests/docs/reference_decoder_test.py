@@ -82,6 +82,16 @@ CASES = [
      ["--codec", "kl:2.5", "--layer-codec", "1:k4v2", "--align", "512"], ["bf16"]),
     ("fp16, no guard, align 2048", 32, "F16", ["--codec", "fp16", "--no-guard", "--align", "2048"],
      ["f16"]),
+    # Version 8 without the guard's figures: guard_stride 0 (docs/format.md section 4).
+    ("kl:2.5, no guard (version 8, guard_stride 0)", 64, "F32", ["--codec", "kl:2.5", "--no-guard"],
+     ["f16"]),
+]
+
+# Ragged caches (layers of different lengths): what `tqkv compress` writes as version 7 (8 with kl).
+RAGGED = [
+    ("tq3, ragged layers 20 and 12 (version 7)", 64, "F32", [20, 12], ["--codec", "tq3"], ["f32"]),
+    ("kl:2.5 + exact tokens 1,2, ragged layers 9 and 20", 64, "BF16", [9, 20],
+     ["--codec", "kl:2.5", "--exact-tokens", "1,2"], ["bf16"]),
 ]
 
 LAYERS, HEADS, TOKENS = 2, 2, 20
@@ -96,15 +106,17 @@ def encode_values(values, dtype):
                        *[struct.unpack("<I", struct.pack("<f", v))[0] >> 16 for v in values])
 
 
-def make_input(path, head_dim, dtype, seed):
-    """A small KV cache with outlier channels, a zero vector, a NaN, an inf and tiny values."""
+def make_input(path, head_dim, dtype, seed, layer_tokens=None):
+    """A small KV cache with outlier channels, a zero vector, a NaN, an inf and tiny values;
+    layer_tokens: each layer's own token count (a ragged cache: format version 7)."""
     rnd = random.Random(seed)
+    layer_tokens = layer_tokens or [TOKENS] * LAYERS
     tensors = []
     for layer in range(LAYERS):
         for kv in range(2):
             outliers = rnd.sample(range(head_dim), max(1, head_dim // 32))
             vals = []
-            for t in range(TOKENS):
+            for t in range(layer_tokens[layer]):
                 for h in range(HEADS):
                     vec = [rnd.gauss(0.0, 1.0) for _ in range(head_dim)]
                     for c in outliers:
@@ -129,11 +141,13 @@ def make_input(path, head_dim, dtype, seed):
     for i, bits in enumerate(special):
         k0[at + i * esize:at + (i + 1) * esize] = bits.to_bytes(esize, "little")
     tensors[0] = (tensors[0][0], bytes(k0))
-    nbytes = TOKENS * HEADS * head_dim * esize
     entries = ['"__metadata__":{"format":"tqkv-kv-cache","model":"ref-test"}']
-    for i, (name, _) in enumerate(tensors):
+    offset = 0
+    for i, (name, data) in enumerate(tensors):
         entries.append('"%s":{"dtype":"%s","shape":[%d,%d,%d],"data_offsets":[%d,%d]}'
-                       % (name, dtype, TOKENS, HEADS, head_dim, i * nbytes, (i + 1) * nbytes))
+                       % (name, dtype, layer_tokens[i // 2], HEADS, head_dim, offset,
+                          offset + len(data)))
+        offset += len(data)
     text = ("{" + ",".join(entries) + "}").encode()
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(text)) + text + b"".join(t for _, t in tensors))
@@ -208,6 +222,31 @@ def main():
             checked += 1
             if err:
                 failures.append(err)
+    for i, (label, head_dim, src, layer_tokens, args, dtypes) in enumerate(RAGGED):
+        st = os.path.join(work, "in.safetensors")
+        container = os.path.join(work, "case.tqkv")
+        make_input(st, head_dim, src, 2000 + i, layer_tokens)
+        r = run([tqkv, "compress", st, container, "--threads", "1"] + args)
+        if r.returncode != 0:
+            failures.append("%s: tqkv compress failed: %s" % (label, r.stderr.strip()))
+            continue
+        for dtype in dtypes:
+            err = compare(tqkv, container, dtype, work, label)
+            checked += 1
+            if err:
+                failures.append(err)
+    # A kl session of 0 tokens: version 8, every layer_tokens entry 0.
+    zero = os.path.join(work, "zero")
+    label = "kl:2.5, 0 tokens"
+    r = run([tqkv, "checkpoint", "--layers", "2", "--kv-heads", "2", "--head-dim", "64",
+             "--tokens", "0", "--codec", "kl:2.5", "--store", zero, "--session", "z"])
+    if r.returncode != 0:
+        failures.append("%s: tqkv checkpoint failed: %s" % (label, r.stderr.strip()))
+    else:
+        err = compare(tqkv, os.path.join(zero, "z.tqkv"), "f16", work, label)
+        checked += 1
+        if err:
+            failures.append(err)
     # 0-bit kl channels with -0 means, key means off so the zeros reach the output.
     st = os.path.join(work, "in.safetensors")
     container = os.path.join(work, "case.tqkv")

@@ -29,6 +29,7 @@ ROWS = [
     ({"codec": "auto:64"}, ["--codec", "auto:64"]),  # tiny sessions: headers dominate
     ({"codec": "auto:64,from=all"}, ["--codec", "auto:64,from=all"]),  # kl:B candidates too
     ({"guard": False}, ["--no-guard"]),
+    ({"alignment": 64}, ["--align", "64"]),
     ({"key_means": "session,f32", "exact_tokens": (2, 8)},
      ["--key-means", "session,f32", "--exact-tokens", "2,8"]),
 ]
@@ -36,7 +37,7 @@ ROWS = [
 # What the library decides by default, written out once here so that a change of a default is
 # a visible change of this test.
 DEFAULTS = {"codec": "tq3", "layer_codecs": [], "exact_tokens": "0,4", "key_means": "128",
-            "strict": False, "guard": True}
+            "strict": False, "guard": True, "alignment": 4096}
 
 
 def _stored(st, key):

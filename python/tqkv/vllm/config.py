@@ -18,6 +18,12 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 DEFAULT_CHUNK_TOKENS = 256
 
 
+# Where a chunk's payloads start: packed at 64 bytes (format version 9) instead of each on a
+# 4 KiB page. A chunk is read whole, so page-aligned payloads buy it nothing, and at 256 tokens
+# of a 2-KV-head model the pages cost about 10 % of its bytes (docs/format.md §5).
+CHUNK_ALIGNMENT = 64
+
+
 def default_chunk_tokens(block_size: int) -> int:
     """DEFAULT_CHUNK_TOKENS rounded up to a multiple of ``block_size``."""
     return -(-DEFAULT_CHUNK_TOKENS // block_size) * block_size

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Deque, Dict, Iterable, List, Optional, Set, Tuple
 
 from .. import _batch
+from .config import CHUNK_ALIGNMENT
 
 logger = logging.getLogger("tqkv.vllm")
 
@@ -40,7 +41,8 @@ class ChunkWriter:
     At most ``max_queue`` chunks wait to be written; submit blocks while the queue is full (the
     memory bound: a queued chunk holds vLLM blocks, not a copy). ``kv`` is the library's view of
     vLLM's cache (tqkv.PagedKV), or None when the cache could not be read (the saves count as
-    errors). ``save_kwargs`` go to tqkv.checkpoint_batch (codec, key_means, exact_head). A failed
+    errors). ``save_kwargs`` go to tqkv.checkpoint_batch (codec, key_means, exact_head;
+    alignment: CHUNK_ALIGNMENT unless given). A failed
     chunk is logged and counted in ``stats`` (``errors``), never raised, and the request's later
     chunks of the same call are not written (a prompt is matched chunk by chunk from its start,
     so they could never be found)."""
@@ -49,7 +51,8 @@ class ChunkWriter:
                  max_queue: int = 64, threaded: bool = True, log: Any = logger) -> None:
         if max_queue < 1:
             raise ValueError(f"max_queue {max_queue}: at least 1")
-        self._store, self._kwargs, self._tokens = store, dict(save_kwargs), tokens
+        self._store, self._tokens = store, tokens
+        self._kwargs = {"alignment": CHUNK_ALIGNMENT, **save_kwargs}
         self._stats, self._log, self._max = stats, log, max_queue
         self._cv = threading.Condition()
         self._queue: Deque[Tuple[ChunkOp, Any]] = collections.deque()
