@@ -7,11 +7,15 @@
 
 Per prompt length N and codec, one fresh vLLM (CPU) process with the connector (saves in the
 step): request 0 is the first N tokens of the prompt file with STEPS greedy tokens and their
-top-20 logprobs (the reference, computed: the store is empty; its full chunks are saved); request
-1 is those N tokens plus the STEPS generated ones in one request with prompt_logprobs=20,
-skip_reading_prefix_cache=False and detokenize=False, so vLLM restores the stored chunks and
-computes only the rest. Compared per step: top-1 agreement and a lower bound of the KL (the
-reference's top-20 plus a rest bucket), mean and max. Progress on stderr, JSON on stdout.
+top-20 logprobs (the decode steps; computed: the store is empty; its full chunks are saved);
+request 1 is those N tokens plus the STEPS generated ones in one request with
+prompt_logprobs=20, skip_reading_prefix_cache=False and detokenize=False, so vLLM restores the
+stored chunks and computes only the rest. "none" is the same two requests without a connector
+(request 1 then computes every position). Compared per forced step (a step whose logits vLLM did
+not compute, the first after a prefix restored whole, is skipped): top-1 agreement and a lower
+bound of the KL (the reference's top-20 plus a rest bucket), mean and max, against the decode
+steps (as docs/accuracy.md's llama.cpp figures) and against none's request 1 (the restore alone)
+up to the first step where the two processes' continuations differ. Progress on stderr, JSON on stdout.
 """
 import argparse
 import json
@@ -48,6 +52,32 @@ def top(d):
     return int(max(d.items(), key=lambda kv: kv[1])[0])
 
 
+def analyze(work: Path, n: int, codec: str, steps: int) -> dict:
+    """One codec's row from the saved outputs of its process and of "none"'s."""
+    def forced(name):
+        r0, r1 = json.loads((work / f"n{n}-{name}.out").read_text())
+        restored = r1["num_cached_tokens"]
+        # position n + j predicts step j from logits computed at n + j - 1: skip those restored
+        return r0, r1, {j: r1["prompt_logprobs"][n + j] for j in range(steps)
+                        if n + j - 1 >= restored}
+    r0, r1, got = forced(codec)
+    n0, _, plain = forced("none")
+    # none's request 1 forces none's own continuation: comparable up to the first step where the
+    # two processes' greedy continuations differ (vLLM's CPU decode differs from run to run)
+    same = next((j for j, (x, y) in enumerate(zip(r0["tokens"], n0["tokens"])) if x != y), steps)
+    plain = {j: d for j, d in plain.items() if j <= same}
+    store = work / f"store-n{n}-{codec}"
+    row = {"tokens": n, "codec": codec, "restored": r1["num_cached_tokens"], "steps": len(got),
+           "bytes": sum(p.stat().st_size for p in store.rglob("*.tqkv"))}
+    for what, ref in (("decode", dict(enumerate(r0["logprobs"]))), ("none", plain)):
+        js = [j for j in got if j in ref]
+        agree = sum(top(ref[j]) == top(got[j]) for j in js)
+        kls = [coarse_kl(ref[j], got[j]) for j in js]
+        row[what] = {"steps": len(js), "top1": agree, "mean_kl": sum(kls) / len(kls),
+                     "max_kl": max(kls), "identical": sum(ref[j] == got[j] for j in js)}
+    return row
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", required=True)
@@ -56,7 +86,15 @@ def main():
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--prompt-file", default="/usr/share/common-licenses/GPL-3")
     ap.add_argument("--max-model-len", type=int, default=8192)
+    ap.add_argument("--reanalyze", default="", help="a work directory of an earlier run: its "
+                    "rows again from the saved outputs, no vLLM")
     a = ap.parse_args()
+    if a.reanalyze:
+        work = Path(a.reanalyze)
+        rows = [analyze(work, int(f.name.split("-")[0][1:]), f.name.split("-", 1)[1][:-4],
+                        a.steps) for f in sorted(work.glob("n*-*.out"))]
+        print(json.dumps({"model": a.model, "steps": a.steps, "rows": rows}, indent=1))
+        return 0
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(a.model)
@@ -66,14 +104,14 @@ def main():
     for n in [int(t) for t in a.tokens.split(",")]:
         if len(ids) < n:
             sys.exit(f"the prompt file has {len(ids)} tokens, fewer than {n}")
-        for codec in a.codec or ["fp16", "tq3", "tq4"]:
+        for codec in ["none"] + (a.codec or ["fp16", "tq3", "tq4"]):
             name = f"n{n}-{codec}"
             store = work / f"store-{name}"
-            conn = json.dumps({"kv_connector": "TqkvConnector",
-                               "kv_connector_module_path": "tqkv.vllm", "kv_role": "kv_both",
-                               "kv_load_failure_policy": "recompute",
-                               "kv_connector_extra_config": {"store": str(store), "codec": codec,
-                                                             "async_save": False}})
+            conn = "" if codec == "none" else json.dumps({
+                "kv_connector": "TqkvConnector", "kv_connector_module_path": "tqkv.vllm",
+                "kv_role": "kv_both", "kv_load_failure_policy": "recompute",
+                "kv_connector_extra_config": {"store": str(store), "codec": codec,
+                                              "async_save": False}})
             reqs = [{"prompt_token_ids": ids[:n], "max_tokens": a.steps, "logprobs": 20},
                     {"continue_from": 0, "teacher": True, "max_tokens": 1,
                      "prompt_logprobs": 20, "logprobs": 0}]
@@ -83,23 +121,18 @@ def main():
             with open(log, "w") as f:
                 r = subprocess.run([sys.executable, str(RUN), "--model", a.model, "--prompts",
                                     str(pj), "--out", str(res), "--ignore-eos",
-                                    "--max-model-len", str(a.max_model_len), "--connector", conn],
+                                    "--max-model-len", str(a.max_model_len)]
+                                   + (["--connector", conn] if conn else []),
                                    stdout=f, stderr=subprocess.STDOUT,
                                    env={**os.environ,
                                         "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": "3600"})
             if r.returncode:
                 sys.exit(f"{name} failed, see {log}")
-            r0, r1 = json.loads(res.read_text())
-            ref = r0["logprobs"]
-            got = [r1["prompt_logprobs"][n + j] for j in range(a.steps)]
-            agree = sum(top(x) == top(y) for x, y in zip(ref, got))
-            kls = [coarse_kl(x, y) for x, y in zip(ref, got)]
-            row = {"tokens": n, "codec": codec, "restored": r1["num_cached_tokens"],
-                   "top1": agree, "steps": a.steps, "mean_kl": sum(kls) / len(kls),
-                   "max_kl": max(kls),
-                   "bytes": sum(p.stat().st_size for p in store.rglob("*.tqkv"))}
-            note(f"{name}: restored {row['restored']}, top-1 {agree}/{a.steps}, mean KL "
-                 f"{row['mean_kl']:.4f}, max {row['max_kl']:.4f}, {row['bytes']} bytes")
+            row = analyze(work, n, codec, a.steps)
+            d, p = row["decode"], row["none"]
+            note(f"{name}: restored {row['restored']}, {row['steps']} steps; vs decode: top-1 "
+                 f"{d['top1']}, mean KL {d['mean_kl']:.4f}; vs none: top-1 {p['top1']}, mean KL "
+                 f"{p['mean_kl']:.5f}, identical {p['identical']}; {row['bytes']} bytes")
             out["rows"].append(row)
     print(json.dumps(out, indent=1))
 

@@ -15,15 +15,16 @@
 
 namespace tqkv::python {
 
-Status RestoreToCudaArrays(Store& store, const std::string& key, const LayoutTensors& dst,
-                           int device, const std::function<Status(uint32_t)>& layer_ready,
-                           RestoreStats* stats) {
 #ifdef TQKV_HAVE_CUDA
+namespace {
+
+// The GPU restore's options for `device`; the caller's layer_ready means "layer l is in the
+// arrays", so it runs once the layer's event has completed.
+GpuRestoreOptions DeviceOptions(int device, const std::function<Status(uint32_t)>& layer_ready) {
   GpuRestoreOptions opts;
   opts.device = device;
   if (layer_ready) {
-    // The caller's callback means "layer l is in the arrays": wait for the layer's event first.
-    opts.on_layer = [&](uint32_t layer, void* event) -> Status {
+    opts.on_layer = [&layer_ready](uint32_t layer, void* event) -> Status {
       const cudaError_t e = cudaEventSynchronize(static_cast<cudaEvent_t>(event));
       if (e != cudaSuccess) {
         return Status::DeviceError(std::string("cudaEventSynchronize: ") + cudaGetErrorString(e));
@@ -31,6 +32,17 @@ Status RestoreToCudaArrays(Store& store, const std::string& key, const LayoutTen
       return layer_ready(layer);
     };
   }
+  return opts;
+}
+
+}  // namespace
+#endif
+
+Status RestoreToCudaArrays(Store& store, const std::string& key, const LayoutTensors& dst,
+                           int device, const std::function<Status(uint32_t)>& layer_ready,
+                           RestoreStats* stats) {
+#ifdef TQKV_HAVE_CUDA
+  const GpuRestoreOptions opts = DeviceOptions(device, layer_ready);
   TQKV_ASSIGN_OR_RETURN(GpuRestoreStats g, RestoreIntoGpu(store, key, dst, opts));
   stats->bytes_read = g.bytes_read;
   stats->fp16_bytes = g.fp16_bytes;
@@ -53,18 +65,7 @@ Status RestoreBatchToCudaArrays(Store& store, std::span<const BatchObject> objec
                                 const std::function<Status(uint32_t)>& layer_ready,
                                 BatchStats* stats) {
 #ifdef TQKV_HAVE_CUDA
-  GpuRestoreOptions opts;
-  opts.device = device;
-  if (layer_ready) {
-    opts.on_layer = [&](uint32_t layer, void* event) -> Status {
-      const cudaError_t e = cudaEventSynchronize(static_cast<cudaEvent_t>(event));
-      if (e != cudaSuccess) {
-        return Status::DeviceError(std::string("cudaEventSynchronize: ") + cudaGetErrorString(e));
-      }
-      return layer_ready(layer);
-    };
-  }
-  return RestoreBatchIntoGpu(store, objects, dst, opts, stats);
+  return RestoreBatchIntoGpu(store, objects, dst, DeviceOptions(device, layer_ready), stats);
 #else
   (void)store, (void)objects, (void)dst, (void)device, (void)layer_ready, (void)stats;
   return Status::InvalidArgument(kNoCudaMessage);

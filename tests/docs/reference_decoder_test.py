@@ -209,23 +209,13 @@ def main():
             checked += 1
             if err:
                 failures.append(err)
-    for i, (label, head_dim, src, args, dtypes) in enumerate(CASES):
+    cases = [(c, 1000 + i, None) for i, c in enumerate(CASES)]
+    cases += [((label, d, src, args, dtypes), 2000 + i, layer_tokens)
+              for i, (label, d, src, layer_tokens, args, dtypes) in enumerate(RAGGED)]
+    for (label, head_dim, src, args, dtypes), seed, layer_tokens in cases:
         st = os.path.join(work, "in.safetensors")
         container = os.path.join(work, "case.tqkv")
-        make_input(st, head_dim, src, 1000 + i)
-        r = run([tqkv, "compress", st, container, "--threads", "1"] + args)
-        if r.returncode != 0:
-            failures.append("%s: tqkv compress failed: %s" % (label, r.stderr.strip()))
-            continue
-        for dtype in dtypes:
-            err = compare(tqkv, container, dtype, work, label)
-            checked += 1
-            if err:
-                failures.append(err)
-    for i, (label, head_dim, src, layer_tokens, args, dtypes) in enumerate(RAGGED):
-        st = os.path.join(work, "in.safetensors")
-        container = os.path.join(work, "case.tqkv")
-        make_input(st, head_dim, src, 2000 + i, layer_tokens)
+        make_input(st, head_dim, src, seed, layer_tokens)
         r = run([tqkv, "compress", st, container, "--threads", "1"] + args)
         if r.returncode != 0:
             failures.append("%s: tqkv compress failed: %s" % (label, r.stderr.strip()))

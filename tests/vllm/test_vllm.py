@@ -159,10 +159,13 @@ def teacher_forced(model: str, tmp: Path, name: str, conn: str, prompt) -> tuple
     return r0, r1
 
 
-def forced_steps(r0: dict, r1: dict) -> list:
-    """Request 1's distributions at the forced positions (position P + j predicts step j)."""
-    p = r0["prompt_tokens"]
-    return [r1["prompt_logprobs"][p + j] for j in range(STEPS)]
+def forced_steps(r0: dict, r1: dict) -> tuple:
+    """(request 0's decode steps, request 1's distributions at the same forced positions):
+    position P + j predicts step j from logits computed at P + j - 1, so the steps whose logits
+    vLLM did not compute (inside the restored prefix) are left out."""
+    p, restored = r0["prompt_tokens"], r1["num_cached_tokens"]
+    steps = [j for j in range(STEPS) if p + j - 1 >= restored]
+    return [r0["logprobs"][j] for j in steps], [r1["prompt_logprobs"][p + j] for j in steps]
 
 
 def test_teacher_forced(model, tmp_path):
@@ -175,13 +178,13 @@ def test_teacher_forced(model, tmp_path):
     if FULL:
         n0, n1 = teacher_forced(model, tmp_path, "none", "", LONGER)
         assert n1["num_cached_tokens"] == 0
-        results["none"] = _compare(n0["logprobs"], forced_steps(n0, n1))
+        results["none"] = _compare(*forced_steps(n0, n1))
     for codec in CODECS:
         store = tmp_path / f"store-{codec}"
         r0, r1 = teacher_forced(model, tmp_path, f"T-{codec}",
                                 connector(store, codec=codec, async_save=False), LONGER)
         assert r1["num_cached_tokens"] == r0["prompt_tokens"] // CHUNK * CHUNK > 0, codec
-        results[codec] = _compare(r0["logprobs"], forced_steps(r0, r1))
+        results[codec] = _compare(*forced_steps(r0, r1))
         size = sum(f.stat().st_size for f in chunk_files(store))
         rows.append(f"  {codec}: restored {r1['num_cached_tokens']} of {r0['prompt_tokens']} "
                     f"prompt tokens ({size} bytes)")
