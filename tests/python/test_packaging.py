@@ -65,6 +65,7 @@ def _check_installed(venv, workdir):
     stubs, and the tqkv command it installed reads what it wrote."""
     script = (
         "import numpy as np, tqkv, sys\n"
+        "import tqkv.vllm.worker, tqkv.vllm.writer  # the connector's package ships too\n"
         "c = tqkv.Codec('tq3', head_dim=128)\n"
         "x = np.random.default_rng(0).standard_normal((10, 128), dtype=np.float32)\n"
         "y = c.decode(c.encode(x))\n"
