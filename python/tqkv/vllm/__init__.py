@@ -14,7 +14,11 @@ batched call each (tqkv.restore_batch, tqkv.checkpoint_batch):
     scheduler  lookups (headers only) and the per-step load and save lists
     worker     the KV cache as the library sees it; the batched restore with per-layer readiness
     writer     the background writer of saves
-    connector  the KVConnectorBase_V1 class (the only module that imports vLLM)
+    connector  the KVConnectorBase_V1 class
+    tier       TqkvTier, a SecondaryTierManager for vLLM's own offloading (OffloadingConnector)
+    offload_layout  vLLM's CPU offload rows as the library sees them, a tier chunk's identity
+
+Only connector and tier import vLLM.
 
 Importing this package does not import vLLM; the connector class is built on first use.
 """
@@ -25,7 +29,7 @@ from typing import Any
 from .config import DEFAULT_CHUNK_TOKENS, Stats, default_chunk_tokens, model_identity, parse_config
 from .keys import FORMAT, chunk_hashes, chunk_key, chunk_model
 
-__all__ = ["TqkvConnector", "DEFAULT_CHUNK_TOKENS", "Stats", "default_chunk_tokens",
+__all__ = ["TqkvConnector", "TqkvTier", "DEFAULT_CHUNK_TOKENS", "Stats", "default_chunk_tokens",
            "model_identity", "parse_config", "FORMAT", "chunk_hashes", "chunk_key", "chunk_model"]
 
 
@@ -34,4 +38,8 @@ def __getattr__(name: str) -> Any:  # PEP 562: vLLM is imported only when the cl
         from .connector import TqkvConnector
 
         return TqkvConnector
+    if name == "TqkvTier":
+        from .tier import TqkvTier
+
+        return TqkvTier
     raise AttributeError(name)
