@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <deque>
 #include <limits>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -27,9 +28,19 @@ Result<std::vector<std::span<uint8_t>>> ChunkSink::AllocateSlots(size_t count, s
   return out;
 }
 
+namespace {
+
+bool ReadsInline(const ContainerReader& reader, const ChunkLoopOptions& options, size_t bytes) {
+  const size_t n = reader.chunks().size();
+  return !options.read && n > 0 && n <= options.inline_bytes / bytes;
+}
+
+}  // namespace
+
 std::pair<size_t, size_t> ChunkLoopSlots(const ContainerReader& reader,
                                          const ChunkLoopOptions& options) {
   const size_t bytes = static_cast<size_t>(std::max(kContainerAlignment, reader.MaxChunkExtent()));
+  if (ReadsInline(reader, options, bytes)) return {reader.chunks().size(), bytes};
   const size_t count =
       std::clamp<size_t>(options.inflight_bytes / bytes, 2, std::max<size_t>(2, options.max_slots));
   return {count, bytes};
@@ -72,15 +83,43 @@ Status RunChunkLoop(ContainerReader& reader, ChunkSink& sink, const ChunkLoopOpt
       return Status::Ok();
     };
   }
-  SlotReader slot_reader(slots.size(), chunks.size(), read, verify, options.reader_thread_init,
-                         options.read_lanes);
+  // Small objects: every chunk in its own slot, read and verified here before the first is
+  // consumed. A checksum failure is returned after the chunks before it (as the threads do); a
+  // read error before any.
+  const bool inline_read = ReadsInline(reader, options, stats.slot_bytes) &&
+                           slots.size() >= chunks.size();
+  std::optional<SlotReader> slot_reader;
+  size_t inline_good = 0;
+  Status inline_status;
+  if (inline_read) {
+    std::vector<size_t> all(chunks.size());
+    for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+    const auto tr = RestoreClock::now();
+    inline_status = read(all, 0);
+    stats.read_busy_seconds = SecondsSince(tr);
+    const auto tv = RestoreClock::now();
+    for (; inline_status.ok() && inline_good < all.size(); ++inline_good) {
+      inline_status = reader.VerifyChunkExtent(
+          inline_good, slots[inline_good].first(static_cast<size_t>(reader.ChunkExtent(inline_good))));
+      if (!inline_status.ok()) break;
+    }
+    stats.verify_seconds = SecondsSince(tv);
+  } else {
+    slot_reader.emplace(slots.size(), chunks.size(), read, verify, options.reader_thread_init,
+                        options.read_lanes);
+  }
+  auto next_slot = [&](size_t i) -> Result<size_t> {
+    if (!inline_read) return slot_reader->Next();
+    if (i < inline_good) return i;
+    return inline_status;
+  };
 
   std::deque<size_t> held;  // consumed slots not yet given back to the reader
   auto retire_oldest = [&]() -> Status {
     const size_t s = held.front();
     held.pop_front();
     TQKV_RETURN_IF_ERROR(sink.Retire(s));
-    slot_reader.Release(s);
+    if (slot_reader) slot_reader->Release(s);
     return Status::Ok();
   };
   // Hands out layers in order up to `layer`; a layer without chunks too.
@@ -94,7 +133,7 @@ Status RunChunkLoop(ContainerReader& reader, ChunkSink& sink, const ChunkLoopOpt
   };
   Status st;
   for (size_t i = 0; i < chunks.size() && st.ok(); ++i) {
-    Result<size_t> si = slot_reader.Next();
+    Result<size_t> si = next_slot(i);
     if (!si.ok()) {
       st = si.status();
       break;
@@ -118,8 +157,10 @@ Status RunChunkLoop(ContainerReader& reader, ChunkSink& sink, const ChunkLoopOpt
     Status r = retire_oldest();
     if (st.ok()) st = r;
   }
-  stats.read_busy_seconds = slot_reader.busy_seconds();
-  stats.verify_seconds = slot_reader.verify_seconds();
+  if (slot_reader) {
+    stats.read_busy_seconds = slot_reader->busy_seconds();
+    stats.verify_seconds = slot_reader->verify_seconds();
+  }
   if (stats_out != nullptr) *stats_out = stats;
   return st;
 }

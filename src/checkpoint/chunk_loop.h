@@ -67,6 +67,10 @@ struct ChunkLoopOptions {
   uint64_t inflight_bytes = 32 << 20;  // read-ahead budget: slots of the largest extent
   size_t max_slots = 64;
   size_t read_lanes = 1;                    // batches in flight at once (SlotReader lanes)
+  // An object whose chunks all fit in this many bytes of slots is read and verified whole on
+  // the calling thread, without read-ahead threads (their start and hand-offs cost more than
+  // they overlap there: a vLLM tier chunk of 16 tokens is 84 chunks, ~115 KB). 0: never.
+  uint64_t inline_bytes = 2 << 20;
   SlotReadFn read;                          // empty: ContainerReader::ReadChunks
   std::function<void()> reader_thread_init;  // runs first on the reader thread; may be empty
 };

@@ -150,6 +150,7 @@ class DeviceSinkTest : public ::testing::Test {
     device_ = std::make_unique<FakeDevice>(reader_->header(), plan_);
     ChunkLoopOptions loop;
     loop.inflight_bytes = 1;  // two slots: each is refilled, so holding and retiring matter
+    loop.inline_bytes = 0;
     return RunDeviceRestore(*reader_, plan_, *device_, loop, key);
   }
 
