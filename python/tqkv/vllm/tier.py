@@ -248,22 +248,25 @@ class TqkvTier(SecondaryTierManager):
     def _run(self, fn: Any, job_id: int, keys: List[OffloadKey], chunks: List[int]) -> None:
         t0 = time.monotonic()
         try:
-            ok_keys, nbytes, error = fn(keys, chunks)
+            ok_keys, error = fn(keys, chunks)
         except Exception as e:  # a job never dies silently: vLLM gets a failed result
-            ok_keys, nbytes, error = [], 0, f"{type(e).__name__}: {e}"
+            ok_keys, error = [], f"{type(e).__name__}: {e}"
         seconds = time.monotonic() - t0
         failed = [] if error is None else keys[len(ok_keys):]
         if error is not None:
             log.warning("tqkv tier: job %d (%d chunks) failed after %d: %s", job_id, len(keys),
                         len(ok_keys), error)
         partial = tuple(ok_keys) if error is not None and ok_keys else None
+        # Primary-tier bytes moved, as vLLM's own tiers report them: its back-pressure detector
+        # normalizes store latency by them (the compressed bytes are in the tier's counters).
+        moved = len(ok_keys) * self.block_size_bytes
         result = JobResult(job_id=job_id, success=error is None, successful_keys=partial,
-                           transfer_time=seconds, transfer_bytes=nbytes or None)
+                           transfer_time=seconds, transfer_bytes=moved or None)
         self._done.put((result, failed if fn == self._load_job else []))
 
     def _store_job(self, keys: List[OffloadKey], chunks: List[int]) -> tuple:
         """Each worker's part of the chunks, rank by rank (the last rank's object last, so a
-        chunk is present only when all are); returns (keys stored, bytes written, error)."""
+        chunk is present only when all are); returns (keys stored, error)."""
         done, nbytes, error = len(keys), 0, None
         for g, kv, ident in zip(self._geoms, self._kvs, self.identities):
             names = [self.object_key(k, g.rank) for k in keys[:done]]
@@ -279,11 +282,11 @@ class TqkvTier(SecondaryTierManager):
         if error is not None:
             self._count(store_failures=1)
         self._maybe_gc()
-        return keys[:done], nbytes, error
+        return keys[:done], error
 
     def _load_job(self, keys: List[OffloadKey], chunks: List[int]) -> tuple:
         """Restores each worker's part of the chunks into their primary rows; each header's
-        model string is checked before its part is written. Returns (keys loaded, bytes, error)."""
+        model string is checked before its part is written. Returns (keys loaded, error)."""
         done, nbytes, error = len(keys), 0, None
         for g, kv, ident in zip(self._geoms, self._kvs, self.identities):
             names = [self.object_key(k, g.rank) for k in keys[:done]]
@@ -296,7 +299,7 @@ class TqkvTier(SecondaryTierManager):
         if error is not None:
             self._forget([self.object_key(k) for k in keys[done:]])
             self._count(load_failures=len(keys) - done)
-        return keys[:done], nbytes, error
+        return keys[:done], error
 
     def _pin(self, names: List[str]) -> None:
         for n in names:
