@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstring>
+#include <vector>
 
+#include "codec/kernels/kernels.h"
 #include "format/container_layout.h"
 #include "tqkv/codec.h"
 #include "tqkv/thread_pool.h"
@@ -26,11 +29,17 @@ void Put(uint8_t* p, DType dtype, float v) {
   }
 }
 
-bool FiniteRow(const void* k, DType dtype, size_t at, size_t d) {
-  for (size_t i = 0; i < d; ++i) {
-    if (!std::isfinite(LoadAsFloat(k, dtype, at + i))) return false;
-  }
-  return true;
+// Row `at` of `d` elements as floats, with this CPU's conversion kernel (bit-identical to
+// LoadAsFloat; tests/codec/kernels_test.cc).
+void RowToFloat(const void* k, DType dtype, size_t at, size_t d, float* dst) {
+  const auto* p = static_cast<const uint8_t*>(k) + at * DTypeSize(dtype);
+  kernels::ActiveKernels().to_f32(p, dtype, d, dst);
+}
+
+bool Finite(const float* x, size_t d) {
+  bool ok = true;
+  for (size_t i = 0; i < d; ++i) ok &= std::isfinite(x[i]);
+  return ok;
 }
 
 }  // namespace
@@ -46,16 +55,18 @@ void ComputeKeyMeans(const ContainerHeader& h, uint32_t layer, const void* k, DT
   (void)ParallelForEach(pool, static_cast<size_t>(heads * blocks), 4, [&](size_t item) -> Status {
       const size_t hd = item / blocks;
       const uint64_t b = item % blocks;
-      std::vector<double> acc(d);
-      std::vector<float> mu(d);
       const uint64_t lo = b * h.key_mean_block;
       const uint64_t hi = std::min<uint64_t>(tokens, lo + h.key_mean_block);
-      std::fill(acc.begin(), acc.end(), 0.0);
+      std::vector<float> x((hi - lo) * d), mu(d);
+      std::vector<uint8_t> finite(hi - lo);
+      std::vector<double> acc(d, 0.0);
       uint64_t count = 0;
       for (uint64_t t = lo; t < hi; ++t) {
-        const size_t at = t * row + hd * d;
-        if (!FiniteRow(k, dtype, at, d)) continue;  // decodes to NaN anyway; must not poison μ
-        for (size_t i = 0; i < d; ++i) acc[i] += LoadAsFloat(k, dtype, at + i);
+        float* r = x.data() + (t - lo) * d;
+        RowToFloat(k, dtype, t * row + hd * d, d, r);
+        finite[t - lo] = Finite(r, d);
+        if (!finite[t - lo]) continue;  // decodes to NaN anyway; must not poison μ
+        for (size_t i = 0; i < d; ++i) acc[i] += r[i];
         ++count;
       }
       double mm = 0;
@@ -65,11 +76,11 @@ void ComputeKeyMeans(const ContainerHeader& h, uint32_t layer, const void* k, DT
         Put(out.data() + ((hd * blocks + b) * d + i) * msize, md, mu[i]);
       }
       for (uint64_t t = lo; t < hi; ++t) {
-        const size_t at = t * row + hd * d;
+        const float* r = x.data() + (t - lo) * d;
         float a = 0.0f;
-        if (mm > 0 && FiniteRow(k, dtype, at, d)) {
+        if (mm > 0 && finite[t - lo]) {
           double dot = 0;
-          for (size_t i = 0; i < d; ++i) dot += static_cast<double>(LoadAsFloat(k, dtype, at + i)) * mu[i];
+          for (size_t i = 0; i < d; ++i) dot += static_cast<double>(r[i]) * mu[i];
           a = Storable(dot / mm, md);
         }
         Put(alphas + (hd * tokens + t) * msize, md, a);
@@ -103,7 +114,8 @@ void CenterKeys(const ContainerHeader& h, uint32_t layer, const void* k, DType d
       const float* mu = m.means.data() + (hd * blocks + b) * d;
       const float a = m.alphas[hd * tokens + t];
       const size_t at = t * row + hd * d;
-      for (size_t i = 0; i < d; ++i) out[at + i] = LoadAsFloat(k, dtype, at + i) - a * mu[i];
+      RowToFloat(k, dtype, at, d, out + at);
+      for (size_t i = 0; i < d; ++i) out[at + i] = out[at + i] - a * mu[i];
     }
     return Status::Ok();
   });
