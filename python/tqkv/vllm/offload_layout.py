@@ -123,11 +123,11 @@ def geometry(*, layers: int, kv_heads: int, head_dim: int, block_tokens: int,
     return g
 
 
-def identity(g: OffloadGeometry, model: str, extra: str = "") -> str:
+def identity(g: OffloadGeometry, model: str) -> str:
     """The model string every stored chunk's header holds (at most 256 bytes): a lookup or load
     matches only chunks of the same model, geometry, layout, block size, dtype and TP rank."""
     name = model.rstrip("/").rsplit("/", 1)[-1][:64]
-    whole = (f"{model}|{extra}|L={g.layers}|H={g.kv_heads}|D={g.head_dim}|N={g.block_tokens}|"
+    whole = (f"{model}|L={g.layers}|H={g.kv_heads}|D={g.head_dim}|N={g.block_tokens}|"
              f"B={g.blocks_per_chunk}|{g.dtype}|{g.layout}|tp={g.world_size}|rank={g.rank}")
     digest = hashlib.blake2b(whole.encode(), digest_size=10).hexdigest()
     return (f"{TIER_FORMAT} {name} id={digest} L={g.layers} H={g.kv_heads} D={g.head_dim} "
