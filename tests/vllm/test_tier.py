@@ -202,3 +202,37 @@ def test_vllms_manager_cascades_to_the_tier_and_promotes_back(tmp_path, codec):
         del primary  # the shared region closes only when nothing maps it
     finally:
         manager.shutdown()
+
+
+def test_touch_pins_and_gc_evicts_the_rest(tmp_path):
+    # max_bytes: after a store job the store's gc evicts least recently used unpinned chunks;
+    # touch pinned the first ones, so they stay; an evicted chunk is a miss (even for the tier
+    # that stored it) and fails a load
+    L, H, D, N, n = 2, 2, 64, 16, 8
+    page = H * N * 2 * D * 2
+    cfg = harness.offload_config("m", L, N, 1, page, "NHD")
+    region = np.zeros((2 * n, L * page), dtype=np.int8)
+    region[:n] = np.random.default_rng(1).standard_normal((n, L * page // 2)).astype(
+        np.float16).view(np.int8)
+    keys = [bytes([i + 1]) * 32 + b"\0\0\0\0" for i in range(n)]
+    conf = {"type": "TqkvTier", "module_path": "tqkv.vllm", "store": str(tmp_path / "s"),
+            "codec": "fp16", "kv_heads": H, "head_dim": D, "pin_s": 600, "gc_interval_s": 0}
+    probe = harness.make_tier(conf, memoryview(region), cfg)
+    harness.run_jobs(probe, keys[:1], [0], False, 1, 1)
+    one = harness.dir_bytes(tmp_path / "s")
+    probe.shutdown()
+    conf["max_bytes"] = int(4.5 * one)  # room for 4 chunks
+    tier = harness.make_tier(conf, memoryview(region), cfg)
+    _, res = harness.run_jobs(tier, keys[:4], list(range(4)), False, 4, 10)
+    assert res[0].success
+    from vllm.v1.kv_offload.base import ReqContext
+    tier.touch(keys[:2], ReqContext(req_id="t"))
+    time.sleep(1.1)  # the gc's recency is by the second
+    _, res = harness.run_jobs(tier, keys[4:], list(range(4, n)), False, 4, 20)
+    assert res[0].success
+    found = harness.lookup_all(tier, keys)
+    # 8 chunks, room for 4: the 2 pinned ones count, so the 2 newest stay beside them
+    assert found == ["HIT"] * 2 + ["MISS"] * 4 + ["HIT"] * 2, found
+    _, res = harness.run_jobs(tier, keys[2:4], [n + 2, n + 3], True, 2, 30)
+    assert not res[0].success and not res[0].successful_keys
+    tier.shutdown()

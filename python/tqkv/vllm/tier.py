@@ -19,6 +19,7 @@ import concurrent.futures
 import hashlib
 import logging
 import queue
+import re
 import threading
 import time
 from collections import OrderedDict
@@ -309,16 +310,22 @@ class TqkvTier(SecondaryTierManager):
                 log.debug("tqkv tier: pin %s: %s", n, e)
 
     def _maybe_gc(self) -> None:
-        """Capacity and age limits through the store's own gc (oldest unpinned first)."""
+        """Capacity and age limits through the store's own gc (least recently used unpinned
+        sessions first; it covers the whole store: give the tier a store of its own)."""
         if not (self._max_bytes or self._ttl_s):
             return
         if time.monotonic() - self._last_gc < self._gc_interval:
             return
         self._last_gc = time.monotonic()
         try:
-            self._store.gc(max_bytes=self._max_bytes or None, ttl=self._ttl_s or None)
+            report = self._store.gc(max_bytes=self._max_bytes or None, ttl=self._ttl_s or None)
         except tqkv.Error as e:
             log.warning("tqkv tier: gc: %s", e)
+            return
+        gone = [m["key"] for m in report["expired"] + report["evicted"]]
+        self._forget([re.sub(r"\.r\d+$", "", n) for n in gone])  # a lookup reads them again
+        if gone:
+            log.info("tqkv tier: gc removed %d objects", len(gone))
 
 
 def _geometry(cfg: Any, view: memoryview, kv_heads: Optional[int], kv_layout: Optional[str],
