@@ -31,7 +31,7 @@ for ((r = 1; r <= rounds; ++r)); do
     # shellcheck disable=SC2086  # BENCH-ARGS are words
     "$tqkv_bench" restore --workers "$workers" --tokens "$tokens" --config fp16:direct \
       --store "$store${opts:+?$opts}" --keep --no-quality --no-breakdown $extra --json "$out" >/dev/null
-    python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['results'][0]; print('round %s  %-28s bench restore read %.3f GB/s' % (sys.argv[2], sys.argv[3], r['read_gbps_aggregate']))" \
+    python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['results'][0]; print('round %s  %-28s tqkv-bench restore read %.3f GB/s' % (sys.argv[2], sys.argv[3], r['read_gbps_aggregate']))" \
       "$out" "$r" "$name"
   done
   mapfile -t files < <(find "$store" -name '*.tqkv' | sort)
