@@ -1,4 +1,4 @@
-// `tqkv bench codec`: codec speed and quality on synthetic head vectors.
+// `tqkv-bench codec`: codec speed and quality on synthetic head vectors.
 //
 // Method: the bench builds `vectors` fp16 vectors of `dim` channels as `groups` groups (default 8:
 // 4 KV heads x {K, V}, vectors/groups tokens each; for --data kv every group has its own channel
@@ -23,8 +23,8 @@
 #include <string>
 #include <vector>
 
-#include "tools/cli_common.h"
-#include "tools/cli_files.h"
+#include "cli/cli_common.h"
+#include "cli/cli_files.h"
 #include "tqkv/codec.h"
 #include "tqkv/simd.h"
 #include "tqkv/synthetic.h"
@@ -125,7 +125,7 @@ Status Run(const Options& o) {
   nlohmann::json results = nlohmann::json::array();
   double memcpy_gbps = 0;
   std::printf(
-      "tqkv bench codec: dim %u, %zu vectors in %zu groups, data %s, simd %s, best of %d "
+      "tqkv-bench codec: dim %u, %zu vectors in %zu groups, data %s, simd %s, best of %d "
       "interleaved, %s clock\n",
       d, n, o.groups, o.data.c_str(), level_names.c_str(), o.reps, o.clock.c_str());
   std::printf("%-*s %7s %7s %7s %8s %7s %10s %12s %12s\n", w, "codec", "simd", "threads",
@@ -263,9 +263,9 @@ Status Run(const Options& o) {
 
 }  // namespace
 
-void RegisterBenchCodec(CLI::App& bench) {
+void RegisterBenchCodec(CLI::App& app) {
   auto opts = std::make_shared<Options>();
-  CLI::App* cmd = bench.add_subcommand("codec", "Codec speed and quality on synthetic vectors");
+  CLI::App* cmd = app.add_subcommand("codec", "Codec speed and quality on synthetic vectors");
   cmd->add_option("--codec", opts->codecs, "Codec spec (repeatable)")->take_all();
   cmd->add_option("--dim", opts->dim, "Head dimension")->check(CLI::Range(1, 65535));
   cmd->add_option("--vectors", opts->vectors, "Vectors in all")->check(CLI::PositiveNumber);
@@ -282,7 +282,7 @@ void RegisterBenchCodec(CLI::App& bench) {
                   "ratios against the first)")
       ->take_all();
   cmd->add_option("--json", opts->json, "Write results as JSON to this file");
-  cmd->callback([opts] { Report("bench codec", Run(*opts)); });
+  cmd->callback([opts] { Report("codec", Run(*opts)); });
 }
 
 }  // namespace tqkv::tools

@@ -6,14 +6,15 @@
    allocated and touched beforehand (as the CLI does), page cache warm. Reported: the library's
    restore time (first read to last layer decoded) and, for Python, also the wall time of the
    call; best and median of --reps each.
-2. Codec: tqkv.Codec encode/decode GB/s (fp16-equivalent bytes, as `tqkv bench codec` counts)
-   on a float16 array of --codec-gib GiB, against `tqkv bench codec` on as many vectors.
+2. Codec: tqkv.Codec encode/decode GB/s (fp16-equivalent bytes, as `tqkv-bench codec` counts)
+   on a float16 array of --codec-gib GiB, against `tqkv-bench codec` on as many vectors.
 3. Layouts (--bench layouts): the same session restored by tqkv.restore(out=) into the canonical
    layout, the transposed one (layout="hnd") and vLLM-style paged blocks (16 tokens, shuffled
    block ids), each decoded in place, and the canonical restore followed by a numpy copy into the
    transposed layout (what staging costs); rounds alternate the four, best and median of --reps.
 
 Prints JSON. Usage: PYTHONPATH=build/python python3 bench/python_bench.py --cli build/tqkv
+(`tqkv-bench` is taken from beside --cli unless --bench-cli names it)
 """
 import argparse
 import json
@@ -103,7 +104,7 @@ def layouts_bench(cli, tokens, codec, reps, workdir):
     }
 
 
-def codec_bench(cli, gib, codec, reps, threads):
+def codec_bench(bench_cli, gib, codec, reps, threads):
     d = 128
     n = int(gib * (1 << 30)) // (2 * d)
     rng = np.random.default_rng(1)
@@ -125,7 +126,7 @@ def codec_bench(cli, gib, codec, reps, threads):
         dec.append(time.perf_counter() - t)
     fp16_bytes = 2.0 * d * n
     with tempfile.NamedTemporaryFile(suffix=".json") as f:
-        subprocess.run([cli, "bench", "codec", "--codec", codec, "--vectors", str(n), "--dim",
+        subprocess.run([bench_cli, "codec", "--codec", codec, "--vectors", str(n), "--dim",
                         str(d), "--threads", str(threads), "--reps", str(reps), "--json", f.name],
                        check=True, capture_output=True)
         cli_row = json.load(open(f.name))["results"][0]
@@ -143,6 +144,7 @@ def codec_bench(cli, gib, codec, reps, threads):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cli", default="build/tqkv")
+    ap.add_argument("--bench-cli", default=None, help="tqkv-bench (default: beside --cli)")
     ap.add_argument("--tokens", type=int, default=10000)
     ap.add_argument("--codec", default="tq3")
     ap.add_argument("--reps", type=int, default=5)
@@ -153,11 +155,12 @@ def main():
     which = args.bench.split(",")
     threads = tqkv.get_num_threads()
     result = {"machine_load_1min": os.getloadavg()[0], "threads": threads}
+    bench_cli = args.bench_cli or os.path.join(os.path.dirname(args.cli), "tqkv-bench")
     with tempfile.TemporaryDirectory(dir=args.workdir) as work:
         if "restore" in which:
             result["restore"] = restore_bench(args.cli, args.tokens, args.codec, args.reps, work)
         if "codec" in which:
-            result["codec"] = codec_bench(args.cli, args.codec_gib, args.codec,
+            result["codec"] = codec_bench(bench_cli, args.codec_gib, args.codec,
                                           max(3, args.reps // 2), threads)
         if "layouts" in which:
             result["layouts"] = layouts_bench(args.cli, args.tokens, args.codec, args.reps, work)

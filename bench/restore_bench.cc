@@ -1,4 +1,4 @@
-// `tqkv bench restore`: W concurrent workers checkpoint and restore their own sessions, for each
+// `tqkv-bench restore`: W concurrent workers checkpoint and restore their own sessions, for each
 // context length x codec x I/O path x target (host memory, or GPU memory through the GDS ladder);
 // per-cell statistics, bounds, quality, table/JSON/CSV/SVG.
 #include <sys/statvfs.h>
@@ -27,8 +27,8 @@
 #include "bench/restore_bench_rows.h"
 #include "bench/restore_bench_util.h"
 #include "bench/svg_chart.h"
-#include "tools/cli_common.h"
-#include "tools/cli_files.h"
+#include "cli/cli_common.h"
+#include "cli/cli_files.h"
 #include "tqkv/checkpoint.h"
 #include "tqkv/settings.h"
 #include "tqkv/simd.h"
@@ -510,7 +510,7 @@ Status Run(Options o) {
     TQKV_ASSIGN_OR_RETURN(auto store, OpenStore(StoreUri(o, "buffered")));
     gpu = bench::ProbeGpuForBench(*store);
     TQKV_ASSIGN_OR_RETURN(rows, bench::DropGpuRows(std::move(rows), gpu.unavailable, &gpu_note));
-    if (!gpu_note.empty()) std::fprintf(stderr, "bench restore: %s\n", gpu_note.c_str());
+    if (!gpu_note.empty()) std::fprintf(stderr, "tqkv-bench restore: %s\n", gpu_note.c_str());
   }
   std::vector<Cell> cells;
   for (double link : o.links) {
@@ -531,8 +531,8 @@ Status Run(Options o) {
   }
   std::string links;
   for (double l : o.links) links += (links.empty() ? "" : ", ") + bench::LinkLabel(l);
-  std::fprintf(stderr, "bench restore: %s, %zu workers, %zu cells, store %s, %s\n", o.model.c_str(),
-               o.workers, cells.size(), o.store.c_str(), links.c_str());
+  std::fprintf(stderr, "tqkv-bench restore: %s, %zu workers, %zu cells, store %s, %s\n",
+               o.model.c_str(), o.workers, cells.size(), o.store.c_str(), links.c_str());
   bench::Progress progress(cells.size(), o.workers);
   for (size_t i = 0; i < cells.size(); ++i) {
     char link[32] = "";
@@ -647,8 +647,8 @@ Status Run(Options o) {
 
 }  // namespace
 
-void RegisterBenchRestore(CLI::App& bench) {
-  auto* cmd = bench.add_subcommand("restore", "Concurrent checkpoint/restore benchmark");
+void RegisterBenchRestore(CLI::App& app) {
+  auto* cmd = app.add_subcommand("restore", "Concurrent checkpoint/restore benchmark");
   auto o = std::make_shared<Options>();
   cmd->add_option("--workers", o->workers, "Concurrent workers, each with its own session")->capture_default_str();
   cmd->add_option("--tokens", o->tokens, "Context lengths")->delimiter(',')->capture_default_str();
@@ -685,7 +685,7 @@ void RegisterBenchRestore(CLI::App& bench) {
       ->capture_default_str();
   cmd->add_option("--read-ahead", o->read_ahead,
                   "Bytes of chunks each restore reads ahead of its decoder (default 64MiB)");
-  cmd->callback([o] { Report("bench restore", Run(*o)); });
+  cmd->callback([o] { Report("restore", Run(*o)); });
 }
 
 }  // namespace tqkv::tools

@@ -1,4 +1,4 @@
-// GPU rows of `tqkv bench restore` over RestoreToGpu (src/checkpoint/gpu/gpu_restore.cc).
+// GPU rows of `tqkv-bench restore` over RestoreToGpu (src/checkpoint/gpu/gpu_restore.cc).
 #include "bench/restore_bench_gpu.h"
 
 #if defined(TQKV_HAVE_CUDA)

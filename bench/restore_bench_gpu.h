@@ -1,4 +1,4 @@
-// GPU rows of `tqkv bench restore`: the ladder probe, context set-up, one restore into device
+// GPU rows of `tqkv-bench restore`: the ladder probe, context set-up, one restore into device
 // memory. Built with or without CUDA (as tools/gpu_command.cc): without it, every call says so.
 #ifndef TQKV_BENCH_RESTORE_BENCH_GPU_H_
 #define TQKV_BENCH_RESTORE_BENCH_GPU_H_

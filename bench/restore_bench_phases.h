@@ -1,4 +1,4 @@
-// The stages of a restore measured one by one for `tqkv bench restore`'s breakdown, through the
+// The stages of a restore measured one by one for `tqkv-bench restore`'s breakdown, through the
 // restore's own loop (checkpoint/chunk_loop.h: the same slots, batches and ReadBatch calls, on
 // the same objects), so a bound made of them holds for the restore (docs/lab/benchmarks-log.md §2.4).
 #ifndef TQKV_BENCH_RESTORE_BENCH_PHASES_H_

@@ -1,4 +1,4 @@
-// One cell of `tqkv bench restore` (codec x I/O path x target x context length x link) and the
+// One cell of `tqkv-bench restore` (codec x I/O path x target x context length x link) and the
 // parts of the report built from cells: the stage breakdown and the summary a user reads first.
 #ifndef TQKV_BENCH_RESTORE_BENCH_REPORT_H_
 #define TQKV_BENCH_RESTORE_BENCH_REPORT_H_

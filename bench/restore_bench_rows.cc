@@ -1,4 +1,4 @@
-// Row configs of `tqkv bench restore` (codec x io x target) and the JSON fields of GPU rows.
+// Row configs of `tqkv-bench restore` (codec x io x target) and the JSON fields of GPU rows.
 #include "bench/restore_bench_rows.h"
 
 #include <algorithm>

@@ -1,4 +1,4 @@
-// Rows of `tqkv bench restore`: codec x I/O path x restore target (host memory or GPU), and the
+// Rows of `tqkv-bench restore`: codec x I/O path x restore target (host memory or GPU), and the
 // fields GPU rows add to the JSON. No CUDA here: the CLI and its tests build without it.
 #ifndef TQKV_BENCH_RESTORE_BENCH_ROWS_H_
 #define TQKV_BENCH_RESTORE_BENCH_ROWS_H_

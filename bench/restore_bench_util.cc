@@ -79,7 +79,7 @@ void Progress::Draw() {
 
 void Progress::Done() {
   if (tty_) std::fprintf(stderr, "\n");
-  std::fprintf(stderr, "bench restore: done in %.1f s\n", Since(start_));
+  std::fprintf(stderr, "tqkv-bench restore: done in %.1f s\n", Since(start_));
 }
 
 void Touch(KvCache& cache) {

@@ -1,4 +1,4 @@
-// Helpers of `tqkv bench restore`: statistics, progress, object copies, quality.
+// Helpers of `tqkv-bench restore`: statistics, progress, object copies, quality.
 #ifndef TQKV_BENCH_RESTORE_BENCH_UTIL_H_
 #define TQKV_BENCH_RESTORE_BENCH_UTIL_H_
 

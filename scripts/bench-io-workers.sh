@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `tqkv bench restore` with W workers, fp16 + direct, against fio with one job per session file
+# `tqkv-bench restore` with W workers, fp16 + direct, against fio with one job per session file
 # (fio psync 1M and io_uring qd32 4M, page cache dropped before each), round by round; reader
 # settings interleaved within a round. docs/lab/benchmarks-log.md 2.5.
 #
@@ -8,7 +8,7 @@
 #   e.g. ... 'default||' 'two-lanes|qd=8|--read-lanes 2 --read-ahead 32MiB'
 set -euo pipefail
 cd "$(dirname "$0")/.."
-workers=8 tokens=10000 rounds=2 store=out/bench-io-workers tqkv=${TQKV:-./build/tqkv} settings=()
+workers=8 tokens=10000 rounds=2 store=out/bench-io-workers tqkv_bench=${TQKV_BENCH:-./build/tqkv-bench} settings=()
 while (($#)); do
   case "$1" in
     --workers) workers=$2; shift ;;
@@ -29,9 +29,9 @@ for ((r = 1; r <= rounds; ++r)); do
     IFS='|' read -r name opts extra <<<"$s"
     rm -rf "$store"; mkdir -p "$store"
     # shellcheck disable=SC2086  # BENCH-ARGS are words
-    "$tqkv" bench restore --workers "$workers" --tokens "$tokens" --config fp16:direct \
+    "$tqkv_bench" restore --workers "$workers" --tokens "$tokens" --config fp16:direct \
       --store "$store${opts:+?$opts}" --keep --no-quality --no-breakdown $extra --json "$out" >/dev/null
-    python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['results'][0]; print('round %s  %-28s bench restore read %.3f GB/s' % (sys.argv[2], sys.argv[3], r['read_gbps_aggregate']))" \
+    python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['results'][0]; print('round %s  %-28s tqkv-bench restore read %.3f GB/s' % (sys.argv[2], sys.argv[3], r['read_gbps_aggregate']))" \
       "$out" "$r" "$name"
   done
   mapfile -t files < <(find "$store" -name '*.tqkv' | sort)

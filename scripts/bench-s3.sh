@@ -5,8 +5,8 @@
 #     parallel ranged GETs (--gets, default 8 = URI lanes=8: the s3:// reader's GETs in flight),
 #     and vs the same object restored from a local directory (page cache warm: the restore
 #     without a network, its decode-bound floor on this machine), rounds interleaved;
-#  2. the store alone: `tqkv bench restore --workers 1` stages (raw read, read+checksum);
-#  3. `tqkv bench restore --workers 8` on s3:// next to file:// (unless --no-workers).
+#  2. the store alone: `tqkv-bench restore --workers 1` stages (raw read, read+checksum);
+#  3. `tqkv-bench restore --workers 8` on s3:// next to file:// (unless --no-workers).
 # Each round also counts CPU seconds (SeaweedFS's process and the client's) of the curl fetch and
 # of the s3:// restore: with the server on the same cores, (server + client CPU) / cores bounds
 # how fast either can be here ("cpu_bound_s"). The restore's client CPU there is the restore's own
@@ -16,6 +16,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tokens=10000 rounds=3 gets=8 workers=1 tqkv=${TQKV:-./build/tqkv}
+tqkv_bench=${TQKV_BENCH:-$(dirname "$tqkv")/tqkv-bench}
 while (($#)); do
   case "$1" in
     --tokens) tokens=$2; shift ;;
@@ -86,14 +87,14 @@ print(json.dumps({"curl_s": float(sys.argv[2]), "restore_s": d["restore_s"],
                                   "cpu_bound_s": (rs + ri) / n}}))
 EOF
 done
-# The store alone (the restore's own reader, no decode): bench restore's stages, one worker.
-"$tqkv" bench restore --workers 1 --tokens "$tokens" --config tq3:buffered --read-lanes 4 \
+# The store alone (the restore's own reader, no decode): tqkv-bench restore's stages, one worker.
+"$tqkv_bench" restore --workers 1 --tokens "$tokens" --config tq3:buffered --read-lanes 4 \
   --store "s3://tqkv-test/${run}w1?endpoint=$endpoint&region=us-east-1&lanes=$gets" \
   --no-quality --breakdown --json "$work/w1.json" >&2
 if ((workers)); then
-  "$tqkv" bench restore --workers 8 --tokens "$tokens" --config tq3:buffered --no-quality \
+  "$tqkv_bench" restore --workers 8 --tokens "$tokens" --config tq3:buffered --no-quality \
     --store "s3://tqkv-test/${run}w8?endpoint=$endpoint&region=us-east-1" --json "$work/s3w8.json" >&2
-  "$tqkv" bench restore --workers 8 --tokens "$tokens" --config tq3:buffered --no-quality \
+  "$tqkv_bench" restore --workers 8 --tokens "$tokens" --config tq3:buffered --no-quality \
     --store "$work/file-store" --json "$work/filew8.json" >&2
 fi
 python3 - "$work" "$gets" "$tokens" "$uri" <<'EOF'

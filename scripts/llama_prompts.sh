@@ -10,7 +10,7 @@
 #   code.py         /usr/lib/python3.11/dataclasses.py (libpython3.11-stdlib 3.11.2-6+deb12u6,
 #                   unmodified: it matches dpkg's md5sums): real source code, 13,678 Qwen2.5 tokens
 #   licences.txt    GPL-3 then Apache-2.0, concatenated as they are: 9,759 Qwen2.5 tokens, for
-#                   N = 8,192 (GPL-3 alone is too short and llama_migrate.py repeats no text)
+#                   N = 8,192 (GPL-3 alone is too short and lab/llama_migrate.py repeats no text)
 #   licences-all.txt  every licence text of base-files, GPL-3 and Apache-2.0 first (so its first
 #                   tokens are licences.txt's), then GPL-2, LGPL-2.1, LGPL-2, LGPL-3, MPL-2.0,
 #                   MPL-1.1, GFDL-1.3, GFDL-1.2, GPL-1, Artistic, CC0-1.0, BSD: 237,320 bytes of

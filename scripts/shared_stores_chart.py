@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Grouped bar chart (SVG) of restore FP16-equivalent GB/s per store, from `bench restore` JSONs.
+"""Grouped bar chart (SVG) of restore FP16-equivalent GB/s per store, from `tqkv-bench restore` JSONs.
 
 usage: shared_stores_chart.py OUT.svg LABEL=FILE.json [LABEL=FILE.json ...]
 """

@@ -99,10 +99,8 @@ void PrintGuardTable(const ContainerHeader& h) {
 void RegisterCommands(CLI::App& app) {
   RegisterSessionCommands(app);
   RegisterCapacityCommand(app);
-  RegisterMigrateCommand(app);
   RegisterStoreCommands(app);
   RegisterLlamaCommands(app);
-  RegisterBenchCommands(app);
 }
 
 }  // namespace tqkv::tools

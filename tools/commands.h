@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "tools/cli_common.h"
+#include "cli/cli_common.h"
 #include "tqkv/checkpoint.h"
 #include "tqkv/settings.h"
 #include "tqkv/status.h"
@@ -16,16 +16,6 @@
 namespace tqkv::tools {
 
 void RegisterCommands(CLI::App& app);
-
-inline constexpr const char* kExactTokensHelp =
-    "FIRST,LAST: also store the first FIRST and the last LAST tokens exactly (e.g. 4,128: "
-    "attention sinks and the most recent tokens; default 0,4 for lossy codecs, 0,0 for none; "
-    "docs/accuracy.md)";
-
-inline constexpr const char* kKeyMeansHelp =
-    "mean-removed keys: off, session or a block of tokens, optionally ,f16 or ,f32 (default "
-    "128: per KV head and 128-token block a mean key, per key a coefficient, stored exactly in "
-    "f16; format version 4; docs/accuracy.md)";
 
 inline constexpr const char* kStrictHelp =
     "Refuse the checkpoint when some layer's K or V codec error exceeds the guard's threshold "
@@ -56,7 +46,6 @@ void PrintGuardTable(const ContainerHeader& header);
 
 void RegisterSessionCommands(CLI::App& app);  // tools/session_commands.cc
 void RegisterCapacityCommand(CLI::App& app);  // tools/capacity_command.cc
-void RegisterMigrateCommand(CLI::App& app);   // tools/migrate_command.cc
 void RegisterStoreCommands(CLI::App& app);    // tools/store_commands.cc: ls, rm, pin, gc
 void RegisterLlamaCommands(CLI::App& app);    // tools/llama_command.cc: import, export, inspect
 

@@ -1,5 +1,5 @@
-// GPU commands: `tqkv gpu probe` (the I/O ladder as JSON), `tqkv gpu bench` (codec throughput on
-// the GPU against a same-run D2D copy), and `tqkv restore --target gpu`.
+// GPU commands: `tqkv gpu probe` (the I/O ladder as JSON) and `tqkv restore --target gpu`. The GPU
+// codec benchmark is `tqkv-bench gpu` (bench/gpu_bench_command.cc).
 #include "tools/gpu_command.h"
 
 #include <cstdio>
@@ -9,7 +9,6 @@
 #include "tqkv/store.h"
 #if defined(TQKV_HAVE_CUDA)
 #include "tqkv/gpu.h"
-#include "tqkv/gpu_bench.h"
 #endif
 
 namespace tqkv::tools {
@@ -50,7 +49,7 @@ Status RestoreToGpuCommand(const std::string& store_uri, const std::string& sess
 }
 
 void RegisterGpuCommands(CLI::App& app) {
-  auto* gpu = app.add_subcommand("gpu", "GPU I/O ladder probe and codec benchmark");
+  auto* gpu = app.add_subcommand("gpu", "GPU I/O ladder probe");
   gpu->require_subcommand(1);
   auto* probe = gpu->add_subcommand("probe", "Print the GPU I/O ladder probe as JSON");
   auto dir = std::make_shared<std::string>();
@@ -59,28 +58,6 @@ void RegisterGpuCommands(CLI::App& app) {
     GpuProbeOptions o;
     o.dir = *dir;
     std::cout << ProbeGpuLadder(o).ToJson() << "\n";
-  });
-  struct BenchOpts {
-    std::string codec{kDefaultCodec};
-    uint32_t heads = 4, head_dim = 128;
-    uint64_t tokens = 262144;
-    int iterations = 10;
-  };
-  auto bo = std::make_shared<BenchOpts>();
-  auto* bench = gpu->add_subcommand("bench", "GPU encode/decode throughput vs D2D copy (JSON)");
-  bench->add_option("--codec", bo->codec)->capture_default_str();
-  bench->add_option("--heads", bo->heads)->capture_default_str();
-  bench->add_option("--head-dim", bo->head_dim)->capture_default_str();
-  bench->add_option("--tokens", bo->tokens)->capture_default_str();
-  bench->add_option("--iterations", bo->iterations)->capture_default_str();
-  bench->callback([bo] {
-    Status s = [&]() -> Status {
-      TQKV_ASSIGN_OR_RETURN(GpuCodecBench b, BenchGpuCodec(bo->codec, bo->heads, bo->head_dim,
-                                                           bo->tokens, bo->iterations));
-      std::cout << b.ToJson() << "\n";
-      return Status::Ok();
-    }();
-    Report("gpu bench", s);
   });
 }
 

@@ -1,4 +1,4 @@
-// `tqkv gpu probe|bench` and the GPU side of `tqkv restore --target gpu` (tools/gpu_command.cc).
+// `tqkv gpu probe` and the GPU side of `tqkv restore --target gpu` (tools/gpu_command.cc).
 // Built with or without CUDA: without it, each returns Unsupported with a clear message.
 #ifndef TQKV_TOOLS_GPU_COMMAND_H_
 #define TQKV_TOOLS_GPU_COMMAND_H_

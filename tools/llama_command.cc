@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "tools/cli_files.h"
+#include "cli/cli_files.h"
 #include "tools/commands.h"
 #include "tools/file_object.h"
 #include "tqkv/llama_state.h"

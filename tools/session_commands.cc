@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "tools/cli_files.h"
+#include "cli/cli_files.h"
 #include "tools/commands.h"
 #include "tools/file_object.h"
 #include "tools/gpu_command.h"

@@ -1,5 +1,5 @@
 // How a restored session's continuation compares with the original's: the one definition of the
-// figures of `tqkv migrate` and scripts/llama_migrate.py (top-1 agreement, KL, logit margins,
+// figures of `tqkv-bench migrate` and lab/llama_migrate.py (top-1 agreement, KL, logit margins,
 // vector cosines). tests/model/compare_test.cc and tests/python/test_compare.py pin both
 // implementations to the same numbers (tests/data/compare_cases.json).
 #ifndef TQKV_BENCH_MIGRATE_COMPARE_H_

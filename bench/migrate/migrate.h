@@ -1,4 +1,4 @@
-// The migration experiment (`tqkv migrate`): does a KV cache that went through a codec, a store
+// The migration experiment (`tqkv-bench migrate`): does a KV cache that went through a codec, a store
 // and a fresh process continue a real transformer as the uncompressed original does?
 //
 //   1. The reference engine prefills the first `tokens` prompt tokens (batched), then
@@ -51,9 +51,9 @@ struct MigrateOptions {
   std::string only;         // analysis: "k" or "v", the codec touches only K (or only V)
   uint32_t center_keys = 0; // analysis: mean-removed keys over blocks of this many tokens
   // The worker process: argv before the worker options (see MigrateWorkerOptions); empty:
-  // {this executable, "migrate-worker"}, tqkv's hidden subcommand.
+  // {this executable, "migrate-worker"}, tqkv-bench's hidden subcommand.
   std::vector<std::string> worker_command;
-  // Progress text (the stderr lines of `tqkv migrate`); null: quiet.
+  // Progress text (the stderr lines of `tqkv-bench migrate`); null: quiet.
   std::function<void(std::string_view)> progress;
 };
 
@@ -87,7 +87,7 @@ struct MigrateReport {
 
 Result<MigrateReport> RunMigrate(const MigrateOptions& options);
 
-// The report as JSON text (2-space indented, keys sorted): what `tqkv migrate --json` writes.
+// The report as JSON text (2-space indented, keys sorted): what `tqkv-bench migrate --json` writes.
 std::string MigrateReportJson(const MigrateReport& report);
 
 // The restore side, in its own process: the options RunMigrate passes on the worker's command

@@ -51,7 +51,7 @@ Status RunChild(const std::vector<std::string>& args) {
   if (pid == 0) {
     ::execv(argv[0], argv.data());
     // Only async-signal-safe calls between fork and exec (the parent has pool threads).
-    static const char kMsg[] = "tqkv migrate: cannot exec the migrate-worker\n";
+    static const char kMsg[] = "tqkv-bench migrate: cannot exec the migrate-worker\n";
     (void)!::write(2, kMsg, sizeof kMsg - 1);
     ::_exit(127);
   }

@@ -1,4 +1,4 @@
-// The GPU codec benchmark (`tqkv gpu bench`, docs/gpu.md): encode and decode throughput on the
+// The GPU codec benchmark (`tqkv-bench gpu`, docs/gpu.md): encode and decode throughput on the
 // device against a device-to-device copy. Built only with TQKV_ENABLE_CUDA (src/cuda/bench.cc).
 #ifndef TQKV_INCLUDE_TQKV_GPU_BENCH_H_
 #define TQKV_INCLUDE_TQKV_GPU_BENCH_H_

@@ -4,7 +4,7 @@
 // Why relative to the varying part: a component shared by every vector of a head (a K bias)
 // shifts every attention score of a query equally and cancels in softmax, while TurboQuant's
 // error scales with the whole norm. A codec whose error swamps the varying part destroys the
-// session silently (Qwen2.5's layer 0 keys at plain tq3: 96x; docs/kv_energy.md).
+// session silently (Qwen2.5's layer 0 keys at plain tq3: 96x; docs/lab/kv_energy.md).
 #ifndef TQKV_SRC_CHECKPOINT_CODEC_GUARD_H_
 #define TQKV_SRC_CHECKPOINT_CODEC_GUARD_H_
 

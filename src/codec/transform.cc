@@ -15,7 +15,7 @@
 // eigenbasis per group lowers the error at a given rate by a further ~25 %, but costs
 // 16 * head_dim / N bits per value in f16 (1.0 at N = 2,048, head_dim 128), more than it saves
 // below ~8K tokens; block-diagonal and low-rank approximations kept little of its gain
-// (docs/lab/kl.md, scripts/kl_basis_study.py).
+// (docs/lab/kl.md, lab/kl_basis_study.py).
 #include <algorithm>
 #include <array>
 #include <atomic>

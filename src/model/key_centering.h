@@ -7,7 +7,7 @@
 // (per vector, rounded to f16) so that ‖r‖ ≤ ‖k‖ for every vector, attention sinks included.
 // Decoding adds α·μ back. μ is rounded to f16: both would be stored at 16 bits.
 //
-// Used by `tqkv migrate --center-keys B` to measure the effect on real models; not (yet) a
+// Used by `tqkv-bench migrate --center-keys B` to measure the effect on real models; not (yet) a
 // container feature. V is left as is.
 #ifndef TQKV_SRC_MODEL_KEY_CENTERING_H_
 #define TQKV_SRC_MODEL_KEY_CENTERING_H_

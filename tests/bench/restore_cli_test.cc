@@ -1,4 +1,4 @@
-// `tqkv bench restore` with GPU rows, through the built binary. Without a CUDA device (or in a
+// `tqkv-bench restore` with GPU rows, through the built binary. Without a CUDA device (or in a
 // build without CUDA) GPU rows are skipped with the reason, or refused when they are all that
 // was asked; with one, their JSON fields are checked. Host rows keep every field they had.
 #include <gtest/gtest.h>
@@ -15,7 +15,7 @@
 namespace {
 
 using tqkv::testing_util::CmdResult;
-using tqkv::testing_util::Tqkv;
+using tqkv::testing_util::TqkvBench;
 using json = nlohmann::json;
 
 json ReadJson(const std::string& path) {
@@ -31,7 +31,7 @@ std::string ReadText(const std::string& path) {
 }
 
 std::string Args(const tqkv::testing_util::ScratchDir& dir) {
-  return "bench restore --model smollm2-135m --workers 1 --tokens 64 --store " + dir.path() +
+  return "restore --model smollm2-135m --workers 1 --tokens 64 --store " + dir.path() +
          "/store --json " + dir.path() + "/out.json --csv " + dir.path() + "/out.csv ";
 }
 
@@ -56,7 +56,7 @@ void ExpectHostContract(const json& r) {
 TEST(BenchRestoreCli, HostOnlyRunsKeepTheirOutput) {
   tqkv::testing_util::ScratchDir dir;
   ASSERT_TRUE(dir.ok());
-  CmdResult r = Tqkv(Args(dir) + "--config tq3:direct --config fp16:buffered --no-quality");
+  CmdResult r = TqkvBench(Args(dir) + "--config tq3:direct --config fp16:buffered --no-quality");
   ASSERT_EQ(r.status, 0) << r.out;
   const json j = ReadJson(dir.path() + "/out.json");
   ASSERT_FALSE(j.is_discarded());
@@ -78,7 +78,7 @@ TEST(BenchRestoreCli, HostOnlyRunsKeepTheirOutput) {
 TEST(BenchRestoreCli, LinkListAndBreakdown) {
   tqkv::testing_util::ScratchDir dir;
   ASSERT_TRUE(dir.ok());
-  CmdResult r = Tqkv(Args(dir) + "--config tq3:direct --config fp16:buffered --link-gbps 0,2 "
+  CmdResult r = TqkvBench(Args(dir) + "--config tq3:direct --config fp16:buffered --link-gbps 0,2 "
                                  "--no-quality");
   ASSERT_EQ(r.status, 0) << r.out;
   const json j = ReadJson(dir.path() + "/out.json");
@@ -105,7 +105,7 @@ TEST(BenchRestoreCli, LinkListAndBreakdown) {
   EXPECT_NE(r.out.find("tq3+direct restores"), std::string::npos) << r.out;
   const std::string csv = ReadText(dir.path() + "/out.csv");
   EXPECT_NE(csv.substr(0, csv.find('\n')).find(",link_gbps"), std::string::npos) << csv;
-  EXPECT_EQ(Tqkv(Args(dir) + "--config tq3:direct --link-gbps -1").status == 0, false);
+  EXPECT_EQ(TqkvBench(Args(dir) + "--config tq3:direct --link-gbps -1").status == 0, false);
 }
 
 // --breakdown measures the stages of fp16 rows too; without room for the in-memory copies their
@@ -113,13 +113,13 @@ TEST(BenchRestoreCli, LinkListAndBreakdown) {
 TEST(BenchRestoreCli, BreakdownOfEveryRow) {
   tqkv::testing_util::ScratchDir dir;
   ASSERT_TRUE(dir.ok());
-  CmdResult r = Tqkv(Args(dir) + "--config fp16:direct --breakdown --no-quality");
+  CmdResult r = TqkvBench(Args(dir) + "--config fp16:direct --breakdown --no-quality");
   ASSERT_EQ(r.status, 0) << r.out;
   json j = ReadJson(dir.path() + "/out.json");
   ASSERT_EQ(j["results"].size(), 1u);
   EXPECT_GT(j["results"][0]["raw_read_gbps"].get<double>(), 0);
   EXPECT_GT(j["results"][0]["decode_capacity_fp16_gbps"].get<double>(), 0);
-  r = Tqkv(Args(dir) + "--config fp16:direct --breakdown --no-quality --max-memory 4096");
+  r = TqkvBench(Args(dir) + "--config fp16:direct --breakdown --no-quality --max-memory 4096");
   ASSERT_EQ(r.status, 0) << r.out;
   j = ReadJson(dir.path() + "/out.json");
   EXPECT_TRUE(j["results"][0]["decode_capacity_fp16_gbps"].is_null());
@@ -133,7 +133,7 @@ TEST(BenchRestoreCli, BreakdownOfEveryRow) {
 TEST(BenchRestoreCli, GpuRowsRunOrAreSkippedWithTheReason) {
   tqkv::testing_util::ScratchDir dir;
   ASSERT_TRUE(dir.ok());
-  CmdResult r = Tqkv(Args(dir) +
+  CmdResult r = TqkvBench(Args(dir) +
                      "--config tq3:direct --config fp16:buffered:gpu --config tq3:gds:gpu");
   ASSERT_EQ(r.status, 0) << r.out;
   const json j = ReadJson(dir.path() + "/out.json");
@@ -183,7 +183,7 @@ TEST(BenchRestoreCli, GpuRowsRunOrAreSkippedWithTheReason) {
 TEST(BenchRestoreCli, OnlyGpuRowsWithoutADeviceIsAClearError) {
   tqkv::testing_util::ScratchDir dir;
   ASSERT_TRUE(dir.ok());
-  CmdResult r = Tqkv(Args(dir) + "--codec tq3 --io gds --target gpu --no-quality");
+  CmdResult r = TqkvBench(Args(dir) + "--codec tq3 --io gds --target gpu --no-quality");
   ASSERT_NE(r.status, -1) << r.out;  // exited, did not crash
   if (r.status == 0) {
     const json j = ReadJson(dir.path() + "/out.json");
@@ -200,13 +200,13 @@ TEST(BenchRestoreCli, OnlyGpuRowsWithoutADeviceIsAClearError) {
 TEST(BenchRestoreCli, BadTargetsAreRefused) {
   tqkv::testing_util::ScratchDir dir;
   ASSERT_TRUE(dir.ok());
-  CmdResult a = Tqkv(Args(dir) + "--target tpu");
+  CmdResult a = TqkvBench(Args(dir) + "--target tpu");
   EXPECT_NE(a.status, 0);
   EXPECT_NE(a.out.find("unknown target"), std::string::npos) << a.out;
-  CmdResult b = Tqkv(Args(dir) + "--config tq3:gds");
+  CmdResult b = TqkvBench(Args(dir) + "--config tq3:gds");
   EXPECT_NE(b.status, 0);
   EXPECT_NE(b.out.find("GPU row"), std::string::npos) << b.out;
-  EXPECT_NE(Tqkv("bench restore --help").out.find("--target"), std::string::npos);
+  EXPECT_NE(TqkvBench("restore --help").out.find("--target"), std::string::npos);
 }
 
 }  // namespace

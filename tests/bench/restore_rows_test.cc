@@ -1,4 +1,4 @@
-// Rows of `tqkv bench restore` (bench/restore_bench_rows.h): option parsing, GPU-row skipping and
+// Rows of `tqkv-bench restore` (bench/restore_bench_rows.h): option parsing, GPU-row skipping and
 // the JSON fields GPU rows add. No GPU needed.
 #include <gtest/gtest.h>
 

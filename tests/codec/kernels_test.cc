@@ -1,6 +1,5 @@
 // Kernel layer: the reference primitives, and every SIMD table bit-for-bit against the reference.
 #include "codec/kernels/kernels.h"
-#include "tqkv/convert.h"
 
 #include <gtest/gtest.h>
 
@@ -1285,21 +1284,4 @@ TEST(KernelsSimd, FloatConversionsMatchScalar) {
 }
 
 }  // namespace
-// The public bulk conversions (include/tqkv/types.h) give the scalar conversions' bits.
-TEST(PublicConvert, MatchesScalarConversions) {
-  std::vector<float> x = {0.0f, -0.0f, 1.0f, -2.5f, 65504.0f, 1e-7f, 3.14159f, -1e30f, 70000.0f};
-  for (int i = 0; i < 61; ++i) x.push_back(std::ldexp(static_cast<float>(i) - 30.5f, i % 9 - 4));
-  for (DType t : {DType::kF16, DType::kBF16, DType::kF32}) {
-    std::vector<uint8_t> bulk(x.size() * DTypeSize(t)), one(bulk.size());
-    ConvertFromFloat(x.data(), x.size(), t, bulk.data());
-    for (size_t i = 0; i < x.size(); ++i) StoreFromFloat(one.data(), t, i, x[i]);
-    EXPECT_EQ(bulk, one) << DTypeName(t);
-    std::vector<float> back(x.size());
-    ConvertToFloat(bulk.data(), t, x.size(), back.data());
-    for (size_t i = 0; i < x.size(); ++i) {
-      EXPECT_EQ(std::bit_cast<uint32_t>(back[i]), std::bit_cast<uint32_t>(LoadAsFloat(one.data(), t, i)));
-    }
-  }
-}
-
 }  // namespace tqkv::kernels

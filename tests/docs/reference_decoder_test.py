@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""scripts/reference_decoder.py (written from docs/format.md and docs/codec.md alone) against
+"""tests/docs/reference_decoder.py (written from docs/format.md and docs/codec.md alone) against
 `tqkv decompress`: byte-identical safetensors on the golden containers and on containers that
 `tqkv compress` writes now, over the presets and modifiers of docs/codec.md section 3.
 
@@ -16,7 +16,7 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-DECODER = os.path.join(ROOT, "scripts", "reference_decoder.py")
+DECODER = os.path.join(HERE, "reference_decoder.py")
 GOLDEN = os.path.join(ROOT, "fuzz", "corpus", "container")
 
 # (name, head_dim, source dtype, tqkv compress arguments, output dtypes)

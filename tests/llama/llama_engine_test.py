@@ -263,7 +263,7 @@ class LlamaMigrate(unittest.TestCase):
             self.skipTest("SmolLM2 not found (run scripts/fetch_smollm2.sh)")
         with tempfile.TemporaryDirectory() as d:
             out = os.path.join(d, "m.json")
-            subprocess.run([sys.executable, os.path.join(REPO, "scripts/llama_migrate.py"),
+            subprocess.run([sys.executable, os.path.join(REPO, "lab/llama_migrate.py"),
                             "--model", SMOLLM2, "--prompt-file", PROMPT, "--tokens", "300",
                             "--steps", "50", "--codecs", "fp16,tq3", "--threads", "2",
                             "--store", os.path.join(d, "store"), "--json", out], check=True)

@@ -1,4 +1,4 @@
-"""llama_migrate.py's comparison settings (docs/lab/accuracy-log.md, "Through llama.cpp"): --codecs
+"""lab/llama_migrate.py's comparison settings (docs/lab/accuracy-log.md, "Through llama.cpp"): --codecs
 entries with @km= / @exact= reach the library's key_means / exact_tokens settings, and
 --llama-kv adds llama.cpp's own KV cache types (and the f16 + flash attention control) measured
 with the same teacher-forced protocol. Real llama.cpp on SmolLM2, a short run.
@@ -22,7 +22,7 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 CACHE = os.environ.get("TQKV_CACHE_DIR", os.path.expanduser("~/.cache/tqkv"))
 PROMPT = "/usr/share/common-licenses/GPL-3"
 SMOLLM2 = os.environ.get("TQKV_SMOLLM2_GGUF") or os.path.join(CACHE, "SmolLM2-135M-Instruct.Q4_1.gguf")
-MIGRATE = os.path.join(REPO, "scripts/llama_migrate.py")
+MIGRATE = os.path.join(REPO, "lab/llama_migrate.py")
 
 
 def load_migrate():

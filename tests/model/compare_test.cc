@@ -1,5 +1,5 @@
-// `tqkv migrate`'s comparison figures (bench/migrate/compare.h) against the cases that
-// tests/python/test_compare.py holds scripts/llama_migrate.py to: one definition, two languages.
+// `tqkv-bench migrate`'s comparison figures (bench/migrate/compare.h) against the cases that
+// tests/python/test_compare.py holds lab/llama_migrate.py to: one definition, two languages.
 #include "bench/migrate/compare.h"
 
 #include <gtest/gtest.h>

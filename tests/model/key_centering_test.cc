@@ -1,4 +1,4 @@
-// Key centering (the analysis behind `tqkv migrate --center-keys`): the residual never grows,
+// Key centering (the analysis behind `tqkv-bench migrate --center-keys`): the residual never grows,
 // a shared component is removed, and uncentering restores the keys within fp16 rounding.
 #include "model/key_centering.h"
 

@@ -1,4 +1,4 @@
-// RunMigrate called as a library (what the tqkv migrate command and a binding do): option errors
+// RunMigrate called as a library (what `tqkv-bench migrate` and a binding do): option errors
 // before any model is loaded, and the fp16 path bit-exact through a store and a worker process.
 #include <gtest/gtest.h>
 
@@ -59,7 +59,7 @@ TEST(MigrateLibrary, StoriesFp16IsExactThroughTheWorker) {
   o.tokens = 100;
   o.steps = 6;
   o.threads = 2;
-  o.worker_command = {std::string(TQKV_BINARY_DIR) + "/tqkv", "migrate-worker"};
+  o.worker_command = {std::string(TQKV_BINARY_DIR) + "/tqkv-bench", "migrate-worker"};
   std::string progress;
   o.progress = [&](std::string_view text) { progress += text; };
   auto report = RunMigrate(o);

@@ -1,5 +1,5 @@
-"""scripts/llama_migrate.py's comparison figures against the cases that tests/model/compare_test.cc
-holds `tqkv migrate` (bench/migrate/compare.h) to: one definition of top-1, KL, margins and
+"""lab/llama_migrate.py's comparison figures against the cases that tests/model/compare_test.cc
+holds `tqkv-bench migrate` (bench/migrate/compare.h) to: one definition of top-1, KL, margins and
 cosines in two languages."""
 import importlib.util
 import json
@@ -14,7 +14,7 @@ CASES = json.loads((REPO / "tests" / "data" / "compare_cases.json").read_text())
 
 @pytest.fixture(scope="module")
 def runner():
-    spec = importlib.util.spec_from_file_location("llama_migrate", REPO / "scripts" / "llama_migrate.py")
+    spec = importlib.util.spec_from_file_location("llama_migrate", REPO / "lab" / "llama_migrate.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)  # llama_cpp is imported only where a model runs
     return mod

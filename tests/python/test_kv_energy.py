@@ -1,4 +1,4 @@
-"""scripts/kv_energy.py on a session whose keys share a dominant vector: the shared fraction is
+"""lab/kv_energy.py on a session whose keys share a dominant vector: the shared fraction is
 measured, plain tq3's error relative to the varying part is large and the centered one small."""
 import json
 import subprocess
@@ -18,7 +18,7 @@ def test_shared_keys_show_up_and_centering_fixes_them(cli, tmp_path):
     v = rng.standard_normal((layers, tokens, heads, dim)).astype(np.float16)
     tqkv.checkpoint(str(tmp_path / "kv"), "s", k, v, codec="fp16")
     out = tmp_path / "e.json"
-    r = subprocess.run([sys.executable, str(REPO / "scripts" / "kv_energy.py"),
+    r = subprocess.run([sys.executable, str(REPO / "lab" / "kv_energy.py"),
                         str(tmp_path / "kv" / "s.tqkv"), "--codec", "tq3", "--tqkv", cli,
                         "--json", str(out)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr

@@ -113,3 +113,6 @@ def test_pip_wheel_installs_in_another_fresh_venv(tmp_path):
     help_text = subprocess.run([str(venv / "bin" / "tqkv"), "--help"], check=True,
                                capture_output=True, text=True).stdout
     assert "restore" in help_text and "checkpoint" in help_text
+    # The product's command only: the benchmarks' program is not in the wheel.
+    assert "bench" not in help_text and "migrate" not in help_text
+    assert not (venv / "bin" / "tqkv-bench").exists()

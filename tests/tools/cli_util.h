@@ -1,4 +1,4 @@
-// Runs the built `tqkv` binary for command-line tests.
+// Runs the built programs, `tqkv` and `tqkv-bench`, for command-line tests.
 #ifndef TQKV_TESTS_TOOLS_CLI_UTIL_H_
 #define TQKV_TESTS_TOOLS_CLI_UTIL_H_
 
@@ -16,9 +16,11 @@ struct CmdResult {
   std::string out;   // stdout and stderr together
 };
 
-// env: "NAME=value ..." set for this run only.
-inline CmdResult Tqkv(const std::string& args, const std::string& env = "") {
-  const std::string cmd = env + " " + std::string(TQKV_BINARY_DIR) + "/tqkv " + args + " 2>&1";
+// Runs TQKV_BINARY_DIR/<program> with args; env: "NAME=value ..." set for this run only.
+inline CmdResult RunProgram(const std::string& program, const std::string& args,
+                            const std::string& env = "") {
+  const std::string cmd =
+      env + " " + std::string(TQKV_BINARY_DIR) + "/" + program + " " + args + " 2>&1";
   CmdResult r;
   FILE* p = popen(cmd.c_str(), "r");
   if (p == nullptr) return r;
@@ -28,6 +30,13 @@ inline CmdResult Tqkv(const std::string& args, const std::string& env = "") {
   const int st = pclose(p);
   r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
   return r;
+}
+
+inline CmdResult Tqkv(const std::string& args, const std::string& env = "") {
+  return RunProgram("tqkv", args, env);
+}
+inline CmdResult TqkvBench(const std::string& args, const std::string& env = "") {
+  return RunProgram("tqkv-bench", args, env);
 }
 
 // The first JSON object in a command's output (discarded JSON if none).

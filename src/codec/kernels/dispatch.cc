@@ -3,7 +3,6 @@
 
 #include "codec/kernels/internal.h"
 #include "codec/kernels/kernels.h"
-#include "tqkv/convert.h"
 #include "tqkv/types.h"
 
 namespace tqkv::kernels {
@@ -68,14 +67,3 @@ const KernelTable& KernelsFor(SimdLevel level) {
 const KernelTable& ActiveKernels() { return KernelsFor(ActiveSimdLevel()); }
 
 }  // namespace tqkv::kernels
-
-namespace tqkv {
-
-void ConvertToFloat(const void* src, DType t, size_t n, float* dst) {
-  kernels::ActiveKernels().to_f32(src, t, n, dst);
-}
-void ConvertFromFloat(const float* src, size_t n, DType t, void* dst) {
-  kernels::ActiveKernels().from_f32(src, n, t, dst);
-}
-
-}  // namespace tqkv

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """What entropy coding of the Lloyd-Max indices would pay on real containers (docs/lab/kl.md).
 
-    python3 scripts/entropy_study.py S/a.tqkv [S/b.tqkv ...] [--zstd] [--json out.json]
+    python3 lab/entropy_study.py S/a.tqkv [S/b.tqkv ...] [--zstd] [--json out.json]
 
-For each container (parsed with scripts/reference_decoder.py, i.e. from docs/format.md alone):
+For each container (parsed with tests/docs/reference_decoder.py, i.e. from docs/format.md alone):
 every code chunk's indices are unpacked per TurboQuant subset, or per `kl:B` block class (the
 channels of one bit width), and counted. Printed per container, in bits per value of the whole
 file (every byte counted, as `tqkv inspect`):
@@ -29,7 +29,7 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "docs"))
 import reference_decoder as rd  # noqa: E402
 
 TABLE_BITS = 12  # one frequency per symbol in a stored table

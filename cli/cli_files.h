@@ -2,8 +2,8 @@
 // and the outputs it writes (decompress, restore --out, llama export, --json FILE). One rule for
 // each, so that no command can clobber a session or grow without bound (docs/store.md §2, "The
 // command line's own files").
-#ifndef TQKV_TOOLS_CLI_FILES_H_
-#define TQKV_TOOLS_CLI_FILES_H_
+#ifndef TQKV_CLI_CLI_FILES_H_
+#define TQKV_CLI_CLI_FILES_H_
 
 #include <cstdint>
 #include <string>
@@ -31,4 +31,4 @@ Result<std::vector<uint8_t>> ReadInputFile(const std::string& path);
 
 }  // namespace tqkv::tools
 
-#endif  // TQKV_TOOLS_CLI_FILES_H_
+#endif  // TQKV_CLI_CLI_FILES_H_

@@ -3,7 +3,7 @@ given rate of each transform on a real session's K/V (docs/lab/kl.md).
 
     tqkv llama import STATE --store S --session s --codec fp16 --head-dim D
     tqkv decompress S/s.tqkv kv.safetensors --dtype f32
-    python3 scripts/kl_basis_study.py kv.safetensors --rates 2,2.5
+    python3 lab/kl_basis_study.py kv.safetensors --rates 2,2.5
 
 Per group (layer, K or V, KV head; every 4th... layer as --layer-step says), keys with their mean
 removed per 128 tokens as the checkpoint does, each vector split into its norm and the unit vector

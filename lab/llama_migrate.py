@@ -1,7 +1,7 @@
-"""`tqkv migrate` through llama.cpp: does a sequence that went through a codec, a store and a fresh
+"""`tqkv-bench migrate` through llama.cpp: does a sequence that went through a codec, a store and a fresh
 context in another process continue as the uncompressed original does? (docs/llama.md)
 
-    python3 scripts/llama_migrate.py --model M.gguf --prompt-file /usr/share/common-licenses/GPL-3 \\
+    python3 lab/llama_migrate.py --model M.gguf --prompt-file /usr/share/common-licenses/GPL-3 \\
         --tokens 2048 --steps 50 --codecs fp16,tq3,tq4 --store /tmp/store --json out.json
 
 1. Prefill the first N prompt tokens in one context (batches of n_batch), save the sequence
@@ -29,7 +29,7 @@ its `flipped_steps`: the steps whose top-1 differs from the reference's, with th
 margin between its first and second logit there (`reference_margins` has it for every step): a
 flip at a margin of 0.05 is a near-tie, one at 5 is a broken cache.
 The JSON (rewritten as each row comes in, so a long run keeps its finished rows; `done_s` is when
-a row was written) has the keys of `tqkv migrate` (model, prompt_tokens, steps, results[codec,
+a row was written) has the keys of `tqkv-bench migrate` (model, prompt_tokens, steps, results[codec,
 top1, kl_mean, kl_max, max_logit_diff, k_cosine_mean, v_cosine_mean]) plus sizes, times and
 bits_per_value (.tqkv bytes x 8 / the values it holds: 2 x layers x kv_heads x head_dim x N, less
 what the window layers of a sliding-window model do not hold); for llama.cpp's types
@@ -135,7 +135,7 @@ def _sha256(path):
         return hashlib.sha256(f.read()).hexdigest()
 
 
-# The comparison figures below are defined once with `tqkv migrate`'s (bench/migrate/compare.h);
+# The comparison figures below are defined once with `tqkv-bench migrate`'s (bench/migrate/compare.h);
 # tests/python/test_compare.py and tests/model/compare_test.cc pin both to the same numbers.
 def _kl(ref, got):
     """Per step, KL(ref || got) of the softmaxes in double, clamped at 0 (rounding)."""

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Per layer and tensor: how much of the KV energy is one shared vector, and what a codec's error
-is relative to the part that varies (docs/kv_energy.md, "why layer 0 of Qwen2.5 is special").
+is relative to the part that varies (docs/lab/kv_energy.md, "why layer 0 of Qwen2.5 is special").
 
-    python3 scripts/kv_energy.py SESSION.tqkv [--codec tq3 --codec tq4] [--block 128] \\
+    python3 lab/kv_energy.py SESSION.tqkv [--codec tq3 --codec tq4] [--block 128] \\
         [--tqkv build/tqkv] [--json out.json]
 
 SESSION is a lossless (fp16) session, e.g. one `tqkv llama import --codec fp16` or `tqkv

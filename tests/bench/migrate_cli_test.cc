@@ -1,4 +1,4 @@
-// `tqkv migrate` end to end through the built binary: the fp16 path is bit-exact through a
+// `tqkv-bench migrate` end to end through the built binary: the fp16 path is bit-exact through a
 // store and a separate process; lossy codecs give sane figures; the JSON contract; clear errors.
 // Models: stories260K (../shared, or $TQKV_SHARED_DIR) and SmolLM2-135M-Instruct Q4_1
 // (scripts/fetch_smollm2.sh's path, or $TQKV_SMOLLM2_GGUF); each test skips when its model is absent.
@@ -29,7 +29,7 @@ using tqkv::model::testing::StoriesTok;
 constexpr const char* kPrompt = "/usr/share/common-licenses/GPL-3";
 
 using tqkv::testing_util::CmdResult;
-using tqkv::testing_util::Tqkv;
+using tqkv::testing_util::TqkvBench;
 
 nlohmann::json ReadJson(const std::string& path) {
   std::ifstream f(path);
@@ -93,7 +93,7 @@ TEST(Migrate, StoriesFp16IsExactAndBf16IsClose) {
   tqkv::testing_util::ScratchDir dir;
   ASSERT_TRUE(dir.ok());
   const std::string json_path = dir.path() + "/m.json";
-  CmdResult c = Tqkv(StoriesArgs() + " --tokens 200 --steps 50 --codec fp16 --codec bf16 --store " +
+  CmdResult c = TqkvBench(StoriesArgs() + " --tokens 200 --steps 50 --codec fp16 --codec bf16 --store " +
                      dir.path() + "/store --json " + json_path);
   ASSERT_EQ(c.status, 0) << c.out;
   EXPECT_NE(c.out.find("fp16"), std::string::npos) << c.out;  // the table
@@ -139,7 +139,7 @@ TEST(Migrate, StoriesTurboQuantRefusesHeadDim8) {
   REQUIRE_PROMPT();
   tqkv::testing_util::ScratchDir dir;
   ASSERT_TRUE(dir.ok());
-  CmdResult c = Tqkv(StoriesArgs() + " --tokens 64 --steps 4 --codec tq3 --store " + dir.path());
+  CmdResult c = TqkvBench(StoriesArgs() + " --tokens 64 --steps 4 --codec tq3 --store " + dir.path());
   EXPECT_EQ(c.status, 1) << c.out;
   EXPECT_NE(c.out.find("head_dim >= 16"), std::string::npos) << c.out;
 }
@@ -152,32 +152,32 @@ TEST(Migrate, Errors) {
   // A prompt shorter than tokens + steps: an error naming the counts (the text is not repeated).
   const std::string short_prompt = dir.path() + "/short.txt";
   std::ofstream(short_prompt) << "Once upon a time there was a cat.";
-  CmdResult c = Tqkv("migrate --model " + StoriesBin() + " --tokenizer " + StoriesTok() +
+  CmdResult c = TqkvBench("migrate --model " + StoriesBin() + " --tokenizer " + StoriesTok() +
                      " --prompt-file " + short_prompt + " --tokens 20 --steps 5 --codec fp16" +
                      " --store " + dir.path());
   EXPECT_EQ(c.status, 1) << c.out;
   EXPECT_NE(c.out.find("needs 25"), std::string::npos) << c.out;
   // Beyond the model's context (stories260K: 512).
-  c = Tqkv(StoriesArgs() + " --tokens 500 --steps 50 --codec fp16 --store " + dir.path());
+  c = TqkvBench(StoriesArgs() + " --tokens 500 --steps 50 --codec fp16 --store " + dir.path());
   EXPECT_EQ(c.status, 1) << c.out;
   EXPECT_NE(c.out.find("context length"), std::string::npos) << c.out;
   // Override of a layer the model does not have.
-  c = Tqkv(StoriesArgs() + " --tokens 16 --steps 2 --codec fp16 --layer-codec 7:fp16 --store " +
+  c = TqkvBench(StoriesArgs() + " --tokens 16 --steps 2 --codec fp16 --layer-codec 7:fp16 --store " +
            dir.path());
   EXPECT_EQ(c.status, 1) << c.out;
   EXPECT_NE(c.out.find("out of range"), std::string::npos) << c.out;
   // Missing files and bad specs.
-  c = Tqkv(StoriesArgs() + " --tokens 16 --steps 2 --codec fp16 --activations q4 --store " +
+  c = TqkvBench(StoriesArgs() + " --tokens 16 --steps 2 --codec fp16 --activations q4 --store " +
            dir.path());
   EXPECT_NE(c.status, 0);
   EXPECT_NE(c.out.find("--activations takes f32 or q8"), std::string::npos) << c.out;
-  c = Tqkv(StoriesArgs() + " --tokens 16 --steps 2 --codec tq9x --store " + dir.path());
+  c = TqkvBench(StoriesArgs() + " --tokens 16 --steps 2 --codec tq9x --store " + dir.path());
   EXPECT_EQ(c.status, 1) << c.out;
-  c = Tqkv("migrate --model " + dir.path() + "/nope.gguf --prompt-file " + kPrompt +
+  c = TqkvBench("migrate --model " + dir.path() + "/nope.gguf --prompt-file " + kPrompt +
            " --codec fp16 --store " + dir.path());
   EXPECT_EQ(c.status, 1) << c.out;
   // The worker is hidden from --help.
-  c = Tqkv("--help");
+  c = TqkvBench("--help");
   EXPECT_NE(c.out.find("migrate"), std::string::npos) << c.out;
   EXPECT_EQ(c.out.find("migrate-worker"), std::string::npos) << c.out;
 }
@@ -206,7 +206,7 @@ TEST(Migrate, StoriesGgufF32AndQ8Fp16Exact) {
     const std::string gguf = dir.path() + "/stories.gguf";
     tqkv::model::testing::WriteFile(gguf, tqkv::model::testing::StoriesAsGguf(**m, co));
     const std::string json_path = dir.path() + "/m.json";
-    CmdResult c = Tqkv("migrate --model " + gguf + " --prompt-file " + kPrompt +
+    CmdResult c = TqkvBench("migrate --model " + gguf + " --prompt-file " + kPrompt +
                        " --tokens 200 --steps 50 --codec fp16 --codec bf16 --threads 2 --store " +
                        dir.path() + "/store --json " + json_path + " --activations " +
                        cs.activations);
@@ -235,7 +235,7 @@ TEST(Migrate, SmolLm2ShortFp16ExactTq4Close) {
   tqkv::testing_util::ScratchDir dir;
   ASSERT_TRUE(dir.ok());
   const std::string json_path = dir.path() + "/m.json";
-  CmdResult c = Tqkv("migrate --model " + SmolLm2Path() + " --prompt-file " + kPrompt +
+  CmdResult c = TqkvBench("migrate --model " + SmolLm2Path() + " --prompt-file " + kPrompt +
                      " --tokens 300 --steps 20 --codec fp16 --codec tq4 --layer-codec 0:fp16"
                      " --threads 2 --store file://" + dir.path() + "/store --json " + json_path);
   ASSERT_EQ(c.status, 0) << c.out;
@@ -280,7 +280,7 @@ TEST(Migrate, SmolLm2ExactTokensAreCloser) {
   REQUIRE_PROMPT();
   tqkv::testing_util::ScratchDir dir;
   ASSERT_TRUE(dir.ok());
-  CmdResult c = Tqkv("migrate --model " + SmolLm2Path() + " --prompt-file " + kPrompt +
+  CmdResult c = TqkvBench("migrate --model " + SmolLm2Path() + " --prompt-file " + kPrompt +
                      " --tokens 300 --steps 20 --codec fp16 --codec tq3 --exact-tokens 4,64"
                      " --threads 2 --store file://" + dir.path() + "/store --json " +
                      dir.path() + "/e.json");
@@ -315,7 +315,7 @@ TEST(Migrate, SmolLm2ExactTokensAreCloser) {
   EXPECT_GE(extra, rows_bits - 1e-9);  // equal when no padding is added
   EXPECT_LE(extra, rows_bits + padding_bits + 0.01);
   // A bad value is an error naming the form.
-  CmdResult bad = Tqkv("migrate --model " + SmolLm2Path() + " --prompt-file " + kPrompt +
+  CmdResult bad = TqkvBench("migrate --model " + SmolLm2Path() + " --prompt-file " + kPrompt +
                        " --tokens 300 --steps 20 --codec tq3 --exact-tokens 4 --store file://" +
                        dir.path() + "/store");
   EXPECT_NE(bad.status, 0);
@@ -333,9 +333,9 @@ TEST(Migrate, SmolLm2CenteredKeysAreCloser) {
                            " --tokens 300 --steps 20 --codec fp16 --codec tq3 --threads 2"
                            " --store file://" + dir.path() + "/store";
   // Plain rows without and with the container's key means (format version 4).
-  CmdResult plain = Tqkv(base + " --key-means off --key-means 64 --json " + dir.path() + "/p.json");
+  CmdResult plain = TqkvBench(base + " --key-means off --key-means 64 --json " + dir.path() + "/p.json");
   ASSERT_EQ(plain.status, 0) << plain.out;
-  CmdResult cent = Tqkv(base + " --center-keys 64 --json " + dir.path() + "/c.json");
+  CmdResult cent = TqkvBench(base + " --center-keys 64 --json " + dir.path() + "/c.json");
   ASSERT_EQ(cent.status, 0) << cent.out;
   const auto p = ReadJson(dir.path() + "/p.json"), c = ReadJson(dir.path() + "/c.json");
   ASSERT_FALSE(p.is_discarded());
@@ -368,7 +368,7 @@ TEST(Migrate, SmolLm2CenteredKeysAreCloser) {
   EXPECT_LT(cr["kl_mean"].get<double>(), pr["kl_mean"].get<double>());
   // Not combined with --only, nor with the container's key means.
   for (const char* other : {" --only k", " --key-means 64"}) {
-    CmdResult both = Tqkv(base + " --center-keys 64" + other);
+    CmdResult both = TqkvBench(base + " --center-keys 64" + other);
     EXPECT_NE(both.status, 0);
     EXPECT_NE(both.out.find("do not combine"), std::string::npos) << both.out;
   }

@@ -1,4 +1,4 @@
-#include "tools/cli_files.h"
+#include "cli/cli_files.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -1,5 +1,5 @@
-// `tqkv migrate`: the migration experiment (bench/migrate/migrate.h): options, the library call,
-// the table and the JSON.
+// `tqkv-bench migrate`: the migration experiment (bench/migrate/migrate.h): options, the library
+// call, the table and the JSON.
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -8,7 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "tools/commands.h"
+#include "bench/commands.h"
+#include "cli/cli_common.h"
 
 #ifdef TQKV_HAVE_MODEL
 #include "bench/migrate/migrate.h"
