@@ -62,11 +62,10 @@ inline uint16_t FloatToHalf(float f) {
     if (rem > half || (rem == half && (r & 1u))) ++r;
     return static_cast<uint16_t>(sign | r);
   }
-  uint32_t r = abs - 0x38000000u;  // rebias exponent 127 -> 15
-  const uint32_t rem = r & 0x1FFFu;
-  r >>= 13;
-  if (rem > 0x1000u || (rem == 0x1000u && (r & 1u))) ++r;
-  return static_cast<uint16_t>(sign | r);
+  // Rebias the exponent 127 -> 15 and round to nearest even without a branch (the carry of
+  // rem + 0xFFF + odd is the round-up: rem > 0x1000, or rem == 0x1000 with r odd).
+  const uint32_t r = abs - 0x38000000u;
+  return static_cast<uint16_t>(sign | ((r + 0xFFFu + ((r >> 13) & 1u)) >> 13));
 }
 
 // bfloat16: the top half of a binary32, round to nearest even; NaN stays NaN.
