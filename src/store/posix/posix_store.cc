@@ -459,16 +459,19 @@ class PosixReadable final : public ReadableObject {
         *pool, pieces, [this](const ReadRequest& p) { return ReadSync(p.offset, p.dst); });
   }
 
-  AlignedBuffer TakeBounce() {
+  // A bounce buffer of at least `bytes` (aligned): a pooled one, or one of just that size, so the
+  // header and index reads of a small object do not fault in a chunk-sized (huge-page) buffer.
+  AlignedBuffer TakeBounce(uint64_t bytes) {
     {
       std::lock_guard<std::mutex> lock(pool_mu_);
-      if (!pool_.empty()) {
-        AlignedBuffer b = std::move(pool_.back());
-        pool_.pop_back();
+      for (size_t i = pool_.size(); i-- > 0;) {
+        if (pool_[i].size() < bytes) continue;
+        AlignedBuffer b = std::move(pool_[i]);
+        pool_.erase(pool_.begin() + static_cast<std::ptrdiff_t>(i));
         return b;
       }
     }
-    return AlignedBuffer(sh_->opts.chunk_bytes + 2 * kAlign, kAlign);
+    return AlignedBuffer(static_cast<size_t>(AlignUp(bytes, kAlign)), kAlign);
   }
 
   void ReturnBounce(AlignedBuffer b) {
@@ -502,7 +505,7 @@ class PosixReadable final : public ReadableObject {
           n = to_boundary;
         }
         const uint64_t io_len = AlignUp(skip + n, kAlign);  // may pass EOF: short read is fine
-        AlignedBuffer bounce = TakeBounce();
+        AlignedBuffer bounce = TakeBounce(io_len);
         auto got = RawRead(bounce.data(), io_len, io_off);
         if (!got.ok()) return got.status();
         if (*got < skip + n) return Eof(io_off + *got);
