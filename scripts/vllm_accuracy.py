@@ -60,21 +60,28 @@ def analyze(work: Path, n: int, codec: str, steps: int) -> dict:
         # position n + j predicts step j from logits computed at n + j - 1: skip those restored
         return r0, r1, {j: r1["prompt_logprobs"][n + j] for j in range(steps)
                         if n + j - 1 >= restored}
+    def alike(name):
+        # another process's request 1 forces its own continuation: comparable up to the first
+        # step where the two greedy continuations differ (vLLM's CPU decode differs run to run)
+        o0, _, theirs = forced(name)
+        same = next((j for j, (x, y) in enumerate(zip(r0["tokens"], o0["tokens"])) if x != y),
+                    steps)
+        return {j: d for j, d in theirs.items() if j <= same}
     r0, r1, got = forced(codec)
-    n0, _, plain = forced("none")
-    # none's request 1 forces none's own continuation: comparable up to the first step where the
-    # two processes' greedy continuations differ (vLLM's CPU decode differs from run to run)
-    same = next((j for j, (x, y) in enumerate(zip(r0["tokens"], n0["tokens"])) if x != y), steps)
-    plain = {j: d for j, d in plain.items() if j <= same}
     store = work / f"store-n{n}-{codec}"
     row = {"tokens": n, "codec": codec, "restored": r1["num_cached_tokens"], "steps": len(got),
            "bytes": sum(p.stat().st_size for p in store.rglob("*.tqkv"))}
-    for what, ref in (("decode", dict(enumerate(r0["logprobs"]))), ("none", plain)):
+    refs = [("decode", dict(enumerate(r0["logprobs"]))), ("none", alike("none"))]
+    if (work / f"n{n}-cache.out").exists():  # the prefix from vLLM's own prefix cache
+        refs.append(("cache", alike("cache")))
+        row["cache_restored"] = json.loads((work / f"n{n}-cache.out").read_text())[1][
+            "num_cached_tokens"]
+    for what, ref in refs:
         js = [j for j in got if j in ref]
         agree = sum(top(ref[j]) == top(got[j]) for j in js)
         kls = [coarse_kl(ref[j], got[j]) for j in js]
-        row[what] = {"steps": len(js), "top1": agree, "mean_kl": sum(kls) / len(kls),
-                     "max_kl": max(kls), "identical": sum(ref[j] == got[j] for j in js)}
+        row[what] = {"steps": len(js), "top1": agree, "mean_kl": sum(kls) / max(1, len(kls)),
+                     "max_kl": max(kls, default=0.0), "identical": sum(ref[j] == got[j] for j in js)}
     return row
 
 
@@ -86,6 +93,12 @@ def main():
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--prompt-file", default="/usr/share/common-licenses/GPL-3")
     ap.add_argument("--max-model-len", type=int, default=8192)
+    ap.add_argument("--chunk-tokens", type=int, default=0,
+                    help="the connector's chunk_tokens (0: its default)")
+    ap.add_argument("--cache", action="store_true",
+                    help="also \"cache\": no connector, vLLM's own prefix cache on, so request "
+                         "1's prefix comes from vLLM itself; each codec is compared with it too "
+                         "(with --chunk-tokens at vLLM's block size both reuse the same tokens)")
     ap.add_argument("--reanalyze", default="", help="a work directory of an earlier run: its "
                     "rows again from the saved outputs, no vLLM")
     a = ap.parse_args()
@@ -104,14 +117,16 @@ def main():
     for n in [int(t) for t in a.tokens.split(",")]:
         if len(ids) < n:
             sys.exit(f"the prompt file has {len(ids)} tokens, fewer than {n}")
-        for codec in ["none"] + (a.codec or ["fp16", "tq3", "tq4"]):
+        for codec in ["none"] + (["cache"] if a.cache else []) + (a.codec or ["fp16", "tq3", "tq4"]):
             name = f"n{n}-{codec}"
             store = work / f"store-{name}"
-            conn = "" if codec == "none" else json.dumps({
+            extra = {"store": str(store), "codec": codec, "async_save": False}
+            if a.chunk_tokens:
+                extra["chunk_tokens"] = a.chunk_tokens
+            conn = "" if codec in ("none", "cache") else json.dumps({
                 "kv_connector": "TqkvConnector", "kv_connector_module_path": "tqkv.vllm",
                 "kv_role": "kv_both", "kv_load_failure_policy": "recompute",
-                "kv_connector_extra_config": {"store": str(store), "codec": codec,
-                                              "async_save": False}})
+                "kv_connector_extra_config": extra})
             reqs = [{"prompt_token_ids": ids[:n], "max_tokens": a.steps, "logprobs": 20},
                     {"continue_from": 0, "teacher": True, "max_tokens": 1,
                      "prompt_logprobs": 20, "logprobs": 0}]
@@ -122,7 +137,8 @@ def main():
                 r = subprocess.run([sys.executable, str(RUN), "--model", a.model, "--prompts",
                                     str(pj), "--out", str(res), "--ignore-eos",
                                     "--max-model-len", str(a.max_model_len)]
-                                   + (["--connector", conn] if conn else []),
+                                   + (["--connector", conn] if conn else [])
+                                   + (["--prefix-caching"] if codec == "cache" else []),
                                    stdout=f, stderr=subprocess.STDOUT,
                                    env={**os.environ,
                                         "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": "3600"})
@@ -130,9 +146,13 @@ def main():
                 sys.exit(f"{name} failed, see {log}")
             row = analyze(work, n, codec, a.steps)
             d, p = row["decode"], row["none"]
+            c = row.get("cache")
             note(f"{name}: restored {row['restored']}, {row['steps']} steps; vs decode: top-1 "
                  f"{d['top1']}, mean KL {d['mean_kl']:.4f}; vs none: top-1 {p['top1']}, mean KL "
-                 f"{p['mean_kl']:.5f}, identical {p['identical']}; {row['bytes']} bytes")
+                 f"{p['mean_kl']:.5f}, identical {p['identical']}"
+                 + (f"; vs cache ({row['cache_restored']} cached): mean KL {c['mean_kl']:.5f}, "
+                    f"identical {c['identical']}/{c['steps']}" if c else "")
+                 + f"; {row['bytes']} bytes")
             out["rows"].append(row)
     print(json.dumps(out, indent=1))
 

@@ -34,6 +34,8 @@ def main() -> int:
     ap.add_argument("--ignore-eos", action="store_true", help="always generate max_tokens")
     ap.add_argument("--logprobs", type=int, default=0,
                     help="return this many logprobs per generated token (0: none)")
+    ap.add_argument("--prefix-caching", action="store_true",
+                    help="vLLM's own prefix cache on (off by default, so a hit is the connector's)")
     ap.add_argument("--out", default="")
     a = ap.parse_args()
 
@@ -42,7 +44,7 @@ def main() -> int:
     from vllm import LLM, SamplingParams
 
     kwargs = dict(model=a.model, enforce_eager=True, max_model_len=a.max_model_len,
-                  enable_prefix_caching=False, seed=0)
+                  enable_prefix_caching=a.prefix_caching, seed=0)
     if a.connector:
         from vllm.config import KVTransferConfig
 
