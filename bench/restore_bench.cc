@@ -1,7 +1,6 @@
 // `tqkv-bench restore`: W concurrent workers checkpoint and restore their own sessions, for each
 // context length x codec x I/O path x target (host memory, or GPU memory through the GDS ladder);
 // per-cell statistics, bounds, quality, table/JSON/CSV/SVG.
-#include <sys/statvfs.h>
 
 #include <algorithm>
 #include <atomic>
@@ -91,15 +90,19 @@ std::string Key(const Cell& c, size_t w) {
          std::to_string(w) + (IsGpu(c) ? "-gpu" : "");
 }
 
-// The store's host I/O mode for a cell (GPU rows: gds reads its header through O_DIRECT).
-std::string StoreIo(const Cell& c) { return bench::StoreIo({c.codec, c.io, c.target}); }
+// The store's host I/O mode for a cell: its io, or for GPU rows the GPU restore's rule for its
+// rung (gds reads its header and index through O_DIRECT).
+Result<IoMode> StoreIo(const Cell& c) {
+  return IsGpu(c) ? bench::GpuStoreIo(c.io) : ParseIoMode(c.io);
+}
 
-std::string StoreUri(const Options& o, const std::string& io) {
-  return o.store + (o.store.find('?') == std::string::npos ? "?" : "&") + "io=" + io;
+Result<std::unique_ptr<Store>> OpenCellStore(const Options& o, const Cell& c) {
+  TQKV_ASSIGN_OR_RETURN(IoMode io, StoreIo(c));
+  return OpenStore(o.store, {.io = io});
 }
 
 Result<std::unique_ptr<Store>> OpenWorkerStore(const Options& o, const Cell& c) {
-  TQKV_ASSIGN_OR_RETURN(auto store, OpenStore(StoreUri(o, StoreIo(c))));
+  TQKV_ASSIGN_OR_RETURN(auto store, OpenCellStore(o, c));
   if (c.link_gbps <= 0) return store;
   ThrottleOptions t;
   t.read_bytes_per_sec = t.write_bytes_per_sec = c.link_gbps * 1e9;
@@ -123,7 +126,6 @@ Status RunHostRestores(const Options& o, const ModelGeometry& g, const CodecSpec
                        size_t pool_threads, Cell& c, bench::Progress& progress) {
   const size_t W = c.workers;
   const uint64_t fp16_session = c.fp16_bytes;
-  const std::string io = StoreIo(c);
   // Restore target: whole sessions when W of them fit, else streamed layer by layer.
   const uint64_t target = W * fp16_session;
   c.streamed = target > o.max_memory;
@@ -188,7 +190,7 @@ Status RunHostRestores(const Options& o, const ModelGeometry& g, const CodecSpec
     if ((c.streamed ? 0 : target) + W * c.file_bytes <= o.max_memory) {
       MemoryStore mem;
       for (size_t w = 0; w < W; ++w) {
-        TQKV_ASSIGN_OR_RETURN(auto store, OpenStore(StoreUri(o, io)));
+        TQKV_ASSIGN_OR_RETURN(auto store, OpenCellStore(o, c));
         TQKV_RETURN_IF_ERROR(bench::CopyObject(*store, mem, Key(c, w)));
       }
       // Once untimed, all workers together: the restores' working memory (slots, a streamed
@@ -212,7 +214,7 @@ Status RunHostRestores(const Options& o, const ModelGeometry& g, const CodecSpec
       // workers together, and taken out, so the restore cannot beat its bound by that copy. (A
       // buffered restore pays the like of it, the kernel's copy out of the page cache.)
       c.decode_only_s = decode.first;
-      if (io != "buffered") {
+      if (c.io != "buffered") {  // a host row: its io is the store's
         TQKV_ASSIGN_OR_RETURN(auto copy, stage("memory copy", [&](size_t w) {
           return bench::ReadLikeRestore(mem, Key(c, w), false, ReaderOptions(o));
         }));
@@ -252,7 +254,6 @@ Status RunHostRestores(const Options& o, const ModelGeometry& g, const CodecSpec
 // cuFile reads the file itself, past any store decorator.
 Status RunGpuRestores(const Options& o, uint64_t fp16_session, Cell& c, bench::Progress& progress) {
   const size_t W = c.workers;
-  const std::string io = StoreIo(c);
   const std::string forced = bench::ForcedGpuIo({c.codec, c.io, c.target});
   // f16 outputs plus each restore's 64 MiB of device slots (GpuRestoreOptions::inflight_bytes).
   TQKV_RETURN_IF_ERROR(bench::PrepareGpu(W * (fp16_session + (64u << 20))));
@@ -260,7 +261,7 @@ Status RunGpuRestores(const Options& o, uint64_t fp16_session, Cell& c, bench::P
   progress.Set("restore to GPU");
   const auto t0 = Clock::now();
   TQKV_RETURN_IF_ERROR(RunWorkers(W, [&](size_t w) -> Status {
-    TQKV_ASSIGN_OR_RETURN(auto store, OpenStore(StoreUri(o, io)));
+    TQKV_ASSIGN_OR_RETURN(auto store, OpenCellStore(o, c));
     TQKV_ASSIGN_OR_RETURN(bench::GpuRestoreResult r,
                           bench::RestoreOnGpu(*store, Key(c, w), forced));
     c.w[w].end = Since(t0);
@@ -284,7 +285,6 @@ Status RunCell(const Options& o, const ModelGeometry& g, Cell& c, bench::Progres
   const size_t cores = std::max(1u, std::thread::hardware_concurrency());
   const size_t pool_threads = W < cores ? cores / W : 1;
   TQKV_ASSIGN_OR_RETURN(const KvCodecSpec spec, ParseKvCodecSpec(c.codec));
-  const std::string io = StoreIo(c);
 
   // Phase 1: concurrent checkpoints.
   progress.Set("checkpoint");
@@ -335,7 +335,7 @@ Status RunCell(const Options& o, const ModelGeometry& g, Cell& c, bench::Progres
   // object; the GPU decode is bit-identical to it (tests/gpu).
   if (o.quality) {
     progress.Set("quality");
-    TQKV_ASSIGN_OR_RETURN(auto store, OpenStore(StoreUri(o, io)));
+    TQKV_ASSIGN_OR_RETURN(auto store, OpenCellStore(o, c));
     auto q = bench::MeasureQuality(*store, Key(c, 0), o.model, g, c.tokens, o.seed,
                                    std::min(c.tokens, o.quality_tokens));
     if (!q.ok()) return q.status();
@@ -343,7 +343,7 @@ Status RunCell(const Options& o, const ModelGeometry& g, Cell& c, bench::Progres
     c.cosine_mean = q->cosine_mean;
   }
   if (!o.keep) {
-    TQKV_ASSIGN_OR_RETURN(auto store, OpenStore(StoreUri(o, io)));
+    TQKV_ASSIGN_OR_RETURN(auto store, OpenCellStore(o, c));
     for (size_t w = 0; w < W; ++w) (void)store->Remove(Key(c, w));
   }
   return Status::Ok();
@@ -389,7 +389,8 @@ void PrintTable(const std::vector<Cell>& cells, const Options& o) {
                   c.codec.c_str(), c.io.c_str(), static_cast<unsigned long long>(c.tokens),
                   c.drop_error.c_str());
     }
-    if (StoreIo(c) != "buffered" && c.bytes_page_cache > 0) {
+    const Result<IoMode> store_io = StoreIo(c);
+    if (store_io.ok() && *store_io != IoMode::kBuffered && c.bytes_page_cache > 0) {
       std::printf("WARNING: %s %s %llu: %.1f MB of the restores' reads went through the page "
                   "cache, not O_DIRECT (a file fell back).\n",
                   c.codec.c_str(), c.io.c_str(), static_cast<unsigned long long>(c.tokens),
@@ -494,11 +495,14 @@ Status Run(Options o) {
   TQKV_ASSIGN_OR_RETURN(std::vector<bench::RowConfig> rows,
                         bench::ExpandRowConfigs(o.configs, o.codecs, o.ios, o.targets));
   if (o.max_memory == 0) o.max_memory = bench::AvailableMemory() * 6 / 10;
-  TQKV_RETURN_IF_ERROR(bench::EnsureStoreDir(o.store));
-  // Disk space: the largest cell's sessions must fit (they are removed after each cell).
-  uint64_t need = 0;
-  for (uint64_t t : o.tokens) need = std::max(need, o.workers * g.SessionBytes(t, DType::kF16));
-  TQKV_RETURN_IF_ERROR(bench::CheckDiskSpace(o.store, need * 11 / 10));
+  {
+    // Opening the store creates its directory; the largest cell's sessions must fit there (they
+    // are removed after each cell).
+    TQKV_ASSIGN_OR_RETURN(auto store, OpenStore(o.store));
+    uint64_t need = 0;
+    for (uint64_t t : o.tokens) need = std::max(need, o.workers * g.SessionBytes(t, DType::kF16));
+    TQKV_RETURN_IF_ERROR(bench::CheckDiskSpace(*store, need * 11 / 10));
+  }
 
   // GPU rows: probed once here; without a usable device they are skipped with the reason.
   bench::GpuAvailability gpu;
@@ -507,7 +511,7 @@ Status Run(Options o) {
     return r.target == bench::Target::kGpu;
   });
   if (any_gpu) {
-    TQKV_ASSIGN_OR_RETURN(auto store, OpenStore(StoreUri(o, "buffered")));
+    TQKV_ASSIGN_OR_RETURN(auto store, OpenStore(o.store, {.io = IoMode::kBuffered}));
     gpu = bench::ProbeGpuForBench(*store);
     TQKV_ASSIGN_OR_RETURN(rows, bench::DropGpuRows(std::move(rows), gpu.unavailable, &gpu_note));
     if (!gpu_note.empty()) std::fprintf(stderr, "tqkv-bench restore: %s\n", gpu_note.c_str());

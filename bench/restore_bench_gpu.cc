@@ -31,6 +31,8 @@ Status PrepareGpu(uint64_t bytes) {
   return Status::Ok();
 }
 
+Result<IoMode> GpuStoreIo(const std::string& io) { return tqkv::GpuStoreIo(io); }
+
 Result<GpuRestoreResult> RestoreOnGpu(Store& store, const std::string& key,
                                       const std::string& forced_io) {
   GpuRestoreResult r;
@@ -76,6 +78,8 @@ GpuAvailability ProbeGpuForBench(const Store&) {
 }
 
 Status PrepareGpu(uint64_t) { return Status::Unsupported(kNoCuda); }
+
+Result<IoMode> GpuStoreIo(const std::string&) { return Status::Unsupported(kNoCuda); }
 
 Result<GpuRestoreResult> RestoreOnGpu(Store&, const std::string&, const std::string&) {
   return Status::Unsupported(kNoCuda);

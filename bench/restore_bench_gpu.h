@@ -32,6 +32,10 @@ struct GpuRestoreResult {
   bool drop_ok = true;
   std::string drop_error;
 };
+// The store's host I/O mode for a GPU row's rung (tqkv::GpuStoreIo, gpu.h): gds reads its header
+// and index through O_DIRECT.
+Result<IoMode> GpuStoreIo(const std::string& io);
+
 // Drops `key` from the page cache (untimed), restores it as f16 into device memory through
 // `forced_io` ("" = the whole ladder from GDS down), then frees the device memory.
 Result<GpuRestoreResult> RestoreOnGpu(Store& store, const std::string& key,

@@ -95,10 +95,6 @@ Result<std::vector<RowConfig>> ExpandRowConfigs(const std::vector<std::string>& 
   return rows;
 }
 
-std::string StoreIo(const RowConfig& row) {
-  return row.target == Target::kGpu && row.io == "gds" ? "direct" : row.io;
-}
-
 std::string ForcedGpuIo(const RowConfig& row) { return row.io == "gds" ? "" : row.io; }
 
 Result<std::vector<RowConfig>> DropGpuRows(std::vector<RowConfig> rows,

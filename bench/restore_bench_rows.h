@@ -30,9 +30,6 @@ Result<std::vector<RowConfig>> ExpandRowConfigs(const std::vector<std::string>& 
                                                 const std::vector<std::string>& ios,
                                                 const std::vector<std::string>& targets);
 
-// The store's host I/O mode for a row: the io itself, except gds, whose header/index reads (and
-// chunks, if the ladder falls to the pinned rungs) go through O_DIRECT.
-std::string StoreIo(const RowConfig& row);
 // The GPU rung a row forces: "" for gds (the whole ladder, from GDS down), else the io.
 std::string ForcedGpuIo(const RowConfig& row);
 

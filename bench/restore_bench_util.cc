@@ -7,7 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
+#include <optional>
 #include <fstream>
 #include <numeric>
 #include <thread>
@@ -164,35 +164,14 @@ uint64_t AvailableMemory() {
   return 4ull << 30;
 }
 
-namespace {
-// The directory behind a file:// URI or plain path; empty for other schemes.
-std::string DirOf(const std::string& uri) {
-  std::string path = uri;
-  const size_t q = path.find('?');
-  if (q != std::string::npos) path.resize(q);
-  if (path.rfind("file://", 0) == 0) return path.substr(7);
-  if (path.find("://") != std::string::npos) return "";
-  return path;
-}
-}  // namespace
-
-Status EnsureStoreDir(const std::string& uri) {
-  const std::string dir = DirOf(uri);
-  if (dir.empty()) return Status::Ok();
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return Status::IoError("create " + dir + ": " + ec.message());
-  return Status::Ok();
-}
-
-Status CheckDiskSpace(const std::string& uri, uint64_t bytes) {
-  const std::string dir = DirOf(uri);
-  if (dir.empty()) return Status::Ok();
+Status CheckDiskSpace(const Store& store, uint64_t bytes) {
+  const std::optional<std::string> dir = store.LocalRoot();
+  if (!dir) return Status::Ok();  // no local files: nothing to measure
   struct statvfs st;
-  if (statvfs(dir.c_str(), &st) != 0) return Status::FromErrno("statvfs", dir, errno);
+  if (statvfs(dir->c_str(), &st) != 0) return Status::FromErrno("statvfs", *dir, errno);
   const uint64_t free = static_cast<uint64_t>(st.f_bavail) * st.f_frsize;
   if (free < bytes) {
-    return Status::NoSpace(dir + ": " + std::to_string(free / 1000000) + " MB free, the largest "
+    return Status::NoSpace(*dir + ": " + std::to_string(free / 1000000) + " MB free, the largest "
                            "cell needs about " + std::to_string(bytes / 1000000) + " MB");
   }
   return Status::Ok();

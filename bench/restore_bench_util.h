@@ -60,8 +60,8 @@ Result<Quality> MeasureQuality(Store& store, const std::string& key, const std::
                                uint64_t tokens_compared);
 
 uint64_t AvailableMemory();
-Status EnsureStoreDir(const std::string& uri);
-Status CheckDiskSpace(const std::string& uri, uint64_t bytes);
+// NoSpace unless `bytes` fit in the directory of a store with local files (LocalRoot).
+Status CheckDiskSpace(const Store& store, uint64_t bytes);
 std::string MachineDescription();
 
 }  // namespace tqkv::bench

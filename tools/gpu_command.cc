@@ -21,17 +21,12 @@ Status RestoreToGpuCommand(const std::string& store_uri, const std::string& sess
   auto dt = ParseDType(dtype);
   if (!dt) return Status::InvalidArgument("unknown dtype " + dtype);
   opts.dtype = *dt;
-  std::string uri = store_uri;
-  if (!io.empty()) {
-    TQKV_ASSIGN_OR_RETURN(GpuIoPath path, ParseGpuIoPath(io));
-    opts.io = path;
-    // The store's own reads (header, index; all chunks on the pinned rungs) follow the rung.
-    const std::string host_io = path == GpuIoPath::kBuffered ? "buffered"
-                                : io == "uring"               ? "uring"
-                                                              : "direct";
-    uri += (uri.find('?') == std::string::npos ? "?" : "&") + std::string("io=") + host_io;
+  OpenStoreOptions store_opts;
+  if (!io.empty()) {  // the rung, and the store's host I/O that goes with it (gpu.h)
+    TQKV_ASSIGN_OR_RETURN(opts.io, ParseGpuIoPath(io));
+    TQKV_ASSIGN_OR_RETURN(store_opts.io, GpuStoreIo(io));
   }
-  TQKV_ASSIGN_OR_RETURN(auto store, OpenExistingStore(uri));
+  TQKV_ASSIGN_OR_RETURN(auto store, OpenExistingStore(store_uri, store_opts));
   TQKV_ASSIGN_OR_RETURN(auto gs, RestoreToGpu(*store, session, opts));
   const GpuRestoreStats& st = gs->stats();
   if (json) {

@@ -25,9 +25,13 @@ namespace {
 
 using json = nlohmann::json;
 
-std::string WithIo(const std::string& uri, const std::string& io) {
-  if (io.empty()) return uri;
-  return uri + (uri.find('?') == std::string::npos ? "?" : "&") + "io=" + io;
+// --io as the store's I/O mode (none when not given: the URI's io= holds).
+Result<OpenStoreOptions> IoOption(const std::string& io) {
+  OpenStoreOptions o;
+  if (!io.empty()) {
+    TQKV_ASSIGN_OR_RETURN(o.io, ParseIoMode(io));
+  }
+  return o;
 }
 
 Status EmitJson(const json& j, const std::string& path) {
@@ -159,7 +163,8 @@ void RegisterRestore(CLI::App& app) {
       auto dtype = ParseDType(o->dtype);
       if (!dtype) return Status::InvalidArgument("unknown dtype " + o->dtype);
       if (!o->out.empty()) TQKV_RETURN_IF_ERROR(CheckOutputPath(o->out));
-      TQKV_ASSIGN_OR_RETURN(auto store, OpenExistingStore(WithIo(o->store, o->io)));
+      TQKV_ASSIGN_OR_RETURN(OpenStoreOptions store_opts, IoOption(o->io));
+      TQKV_ASSIGN_OR_RETURN(auto store, OpenExistingStore(o->store, store_opts));
       ThreadPool pool(o->threads);
       RestoreOptions opts;
       opts.dtype = *dtype;

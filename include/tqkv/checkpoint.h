@@ -147,6 +147,9 @@ struct RestoreStats {
   double alloc_seconds = 0;        // Restore() with prefault: allocating and touching the destination
   bool drop_cache_ok = true;
   std::string drop_cache_error;
+  // The header's engine state (ContainerHeader::engine_state, CheckpointOptions::engine_state):
+  // an engine takes its session back from the restore's result without opening the object again.
+  std::vector<uint8_t> engine_state;
 };
 
 // Restores into `dst`, whose geometry, token count and dtype must match the stored session.
@@ -164,6 +167,13 @@ Status RestoreInto(Store& store, std::string_view key, const LayoutTensors& dst,
 // there. Its error return stops the restore.
 using MakeDestination = std::function<Result<LayoutTensors>(const ContainerHeader& header)>;
 Status RestoreInto(Store& store, std::string_view key, const MakeDestination& make_destination,
+                   const RestoreOptions& options, RestoreStats* stats = nullptr);
+// As RestoreInto(KvCache&), into the cache `make_cache` returns once the stored header is read,
+// so the object is opened once and the cache can follow the header (its source dtype, a ragged
+// session's layer token counts): the llama.cpp restore allocates its session there. The cache
+// must outlive the call; an error return stops the restore.
+using MakeCache = std::function<Result<KvCache*>(const ContainerHeader& header)>;
+Status RestoreInto(Store& store, std::string_view key, const MakeCache& make_cache,
                    const RestoreOptions& options, RestoreStats* stats = nullptr);
 // Allocates and restores the whole session.
 Result<std::unique_ptr<KvCacheBuffer>> Restore(Store& store, std::string_view key,

@@ -68,6 +68,14 @@ struct GpuRestoreStats {
   std::string ToJson() const;
 };
 
+// The host I/O mode of the store a GPU restore over rung `io` reads (a name as `tqkv restore
+// --target gpu --io` takes it): the store's own reads (header, index; every chunk on the pinned
+// rungs) follow the rung. buffered -> buffered, direct and gds -> direct (cuFile reads the chunks,
+// the header and index go through O_DIRECT), uring -> uring (the direct rung over io_uring).
+// Open the store with it: OpenExistingStore(uri, {.io = *GpuStoreIo(io)}), and force the rung
+// with GpuRestoreOptions::io = ParseGpuIoPath(io). InvalidArgument for another name.
+Result<IoMode> GpuStoreIo(std::string_view io);
+
 // Device tensors of a restored session; owns the device memory and the events.
 class GpuSession {
  public:

@@ -135,9 +135,11 @@ Result<CheckpointStats> CheckpointSeqState(std::span<const uint8_t> blob, uint32
                                            std::string model, const std::vector<int32_t>* tokens,
                                            CheckpointOptions options, Store& store,
                                            std::string_view key);
-// Restore a session written by CheckpointSeqState and rebuild its blob. The session is decoded
-// at its source dtype, so with a raw f16 codec on an f16 cache the blob is the original's, byte
-// for byte. InvalidArgument for a session without a llama.cpp engine state.
+// Restore a session written by CheckpointSeqState and rebuild its blob. The object is opened
+// once (RestoreInto with a MakeCache; the engine state comes back in RestoreStats). The session
+// is decoded at its source dtype (options.dtype is not used), so with a raw f16 codec on an f16
+// cache the blob is the original's, byte for byte. InvalidArgument for a session without a
+// llama.cpp engine state, before anything is allocated or decoded.
 Result<Rebuilt> RestoreSeqState(Store& store, std::string_view key, RestoreOptions options = {});
 
 }  // namespace tqkv::llama

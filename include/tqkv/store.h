@@ -84,14 +84,24 @@ class Store {
 // Refuses path traversal, absolute paths, empty or over-long keys and odd characters.
 Status ValidateKey(std::string_view key);
 
+// What a program chooses when it opens a store, given as values rather than text appended to
+// the user's URI.
+struct OpenStoreOptions {
+  // The I/O mode: as the URI option io=<IoModeName>, and it wins over the URI's own io=. Only
+  // schemes with an io option take it (file://); the others refuse it as they refuse ?io=.
+  std::optional<IoMode> io;
+};
+
 // Opens a store by URI: "file:///abs/dir?io=direct", a plain directory path, "memory://".
 // Options (query parameters): io=buffered|direct|uring, qd=N (uring queue depth),
 // chunk=BYTES (I/O request size), create=0|1 (create the directory; default 1).
 // Unknown options, bad values and unknown schemes: InvalidArgument. docs/store.md has the grammar.
-Result<std::unique_ptr<Store>> OpenStore(std::string_view uri);
+Result<std::unique_ptr<Store>> OpenStore(std::string_view uri,
+                                         const OpenStoreOptions& options = {});
 // OpenStore for commands that only use what is there (restore, ls, rm, pin, gc): it never
 // creates the store's directory (create=0 whatever the URI says), so a mistyped path is NotFound.
-Result<std::unique_ptr<Store>> OpenExistingStore(std::string_view uri);
+Result<std::unique_ptr<Store>> OpenExistingStore(std::string_view uri,
+                                                 const OpenStoreOptions& options = {});
 
 // A store URI taken apart: scheme://authority/path?key=value&... A plain path has scheme "file".
 // Percent-escapes (%2F) are decoded in path and options.

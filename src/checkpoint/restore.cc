@@ -336,7 +336,8 @@ Status RunRestore(Store& store, std::string_view key, const RestoreOptions& opti
   stats.model = h.model;
   stats.geometry = h.geometry;
   stats.fp16_bytes = SessionTensorBytes(h, DType::kF16);
-  if (stats_out != nullptr) *stats_out = stats;
+  stats.engine_state = h.engine_state;
+  if (stats_out != nullptr) *stats_out = std::move(stats);
   return Status::Ok();
 }
 
@@ -354,6 +355,23 @@ Status RestoreInto(Store& store, std::string_view key, KvCache& dst, const Resto
         TQKV_RETURN_IF_ERROR(CheckCacheTokens(h, dst, key));
         TQKV_RETURN_IF_ERROR(dst.Validate());
         return std::unique_ptr<HostTensors>(new CacheTensors(dst, opts));
+      },
+      stats);
+}
+
+Status RestoreInto(Store& store, std::string_view key, const MakeCache& make_cache,
+                   const RestoreOptions& options, RestoreStats* stats) {
+  RestoreOptions opts = options;
+  return RunRestore(
+      store, key, opts,
+      [&](const ContainerHeader& h) -> Result<std::unique_ptr<HostTensors>> {
+        TQKV_ASSIGN_OR_RETURN(KvCache * dst, make_cache(h));
+        if (dst == nullptr) return Status::InvalidArgument("RestoreInto: no destination cache");
+        TQKV_RETURN_IF_ERROR(CheckGeometry(h, dst->geometry(), std::string(key)));
+        TQKV_RETURN_IF_ERROR(CheckCacheTokens(h, *dst, key));
+        TQKV_RETURN_IF_ERROR(dst->Validate());
+        opts.dtype = dst->dtype();  // the sink, made after this returns, decodes to it
+        return std::unique_ptr<HostTensors>(new CacheTensors(*dst, opts));
       },
       stats);
 }

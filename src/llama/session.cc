@@ -575,20 +575,22 @@ Result<CheckpointStats> CheckpointSeqState(std::span<const uint8_t> blob, uint32
 }
 
 Result<Rebuilt> RestoreSeqState(Store& store, std::string_view key, RestoreOptions options) {
-  std::vector<uint8_t> engine_state;
-  {
-    TQKV_ASSIGN_OR_RETURN(std::unique_ptr<ReadableObject> object, store.Open(key));
-    TQKV_ASSIGN_OR_RETURN(std::unique_ptr<ContainerReader> reader,
-                          ContainerReader::Open(object.get(), std::string(key)));
-    engine_state = reader->header().engine_state;
-    options.dtype = reader->header().source_dtype;
-  }
-  if (engine_state.empty()) {
-    return Status::InvalidArgument(std::string(key) +
-                                   ": not a llama.cpp session (its header has no engine state)");
-  }
-  TQKV_ASSIGN_OR_RETURN(std::unique_ptr<KvCacheBuffer> kv, Restore(store, key, options));
-  return FromSession(kv->cache(), engine_state);
+  // One open: the session is allocated at its source dtype once the header is read.
+  std::unique_ptr<KvCacheBuffer> kv;
+  RestoreStats stats;
+  TQKV_RETURN_IF_ERROR(RestoreInto(
+      store, key,
+      [&](const ContainerHeader& h) -> Result<KvCache*> {
+        if (h.engine_state.empty()) {
+          return Status::InvalidArgument(std::string(key) + ": not a llama.cpp session (its "
+                                         "header has no engine state)");
+        }
+        TQKV_ASSIGN_OR_RETURN(kv, KvCacheBuffer::Allocate(h.model, h.geometry, h.source_dtype,
+                                                          h.tokens, h.layer_tokens));
+        return &kv->cache();
+      },
+      options, &stats));
+  return FromSession(kv->cache(), stats.engine_state);
 }
 
 }  // namespace tqkv::llama

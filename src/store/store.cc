@@ -82,22 +82,6 @@ Result<std::string> PercentDecode(std::string_view s, std::string_view what) {
   return out;
 }
 
-// Escapes what ParseQuery would split on or decode.
-std::string PercentEncode(std::string_view s) {
-  static const char kHex[] = "0123456789ABCDEF";
-  std::string out;
-  for (char c : s) {
-    if (c == '%' || c == '&' || c == '=' || c == '#' || c == '?' || c == ' ') {
-      out += '%';
-      out += kHex[(static_cast<unsigned char>(c) >> 4) & 0xf];
-      out += kHex[static_cast<unsigned char>(c) & 0xf];
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
 Status ParseQuery(std::string_view query, StoreUri* uri) {
   size_t pos = 0;
   while (pos <= query.size()) {
@@ -302,8 +286,24 @@ Status RegisterStoreScheme(std::string_view scheme, StoreFactory factory) {
   return Status::Ok();
 }
 
-Result<std::unique_ptr<Store>> OpenStore(std::string_view uri_text) {
-  TQKV_ASSIGN_OR_RETURN(StoreUri uri, ParseStoreUri(uri_text));
+namespace {
+
+// Sets option `key` of `uri` to `value`, replacing the URI's own.
+void SetOption(StoreUri& uri, std::string_view key, std::string value) {
+  for (auto& kv : uri.options) {
+    if (kv.first == key) {
+      kv.second = std::move(value);
+      return;
+    }
+  }
+  uri.options.emplace_back(std::string(key), std::move(value));
+}
+
+Result<std::unique_ptr<Store>> OpenParsed(std::string_view uri_text, StoreUri uri,
+                                          const OpenStoreOptions& options, bool existing) {
+  if (options.io) SetOption(uri, "io", std::string(IoModeName(*options.io)));
+  // Only the directory-backed schemes create anything at open.
+  if (existing && (uri.scheme == "file" || uri.scheme == "nfs")) SetOption(uri, "create", "0");
   StoreFactory factory;
   {
     Registry& r = GetRegistry();
@@ -322,18 +322,18 @@ Result<std::unique_ptr<Store>> OpenStore(std::string_view uri_text) {
   return store;
 }
 
-Result<std::unique_ptr<Store>> OpenExistingStore(std::string_view uri_text) {
+}  // namespace
+
+Result<std::unique_ptr<Store>> OpenStore(std::string_view uri_text,
+                                         const OpenStoreOptions& options) {
   TQKV_ASSIGN_OR_RETURN(StoreUri uri, ParseStoreUri(uri_text));
-  // Only the directory-backed schemes create anything at open.
-  if (uri.scheme != "file" && uri.scheme != "nfs") return OpenStore(uri_text);
-  std::string text(uri_text.substr(0, uri_text.find('?')));
-  std::string query;
-  for (const auto& [k, v] : uri.options) {
-    if (k == "create") continue;
-    query += (query.empty() ? "?" : "&") + PercentEncode(k) + "=" + PercentEncode(v);
-  }
-  query += (query.empty() ? "?" : "&") + std::string("create=0");
-  return OpenStore(text + query);
+  return OpenParsed(uri_text, std::move(uri), options, false);
+}
+
+Result<std::unique_ptr<Store>> OpenExistingStore(std::string_view uri_text,
+                                                 const OpenStoreOptions& options) {
+  TQKV_ASSIGN_OR_RETURN(StoreUri uri, ParseStoreUri(uri_text));
+  return OpenParsed(uri_text, std::move(uri), options, true);
 }
 
 namespace store_internal {

@@ -74,11 +74,8 @@ TEST(BenchRows, BadRowsAreClearErrors) {
   EXPECT_FALSE(bad_io.ok());
 }
 
-TEST(BenchRows, StoreIoAndForcedRung) {
-  EXPECT_EQ(tqkv::bench::StoreIo({"tq3", "gds", kGpu}), "direct");
-  EXPECT_EQ(tqkv::bench::StoreIo({"tq3", "uring", kGpu}), "uring");
-  EXPECT_EQ(tqkv::bench::StoreIo({"fp16", "buffered", kGpu}), "buffered");
-  EXPECT_EQ(tqkv::bench::StoreIo({"tq3", "direct", kHost}), "direct");
+// The store's host I/O of a GPU row is the GPU restore's rule (GpuStoreIo, tests/gpu_ladder).
+TEST(BenchRows, ForcedRung) {
   EXPECT_EQ(tqkv::bench::ForcedGpuIo({"tq3", "gds", kGpu}), "");  // the whole ladder
   EXPECT_EQ(tqkv::bench::ForcedGpuIo({"tq3", "direct", kGpu}), "direct");
   EXPECT_EQ(tqkv::bench::ForcedGpuIo({"fp16", "buffered", kGpu}), "buffered");

@@ -92,6 +92,43 @@ TEST(RaggedSessionTest, Fp16RoundTripIsExactAndTheObjectHoldsOnlyWhatIsThere) {
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
 }
 
+// RestoreInto with a MakeCache: the cache is made from the header (its shape, any dtype), the
+// engine state comes back in the stats; a cache that does not fit, or none, is refused.
+TEST(RaggedSessionTest, RestoreIntoACacheMadeFromTheHeader) {
+  auto buf = RaggedSession(DType::kF16);
+  MemoryStore store;
+  CheckpointOptions opts;
+  opts.codec = *ParseCodecSpec("fp16");
+  opts.engine_state = {7, 8};
+  ASSERT_TRUE(Checkpoint(buf->cache(), opts, store, "s").ok());
+  std::unique_ptr<KvCacheBuffer> made;
+  RestoreStats st;
+  Status s = RestoreInto(
+      store, "s",
+      [&](const ContainerHeader& h) -> Result<KvCache*> {
+        TQKV_ASSIGN_OR_RETURN(made, KvCacheBuffer::Allocate(h.model, h.geometry, DType::kF32,
+                                                            h.tokens, h.layer_tokens));
+        return &made->cache();
+      },
+      RestoreOptions{}, &st);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(st.engine_state, (std::vector<uint8_t>{7, 8}));
+  EXPECT_EQ(made->cache().dtype(), DType::kF32);
+  const auto* k = static_cast<const float*>(made->cache().k(1));
+  const auto* want = static_cast<const uint16_t*>(buf->cache().k(1));
+  EXPECT_EQ(k[5], HalfToFloat(want[5]));
+  auto rect = KvCacheBuffer::Allocate("d", kGeometry, DType::kF16, 70).value();
+  s = RestoreInto(
+      store, "s", [&](const ContainerHeader&) -> Result<KvCache*> { return &rect->cache(); },
+      RestoreOptions{});
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+  const MakeCache none = [](const ContainerHeader&) -> Result<KvCache*> {
+    return static_cast<KvCache*>(nullptr);
+  };
+  s = RestoreInto(store, "s", none, RestoreOptions{});
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+}
+
 TEST(RaggedSessionTest, LossyCodecsKeyMeansExactRowsAndTheGuardFollowEachLayer) {
   auto buf = RaggedSession(DType::kF16);
   MemoryStore store;

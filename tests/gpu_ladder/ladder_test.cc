@@ -99,6 +99,12 @@ TEST(GpuLadder, ParseIoPath) {
   EXPECT_EQ(*ParseGpuIoPath("uring"), GpuIoPath::kDirect);
   EXPECT_EQ(*ParseGpuIoPath("buffered"), GpuIoPath::kBuffered);
   EXPECT_FALSE(ParseGpuIoPath("nvme").ok());
+  // The store's host I/O for each rung (no device needed).
+  EXPECT_EQ(*GpuStoreIo("gds"), IoMode::kDirect);
+  EXPECT_EQ(*GpuStoreIo("direct"), IoMode::kDirect);
+  EXPECT_EQ(*GpuStoreIo("uring"), IoMode::kUring);
+  EXPECT_EQ(*GpuStoreIo("buffered"), IoMode::kBuffered);
+  EXPECT_EQ(GpuStoreIo("nvme").status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(GpuIoPathName(GpuIoPath::kDirect), "direct");
 }
 

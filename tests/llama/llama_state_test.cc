@@ -8,6 +8,7 @@
 
 #include <cstring>
 
+#include "store/testing/store_testing.h"
 #include "tqkv/container.h"
 #include "tqkv/memory_store.h"
 
@@ -384,6 +385,41 @@ TEST(LlamaStateTest, RaggedSessionsExportByteIdenticallyAtFp16AndKeepTheLayoutWh
   EXPECT_EQ(parsed->caches[1].streams[0].cells[0].pos, 268);
   EXPECT_EQ(parsed->seq_id, 2);
   ASSERT_TRUE(VerifyObject(store, "q").ok());
+}
+
+// The restore opens the object once: the header's engine state comes back in the restore's
+// stats, the session is allocated from the header (source dtype, ragged layers) in between.
+TEST(LlamaStateTest, RestoreOpensTheObjectOnce) {
+  CacheSpec full{Range(0, 40), 2, 16, kGgmlF16, kGgmlF16, true, 0, 3};
+  CacheSpec swa{Range(24, 40), 2, 16, kGgmlF16, kGgmlF16, true, 0, 8};
+  const std::vector<uint8_t> blob = MakeBlob({full, swa}, true, 2);
+  FaultInjectionStore store(std::make_unique<MemoryStore>());
+  CheckpointOptions opts;
+  opts.codec = *ParseCodecSpec("fp16");
+  ASSERT_TRUE(CheckpointSeqState(blob, 16, "m", nullptr, opts, store, "s").ok());
+  const uint64_t opens = store.counters().opens;
+  auto back = RestoreSeqState(store, "s");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->blob, blob);
+  EXPECT_EQ(store.counters().opens, opens + 1);
+
+  // A session without an engine state: refused after that one open, before any allocation.
+  auto plain = KvCacheBuffer::Allocate("m", ModelGeometry{2, 1, 16}, DType::kF16, 4);
+  ASSERT_TRUE(plain.ok());
+  ASSERT_TRUE(Checkpoint((*plain)->cache(), opts, store, "plain").ok());
+  const uint64_t before = store.counters().opens;
+  auto refused = RestoreSeqState(store, "plain");
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument) << refused.status().ToString();
+  EXPECT_EQ(store.counters().opens, before + 1);
+
+  // Any restore returns the engine state it stored.
+  auto session = KvCacheBuffer::Allocate("m", ModelGeometry{2, 1, 16}, DType::kF16, 4);
+  ASSERT_TRUE(session.ok());
+  opts.engine_state = {1, 2, 3};
+  ASSERT_TRUE(Checkpoint((*plain)->cache(), opts, store, "state").ok());
+  RestoreStats st;
+  ASSERT_TRUE(RestoreInto(store, "state", (*session)->cache(), RestoreOptions{}, &st).ok());
+  EXPECT_EQ(st.engine_state, (std::vector<uint8_t>{1, 2, 3}));
 }
 
 TEST(LlamaStateTest, SlotFileFraming) {

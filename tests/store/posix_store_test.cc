@@ -573,5 +573,34 @@ TEST(PosixStoreTest, OpenExistingStoreNeverCreatesTheDirectory) {
   EXPECT_TRUE(OpenExistingStore("memory://").ok());
 }
 
+// OpenStoreOptions::io is the URI's io= as a value: the same store (Uri, Caps), and it wins over
+// an io= the URI already has; a scheme without io refuses it as it refuses ?io=.
+TEST(PosixStoreTest, TheIoOptionEqualsTheUriOption) {
+  ScratchDir dir;
+  const std::string base = "file://" + dir.path();
+  for (IoMode mode : {IoMode::kBuffered, IoMode::kDirect, IoMode::kUring}) {
+    SCOPED_TRACE(std::string(IoModeName(mode)));
+    const std::string text = base + "?io=" + std::string(IoModeName(mode));
+    auto by_uri = OpenStore(text);
+    auto by_value = OpenStore(base, {.io = mode});
+    auto over = OpenStore(base + "?io=buffered&qd=4", {.io = mode});
+    auto existing = OpenExistingStore(base + "?io=direct", {.io = mode});
+    ASSERT_TRUE(by_uri.ok() && by_value.ok() && over.ok() && existing.ok());
+    EXPECT_EQ((*by_value)->Uri(), (*by_uri)->Uri());
+    EXPECT_EQ((*existing)->Uri(), (*by_uri)->Uri());
+    auto over_by_uri = OpenStore(text + "&qd=4");
+    ASSERT_TRUE(over_by_uri.ok());
+    EXPECT_EQ((*over)->Uri(), (*over_by_uri)->Uri());
+    EXPECT_EQ((*by_value)->Caps().io_mode, (*by_uri)->Caps().io_mode);
+    EXPECT_EQ((*by_value)->Caps().io_fell_back, (*by_uri)->Caps().io_fell_back);
+  }
+  EXPECT_EQ(OpenStore("memory://", {.io = IoMode::kDirect}).status().code(),
+            OpenStore("memory://?io=direct").status().code());
+  EXPECT_EQ(OpenStore("memory://?io=direct").status().code(), StatusCode::kInvalidArgument);
+  const std::string missing = dir.path() + "/no/such";
+  EXPECT_TRUE(OpenExistingStore(missing, {.io = IoMode::kDirect}).status().IsNotFound());
+  EXPECT_NE(::access((dir.path() + "/no").c_str(), F_OK), 0) << "it created a directory";
+}
+
 }  // namespace
 }  // namespace tqkv

@@ -199,6 +199,12 @@ Status RunGpuRestore(Store& store, std::string_view key, const GpuRestoreOptions
 
 }  // namespace
 
+Result<IoMode> GpuStoreIo(std::string_view io) {
+  TQKV_ASSIGN_OR_RETURN(GpuIoPath path, ParseGpuIoPath(io));
+  if (path == GpuIoPath::kBuffered) return IoMode::kBuffered;
+  return io == "uring" ? IoMode::kUring : IoMode::kDirect;
+}
+
 Result<std::unique_ptr<GpuSession>> RestoreToGpu(Store& store, std::string_view key,
                                                  const GpuRestoreOptions& options) {
   // Refused before the probe, the open and any device memory.
