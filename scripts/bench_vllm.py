@@ -3,7 +3,7 @@
 
     PY=$(scripts/setup-vllm.sh); PYTHONPATH=build/python $PY scripts/bench_vllm.py \
         --model $($PY scripts/vllm_model.py) --tokens 8192 [--modes recompute,example,fp16,tq3] \
-        [--link-gbps 0.05] [--turn2-tokens 512] [--cold]  # tokens + turn2 + 64 <= the context
+        [--link-gbps 0.05] [--turn2-tokens 512] [--cold] [--repeat 3]  # tokens+turn2+64 <= context
 
 For each mode a first vLLM process serves a prompt P of --tokens random token ids (and saves it
 through the connector); a fresh second process serves a short warm-up prompt, then P with
@@ -18,8 +18,10 @@ the timed prompt, so only the store's reads are cold); the link runs read the pa
 emulated link alone limits them (the link's wait and a cold read would add up, chunk by chunk).
 Progress goes to stderr; one JSON object to stdout:
 per mode the seconds, the tokens vLLM reports cached (restored), the bytes the store holds for the
-session, and for tqkv the bytes and seconds of the connector's restore (from its log). Name the CPU
-and the load with the figures (docs/lab/vllm.md).
+session, and for tqkv the bytes and seconds of the connector's restore (from its log). With
+--repeat N the second process (and the link process) runs N times on the same store: the figures
+are the median run's, "runs" lists every run's. A mode "tq3@128" is tq3 with chunk_tokens 128.
+Name the CPU and the load with the figures (docs/lab/vllm.md).
 """
 import argparse
 import json
@@ -78,6 +80,7 @@ def du(path: Path) -> int:
 
 
 def connector(mode: str, store: Path, link: float) -> str:
+    mode, _, chunk = mode.partition("@")
     if mode == "recompute":
         return ""
     if mode == "example":
@@ -86,13 +89,26 @@ def connector(mode: str, store: Path, link: float) -> str:
     extra = {"store": str(store), "codec": mode}
     if link:
         extra["link_gbps"] = link
+    if chunk:
+        extra["chunk_tokens"] = int(chunk)
     return json.dumps({"kv_connector": "TqkvConnector", "kv_connector_module_path": "tqkv.vllm",
                        "kv_role": "kv_both", "kv_load_failure_policy": "recompute",
                        "kv_connector_extra_config": extra})
 
 
+def median_run(runs: list) -> dict:
+    """The run of median TTFT (the lower middle one of an even count), with every run's TTFT and
+    restore seconds under "runs" when there is more than one."""
+    best = sorted(runs, key=lambda r: r["ttft_s"])[(len(runs) - 1) // 2]
+    if len(runs) > 1:
+        best = dict(best, runs=[{k: r[k] for k in ("ttft_s", "restore_s", "load_avg_1m")
+                                 if k in r} for r in runs])
+    return best
+
+
 def ttft(res: dict) -> dict:
-    out = {"ttft_s": round(res["seconds"], 3), "cached_tokens": res["num_cached_tokens"]}
+    out = {"ttft_s": round(res["seconds"], 3), "cached_tokens": res["num_cached_tokens"],
+           "load_avg_1m": round(os.getloadavg()[0], 2)}
     if res["restore_bytes"]:
         out.update(restore_bytes=res["restore_bytes"], restore_s=res["restore_s"])
     return out
@@ -110,6 +126,8 @@ def main() -> int:
     ap.add_argument("--work", default="", help="keep the stores and logs here")
     ap.add_argument("--cold", action="store_true",
                     help="drop the page cache before the second and turn-2 processes (root)")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="run the second (and link) process this many times; report the median")
     a = ap.parse_args()
     if a.cold:
         try:
@@ -122,8 +140,8 @@ def main() -> int:
     # (ompmultiprocessing.py), and none when that is every core: on 2 vCPUs the recompute run
     # would get one core and the connector runs two. Every mode gets the same cores.
     os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
-    if a.link_gbps < 0 or a.turn2_tokens < 0 or a.tokens <= 0:
-        ap.error("--tokens must be > 0, --link-gbps and --turn2-tokens >= 0")
+    if a.link_gbps < 0 or a.turn2_tokens < 0 or a.tokens <= 0 or a.repeat < 1:
+        ap.error("--tokens and --repeat must be > 0, --link-gbps and --turn2-tokens >= 0")
     rng = random.Random(0)
     prompt = {"prompt_token_ids": [rng.randrange(100, 40000) for _ in range(a.tokens)]}
     warm = {"prompt_token_ids": [rng.randrange(100, 40000) for _ in range(256)]}
@@ -134,29 +152,44 @@ def main() -> int:
     max_len = a.tokens + a.turn2_tokens + 64
     results = {"model": a.model, "tokens": a.tokens, "cpu_count": os.cpu_count(),
                "link_gbps": a.link_gbps or None, "turn2_tokens": a.turn2_tokens or None,
-               "cold": a.cold, "modes": {}}
+               "cold": a.cold, "repeat": a.repeat, "modes": {}}
     for mode in a.modes.split(","):
-        store = work / f"store-{mode}"
+        store = work / f"store-{mode.replace('@', '-c')}"
         shutil.rmtree(store, ignore_errors=True)
         conn = connector(mode, store, 0)
         if mode == "example":
             store.mkdir()
         first = serve(a.model, [prompt], conn, work, f"{mode}-first", max_len) if conn else None
         stored = du(store)
-        r = ttft(serve(a.model, [warm, prompt], conn, work, f"{mode}-second", max_len, a.cold))
+        r = median_run([ttft(serve(a.model, [warm, prompt], conn, work,
+                                   f"{mode}-second{i or ''}", max_len, a.cold))
+                        for i in range(a.repeat)])
         r.update(first_process_s=None if first is None else round(first["seconds"], 3),
-                 stored_bytes=stored, load_avg_1m=round(os.getloadavg()[0], 2))
+                 stored_bytes=stored)
         if a.link_gbps and mode == "example":
             r["link"] = {"computed_not_measured_read_s": round(stored / (a.link_gbps * 1e9), 3)}
         elif a.link_gbps and conn:
             linked = connector(mode, store, a.link_gbps)
-            r["link"] = ttft(serve(a.model, [warm, prompt], linked, work, f"{mode}-link",
-                                   max_len))
+            r["link"] = median_run([ttft(serve(a.model, [warm, prompt], linked, work,
+                                               f"{mode}-link{i or ''}", max_len))
+                                    for i in range(a.repeat)])
         if a.turn2_tokens and conn:
             before = du(store)
-            t2 = ttft(serve(a.model, [warm, turn2], conn, work, f"{mode}-turn2", max_len, a.cold))
-            t2["bytes_written"] = du(store) - before
-            r["turn2"] = t2
+            # turn 2 writes its new chunks: each tqkv repeat starts from turn 1's store again
+            reps = a.repeat if mode != "example" else 1
+            snap = work / f"{store.name}.turn1"
+            if reps > 1:
+                shutil.rmtree(snap, ignore_errors=True)
+                shutil.copytree(store, snap)
+            runs = []
+            for i in range(reps):
+                if i:
+                    shutil.rmtree(store)
+                    shutil.copytree(snap, store)
+                runs.append(ttft(serve(a.model, [warm, turn2], conn, work,
+                                       f"{mode}-turn2{i or ''}", max_len, a.cold)))
+                runs[-1]["bytes_written"] = du(store) - before
+            r["turn2"] = median_run(runs)
         elif a.turn2_tokens:
             r["turn2"] = ttft(serve(a.model, [warm, turn2], "", work, f"{mode}-turn2", max_len))
         results["modes"][mode] = r
