@@ -19,8 +19,10 @@ emulated link alone limits them (the link's wait and a cold read would add up, c
 Progress goes to stderr; one JSON object to stdout:
 per mode the seconds, the tokens vLLM reports cached (restored), the bytes the store holds for the
 session, and for tqkv the bytes and seconds of the connector's restore (from its log). With
---repeat N the second process (and the link process) runs N times on the same store: the figures
-are the median run's, "runs" lists every run's. A mode "tq3@128" is tq3 with chunk_tokens 128.
+--repeat N the second, link and turn-2 processes run N times (rounds of every mode in turn, as
+the load of a shared machine changes by the minute; turn 2 from turn 1's store each time): the
+figures are the median run's, "runs" lists every run's. --reuse skips the first processes where
+--work holds the stores of an earlier run. A mode "tq3@128" is tq3 with chunk_tokens 128.
 Name the CPU and the load with the figures (docs/lab/vllm.md).
 """
 import argparse
@@ -127,7 +129,11 @@ def main() -> int:
     ap.add_argument("--cold", action="store_true",
                     help="drop the page cache before the second and turn-2 processes (root)")
     ap.add_argument("--repeat", type=int, default=1,
-                    help="run the second (and link) process this many times; report the median")
+                    help="run the second, link and turn-2 processes this many times, the modes "
+                    "interleaved; report the median")
+    ap.add_argument("--reuse", action="store_true",
+                    help="use the stores an earlier run left in --work (the same model, tokens "
+                    "and modes): no first processes")
     a = ap.parse_args()
     if a.cold:
         try:
@@ -153,47 +159,73 @@ def main() -> int:
     results = {"model": a.model, "tokens": a.tokens, "cpu_count": os.cpu_count(),
                "link_gbps": a.link_gbps or None, "turn2_tokens": a.turn2_tokens or None,
                "cold": a.cold, "repeat": a.repeat, "modes": {}}
-    for mode in a.modes.split(","):
-        store = work / f"store-{mode.replace('@', '-c')}"
-        shutil.rmtree(store, ignore_errors=True)
-        conn = connector(mode, store, 0)
-        if mode == "example":
-            store.mkdir()
-        first = serve(a.model, [prompt], conn, work, f"{mode}-first", max_len) if conn else None
-        stored = du(store)
-        r = median_run([ttft(serve(a.model, [warm, prompt], conn, work,
-                                   f"{mode}-second{i or ''}", max_len, a.cold))
-                        for i in range(a.repeat)])
-        r.update(first_process_s=None if first is None else round(first["seconds"], 3),
-                 stored_bytes=stored)
+    modes = a.modes.split(",")
+    stores = {m: work / f"store-{m.replace('@', '-c')}" for m in modes}
+    conns = {m: connector(m, stores[m], 0) for m in modes}
+    res = {m: {} for m in modes}
+    for mode in modes:  # turn 1: each mode's first process stores the prompt
+        store, conn = stores[mode], conns[mode]
+        snap = work / f"{store.name}.turn1"
+        if a.reuse and conn and store.exists():
+            if snap.exists():  # turn 2 of the earlier run wrote to it
+                shutil.rmtree(store)
+                shutil.copytree(snap, store)
+            res[mode]["first_process_s"] = None
+        else:
+            shutil.rmtree(store, ignore_errors=True)
+            if mode == "example":
+                store.mkdir()
+            first = serve(a.model, [prompt], conn, work, f"{mode}-first", max_len) if conn \
+                else None
+            res[mode]["first_process_s"] = None if first is None else round(first["seconds"], 3)
+        res[mode]["stored_bytes"] = du(store)
+    # the returning user, --repeat rounds with the modes interleaved (the load changes by the
+    # minute on a shared machine), then through the link
+    second = {m: [] for m in modes}
+    linked = {m: [] for m in modes if a.link_gbps and conns[m] and m != "example"}
+    for i in range(a.repeat):
+        for mode in modes:
+            second[mode].append(ttft(serve(a.model, [warm, prompt], conns[mode], work,
+                                           f"{mode}-second{i or ''}", max_len, a.cold)))
+    for i in range(a.repeat):
+        for mode in linked:
+            conn = connector(mode, stores[mode], a.link_gbps)
+            linked[mode].append(ttft(serve(a.model, [warm, prompt], conn, work,
+                                           f"{mode}-link{i or ''}", max_len)))
+    for mode in modes:
+        r = median_run(second[mode])
+        r.update(res[mode])
         if a.link_gbps and mode == "example":
-            r["link"] = {"computed_not_measured_read_s": round(stored / (a.link_gbps * 1e9), 3)}
-        elif a.link_gbps and conn:
-            linked = connector(mode, store, a.link_gbps)
-            r["link"] = median_run([ttft(serve(a.model, [warm, prompt], linked, work,
-                                               f"{mode}-link{i or ''}", max_len))
-                                    for i in range(a.repeat)])
-        if a.turn2_tokens and conn:
-            before = du(store)
-            # turn 2 writes its new chunks: each tqkv repeat starts from turn 1's store again
-            reps = a.repeat if mode != "example" else 1
+            r["link"] = {"computed_not_measured_read_s":
+                         round(r["stored_bytes"] / (a.link_gbps * 1e9), 3)}
+        elif mode in linked:
+            r["link"] = median_run(linked[mode])
+        res[mode] = r
+    # turn 2 writes its new chunks: each tqkv repeat starts from turn 1's store again;
+    # ExampleConnector (a miss: it keys whole prompts) and recompute run once
+    t2 = {m: [] for m in modes}
+    for i in range(a.repeat if a.turn2_tokens else 0):
+        for mode in modes:
+            store, conn = stores[mode], conns[mode]
+            if i and mode in ("example", "recompute"):
+                continue
             snap = work / f"{store.name}.turn1"
-            if reps > 1:
+            if conn and i == 0:
                 shutil.rmtree(snap, ignore_errors=True)
                 shutil.copytree(store, snap)
-            runs = []
-            for i in range(reps):
-                if i:
-                    shutil.rmtree(store)
-                    shutil.copytree(snap, store)
-                runs.append(ttft(serve(a.model, [warm, turn2], conn, work,
-                                       f"{mode}-turn2{i or ''}", max_len, a.cold)))
-                runs[-1]["bytes_written"] = du(store) - before
-            r["turn2"] = median_run(runs)
-        elif a.turn2_tokens:
-            r["turn2"] = ttft(serve(a.model, [warm, turn2], "", work, f"{mode}-turn2", max_len))
-        results["modes"][mode] = r
-        log(json.dumps({mode: r}))
+            elif conn:
+                shutil.rmtree(store)
+                shutil.copytree(snap, store)
+            before = du(store)
+            t2[mode].append(ttft(serve(a.model, [warm, turn2], conn, work,
+                                       f"{mode}-turn2{i or ''}", max_len, a.cold and bool(conn))))
+            if conn:
+                t2[mode][-1]["bytes_written"] = du(store) - before
+    for mode in modes:
+        if t2[mode]:
+            res[mode]["turn2"] = median_run(t2[mode])
+        results["modes"][mode] = res[mode]
+        log(json.dumps({mode: res[mode]}))
     print(json.dumps(results, indent=1))
     return 0
 
