@@ -171,8 +171,8 @@ def main() -> int:
                 shutil.rmtree(store)
                 shutil.copytree(snap, store)
             elif a.turn2_tokens:
-                sys.exit(f"bench_vllm: --reuse: {snap} is missing, so {store} may hold an earlier "
-                         "turn 2's chunks (a turn 2 would restore them); run without --turn2-tokens")
+                sys.exit(f"bench_vllm: --reuse: no {snap}, so {store} may hold an earlier turn "
+                         "2's chunks (a turn 2 would restore them); run without --turn2-tokens")
             res[mode]["first_process_s"] = None
         else:
             shutil.rmtree(store, ignore_errors=True)
