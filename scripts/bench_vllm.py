@@ -3,7 +3,7 @@
 
     PY=$(scripts/setup-vllm.sh); PYTHONPATH=build/python $PY scripts/bench_vllm.py \
         --model $($PY scripts/vllm_model.py) --tokens 8192 [--modes recompute,example,fp16,tq3] \
-        [--link-gbps 0.05] [--turn2-tokens 512] [--cold]  # tokens + turn2 + 64 <= the context
+        [--link-gbps 0.05] [--turn2-tokens 512] [--cold] [--repeat 3]  # tokens+turn2+64 <= context
 
 For each mode a first vLLM process serves a prompt P of --tokens random token ids (and saves it
 through the connector); a fresh second process serves a short warm-up prompt, then P with
@@ -18,8 +18,12 @@ the timed prompt, so only the store's reads are cold); the link runs read the pa
 emulated link alone limits them (the link's wait and a cold read would add up, chunk by chunk).
 Progress goes to stderr; one JSON object to stdout:
 per mode the seconds, the tokens vLLM reports cached (restored), the bytes the store holds for the
-session, and for tqkv the bytes and seconds of the connector's restore (from its log). Name the CPU
-and the load with the figures (docs/lab/vllm.md).
+session, and for tqkv the bytes and seconds of the connector's restore (from its log). With
+--repeat N the second, link and turn-2 processes run N times (rounds of every mode in turn, as
+the load of a shared machine changes by the minute; turn 2 from turn 1's store each time): the
+figures are the median run's, "runs" lists every run's. --reuse skips the first processes where
+--work holds the stores of an earlier run. A mode "tq3@128" is tq3 with chunk_tokens 128.
+Name the CPU and the load with the figures (docs/lab/vllm.md).
 """
 import argparse
 import json
@@ -78,6 +82,7 @@ def du(path: Path) -> int:
 
 
 def connector(mode: str, store: Path, link: float) -> str:
+    mode, _, chunk = mode.partition("@")
     if mode == "recompute":
         return ""
     if mode == "example":
@@ -86,13 +91,26 @@ def connector(mode: str, store: Path, link: float) -> str:
     extra = {"store": str(store), "codec": mode}
     if link:
         extra["link_gbps"] = link
+    if chunk:
+        extra["chunk_tokens"] = int(chunk)
     return json.dumps({"kv_connector": "TqkvConnector", "kv_connector_module_path": "tqkv.vllm",
                        "kv_role": "kv_both", "kv_load_failure_policy": "recompute",
                        "kv_connector_extra_config": extra})
 
 
+def median_run(runs: list) -> dict:
+    """The run of median TTFT (the lower middle one of an even count), with every run's TTFT and
+    restore seconds under "runs" when there is more than one."""
+    best = sorted(runs, key=lambda r: r["ttft_s"])[(len(runs) - 1) // 2]
+    if len(runs) > 1:
+        best = dict(best, runs=[{k: r[k] for k in ("ttft_s", "restore_s", "load_avg_1m")
+                                 if k in r} for r in runs])
+    return best
+
+
 def ttft(res: dict) -> dict:
-    out = {"ttft_s": round(res["seconds"], 3), "cached_tokens": res["num_cached_tokens"]}
+    out = {"ttft_s": round(res["seconds"], 3), "cached_tokens": res["num_cached_tokens"],
+           "load_avg_1m": round(os.getloadavg()[0], 2)}
     if res["restore_bytes"]:
         out.update(restore_bytes=res["restore_bytes"], restore_s=res["restore_s"])
     return out
@@ -110,6 +128,12 @@ def main() -> int:
     ap.add_argument("--work", default="", help="keep the stores and logs here")
     ap.add_argument("--cold", action="store_true",
                     help="drop the page cache before the second and turn-2 processes (root)")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="run the second, link and turn-2 processes this many times, the modes "
+                    "interleaved; report the median")
+    ap.add_argument("--reuse", action="store_true",
+                    help="use the stores an earlier run left in --work (the same model, tokens "
+                    "and modes): no first processes")
     a = ap.parse_args()
     if a.cold:
         try:
@@ -122,8 +146,8 @@ def main() -> int:
     # (ompmultiprocessing.py), and none when that is every core: on 2 vCPUs the recompute run
     # would get one core and the connector runs two. Every mode gets the same cores.
     os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
-    if a.link_gbps < 0 or a.turn2_tokens < 0 or a.tokens <= 0:
-        ap.error("--tokens must be > 0, --link-gbps and --turn2-tokens >= 0")
+    if a.link_gbps < 0 or a.turn2_tokens < 0 or a.tokens <= 0 or a.repeat < 1:
+        ap.error("--tokens and --repeat must be > 0, --link-gbps and --turn2-tokens >= 0")
     rng = random.Random(0)
     prompt = {"prompt_token_ids": [rng.randrange(100, 40000) for _ in range(a.tokens)]}
     warm = {"prompt_token_ids": [rng.randrange(100, 40000) for _ in range(256)]}
@@ -134,33 +158,77 @@ def main() -> int:
     max_len = a.tokens + a.turn2_tokens + 64
     results = {"model": a.model, "tokens": a.tokens, "cpu_count": os.cpu_count(),
                "link_gbps": a.link_gbps or None, "turn2_tokens": a.turn2_tokens or None,
-               "cold": a.cold, "modes": {}}
-    for mode in a.modes.split(","):
-        store = work / f"store-{mode}"
-        shutil.rmtree(store, ignore_errors=True)
-        conn = connector(mode, store, 0)
-        if mode == "example":
-            store.mkdir()
-        first = serve(a.model, [prompt], conn, work, f"{mode}-first", max_len) if conn else None
-        stored = du(store)
-        r = ttft(serve(a.model, [warm, prompt], conn, work, f"{mode}-second", max_len, a.cold))
-        r.update(first_process_s=None if first is None else round(first["seconds"], 3),
-                 stored_bytes=stored, load_avg_1m=round(os.getloadavg()[0], 2))
+               "cold": a.cold, "repeat": a.repeat, "modes": {}}
+    modes = a.modes.split(",")
+    stores = {m: work / f"store-{m.replace('@', '-c')}" for m in modes}
+    conns = {m: connector(m, stores[m], 0) for m in modes}
+    res = {m: {} for m in modes}
+    for mode in modes:  # turn 1: each mode's first process stores the prompt
+        store, conn = stores[mode], conns[mode]
+        snap = work / f"{store.name}.turn1"
+        if a.reuse and conn and store.exists():
+            if snap.exists():  # turn 2 of the earlier run wrote to it
+                shutil.rmtree(store)
+                shutil.copytree(snap, store)
+            elif a.turn2_tokens:
+                sys.exit(f"bench_vllm: --reuse: no {snap}, so {store} may hold an earlier turn "
+                         "2's chunks (a turn 2 would restore them); run without --turn2-tokens")
+            res[mode]["first_process_s"] = None
+        else:
+            shutil.rmtree(store, ignore_errors=True)
+            if mode == "example":
+                store.mkdir()
+            first = serve(a.model, [prompt], conn, work, f"{mode}-first", max_len) if conn \
+                else None
+            res[mode]["first_process_s"] = None if first is None else round(first["seconds"], 3)
+        res[mode]["stored_bytes"] = du(store)
+    # the returning user, --repeat rounds with the modes interleaved (the load changes by the
+    # minute on a shared machine), then through the link
+    second = {m: [] for m in modes}
+    linked = {m: [] for m in modes if a.link_gbps and conns[m] and m != "example"}
+    for i in range(a.repeat):
+        for mode in modes:
+            second[mode].append(ttft(serve(a.model, [warm, prompt], conns[mode], work,
+                                           f"{mode}-second{i or ''}", max_len, a.cold)))
+    for i in range(a.repeat):
+        for mode in linked:
+            conn = connector(mode, stores[mode], a.link_gbps)
+            linked[mode].append(ttft(serve(a.model, [warm, prompt], conn, work,
+                                           f"{mode}-link{i or ''}", max_len)))
+    for mode in modes:
+        r = median_run(second[mode])
+        r.update(res[mode])
         if a.link_gbps and mode == "example":
-            r["link"] = {"computed_not_measured_read_s": round(stored / (a.link_gbps * 1e9), 3)}
-        elif a.link_gbps and conn:
-            linked = connector(mode, store, a.link_gbps)
-            r["link"] = ttft(serve(a.model, [warm, prompt], linked, work, f"{mode}-link",
-                                   max_len))
-        if a.turn2_tokens and conn:
+            r["link"] = {"computed_not_measured_read_s":
+                         round(r["stored_bytes"] / (a.link_gbps * 1e9), 3)}
+        elif mode in linked:
+            r["link"] = median_run(linked[mode])
+        res[mode] = r
+    # turn 2 writes its new chunks: each tqkv repeat starts from turn 1's store again;
+    # ExampleConnector (a miss: it keys whole prompts) and recompute run once
+    t2 = {m: [] for m in modes}
+    for i in range(a.repeat if a.turn2_tokens else 0):
+        for mode in modes:
+            store, conn = stores[mode], conns[mode]
+            if i and mode in ("example", "recompute"):
+                continue
+            snap = work / f"{store.name}.turn1"
+            if conn and i == 0:
+                shutil.rmtree(snap, ignore_errors=True)
+                shutil.copytree(store, snap)
+            elif conn:
+                shutil.rmtree(store)
+                shutil.copytree(snap, store)
             before = du(store)
-            t2 = ttft(serve(a.model, [warm, turn2], conn, work, f"{mode}-turn2", max_len, a.cold))
-            t2["bytes_written"] = du(store) - before
-            r["turn2"] = t2
-        elif a.turn2_tokens:
-            r["turn2"] = ttft(serve(a.model, [warm, turn2], "", work, f"{mode}-turn2", max_len))
-        results["modes"][mode] = r
-        log(json.dumps({mode: r}))
+            t2[mode].append(ttft(serve(a.model, [warm, turn2], conn, work,
+                                       f"{mode}-turn2{i or ''}", max_len, a.cold and bool(conn))))
+            if conn:
+                t2[mode][-1]["bytes_written"] = du(store) - before
+    for mode in modes:
+        if t2[mode]:
+            res[mode]["turn2"] = median_run(t2[mode])
+        results["modes"][mode] = res[mode]
+        log(json.dumps({mode: res[mode]}))
     print(json.dumps(results, indent=1))
     return 0
 
