@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import mmap
+import re
 import shutil
 import statistics
 import sys
@@ -289,10 +290,11 @@ def main() -> None:
             out["tiers"][name] = r
             continue
         # The library on the same tokens as one session: its bytes and error.
-        ref = tqkv.checkpoint(str(work / "ref"), name, k[:, :tokens], v[:, :tokens],
+        ref_key = re.sub(r"[^A-Za-z0-9._-]", "_", name)
+        ref = tqkv.checkpoint(str(work / "ref"), ref_key, k[:, :tokens], v[:, :tokens],
                               codec=conf["codec"], exact_tokens=(0, 0),
                               key_means=conf.get("key_means"), guard=False, alignment=64)
-        rk, rv = tqkv.restore(str(work / "ref"), name, dtype="float16")
+        rk, rv = tqkv.restore(str(work / "ref"), ref_key, dtype="float16")
         x = np.concatenate([k[:, :tokens], v[:, :tokens]]).astype(np.float64)
         y = np.concatenate([rk, rv]).astype(np.float64)
         r["checkpoint_bytes"] = int(ref["bytes_written"])
