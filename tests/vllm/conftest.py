@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from vllm_helpers import PROMPT, ROOT, chunk_files, connector, serve
+from vllm_helpers import LONGER, PROMPT, ROOT, chunk_files, connector, serve
 
 
 @pytest.fixture(scope="session")
