@@ -43,7 +43,12 @@ def serve(model: str, prompts, tmp: Path, name: str, conn: str = "", logprobs: i
     with open(log, "w") as f:
         r = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, timeout=900, env=env)
     text = log.read_text()
-    assert r.returncode == 0, text[-6000:]
+    if r.returncode != 0 and shutdown_abort(text) and out.exists():
+        # vLLM 0.32's engine teardown, after the results were written (docs/vllm.md, Limits)
+        print(f"[{name}] WARNING: vLLM aborted in its shutdown (rc {r.returncode}): "
+              "'terminate called without an active exception'; the results were complete")
+    else:
+        assert r.returncode == 0, text[-6000:]
     for line in text.splitlines():
         if "tqkv connector" in line:
             print(f"[{name}] " + line.split("] ", 1)[-1])
@@ -52,3 +57,11 @@ def serve(model: str, prompts, tmp: Path, name: str, conn: str = "", logprobs: i
 
 def chunk_files(store: Path) -> list:
     return sorted(store.rglob("*.tqkv"))
+
+
+def shutdown_abort(log: str) -> bool:
+    """The process aborted only once vLLM's shutdown had begun: "terminate called without an active
+    exception" after "[shutdown]" lines, nothing else failing."""
+    at = log.rfind("terminate called without an active exception")
+    return at > 0 and "[shutdown]" in log[:at] and "Traceback" not in log
+
