@@ -84,10 +84,9 @@ Status RunChunkLoop(ContainerReader& reader, ChunkSink& sink, const ChunkLoopOpt
     };
   }
   // Small objects: every chunk in its own slot, read and verified here before the first is
-  // consumed. A checksum failure is returned after the chunks before it (as the threads do); a
-  // read error before any.
-  const bool inline_read = ReadsInline(reader, options, stats.slot_bytes) &&
-                           slots.size() >= chunks.size();
+  // consumed. A checksum failure is returned right after the chunks before it (the threads check
+  // a batch at a time, so they may stop sooner); a read error before any.
+  const bool inline_read = ReadsInline(reader, options, stats.slot_bytes);  // a slot per chunk
   std::optional<SlotReader> slot_reader;
   size_t inline_good = 0;
   Status inline_status;
@@ -98,10 +97,11 @@ Status RunChunkLoop(ContainerReader& reader, ChunkSink& sink, const ChunkLoopOpt
     inline_status = read(all, 0);
     stats.read_busy_seconds = SecondsSince(tr);
     const auto tv = RestoreClock::now();
-    for (; inline_status.ok() && inline_good < all.size(); ++inline_good) {
-      inline_status = reader.VerifyChunkExtent(
-          inline_good, slots[inline_good].first(static_cast<size_t>(reader.ChunkExtent(inline_good))));
-      if (!inline_status.ok()) break;
+    while (inline_status.ok() && inline_good < all.size()) {
+      const size_t i = inline_good;
+      const auto extent = slots[i].first(static_cast<size_t>(reader.ChunkExtent(i)));
+      inline_status = reader.VerifyChunkExtent(i, extent);
+      if (inline_status.ok()) ++inline_good;
     }
     stats.verify_seconds = SecondsSince(tv);
   } else {

@@ -115,7 +115,7 @@ void CenterKeys(const ContainerHeader& h, uint32_t layer, const void* k, DType d
       const float a = m.alphas[hd * tokens + t];
       const size_t at = t * row + hd * d;
       RowToFloat(k, dtype, at, d, out + at);
-      for (size_t i = 0; i < d; ++i) out[at + i] = out[at + i] - a * mu[i];
+      for (size_t i = 0; i < d; ++i) out[at + i] -= a * mu[i];
     }
     return Status::Ok();
   });
