@@ -16,6 +16,7 @@ object's header before a byte of its primary slot is written. docs/vllm.md, "vLL
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import hashlib
 import logging
 import queue
@@ -86,9 +87,8 @@ class TqkvTier(SecondaryTierManager):
         self.locality = Locality(locality) if locality is not None else None
         cfg = offloading_spec.config
         # The scheduler's tier moves whole rows: every TP worker's part is its own object.
-        self._geoms = [_geometry(cfg, primary_kv_view, kv_heads, kv_layout, head_dim, r)
-                       for r in range(int(cfg.parallel.world_size))]
-        self._geom = self._geoms[0]
+        g0 = _geometry(cfg, primary_kv_view, kv_heads, kv_layout, head_dim)
+        self._geoms = [dataclasses.replace(g0, rank=r) for r in range(g0.world_size)]
         self.identities = [ol.identity(g, cfg.model.name) for g in self._geoms]
         self.identity = self.identities[0]
         if not namespace or not all(c.isalnum() or c in "._-" for c in namespace) \
@@ -122,7 +122,7 @@ class TqkvTier(SecondaryTierManager):
         self._counters: Dict[str, float] = {}
         self._lookups = _Lookups(self)
         log.info("tqkv tier: %s in %s as %s/..., %d-token chunks", self.identity,
-                 self._store.uri, self._prefix, self._geom.chunk_tokens)
+                 self._store.uri, self._prefix, g0.chunk_tokens)
 
     # -- names and presence ------------------------------------------------------------------
     def object_key(self, key: OffloadKey, rank: int = 0) -> str:
@@ -268,13 +268,13 @@ class TqkvTier(SecondaryTierManager):
     def _store_job(self, keys: List[OffloadKey], chunks: List[int]) -> tuple:
         """Each worker's part of the chunks, rank by rank (the last rank's object last, so a
         chunk is present only when all are); returns (keys stored, error)."""
-        done, nbytes, error = len(keys), 0, None
+        done, error = len(keys), None
         for g, kv, ident in zip(self._geoms, self._kvs, self.identities):
             names = [self.object_key(k, g.rank) for k in keys[:done]]
             res = tqkv.checkpoint_batch(self._store, names, ol.chunk_block_ids(g, chunks[:done]),
                                         kv, models=[ident] * len(names), in_flight=self._in_flight,
                                         skip_existing=True, **self._save)
-            done, nbytes = int(res["done"]), nbytes + int(res["bytes"])
+            done = int(res["done"])
             self._count(write_bytes=res["bytes"],
                         write_kv_bytes=(done - int(res["skipped"])) * g.worker_bytes)
             if res["error"] is not None:
@@ -329,8 +329,8 @@ class TqkvTier(SecondaryTierManager):
 
 
 def _geometry(cfg: Any, view: memoryview, kv_heads: Optional[int], kv_layout: Optional[str],
-              head_dim: Optional[int], rank: int) -> ol.OffloadGeometry:
-    """The KV geometry of vLLM's offload config, with KV heads and head_dim from the tier config
+              head_dim: Optional[int]) -> ol.OffloadGeometry:
+    """TP worker 0's KV geometry of vLLM's offload config, with KV heads and head_dim from the tier config
     or the model's config.json (vLLM's offload config gives only bytes per block)."""
     if len(cfg.groups) != 1:
         raise ValueError(f"tqkv tier: {len(cfg.groups)} KV cache groups; the tier stores models "
@@ -353,4 +353,4 @@ def _geometry(cfg: Any, view: memoryview, kv_heads: Optional[int], kv_layout: Op
                        blocks_per_chunk=int(cfg.cache.blocks_per_chunk), dtype=cfg.model.dtype,
                        layout=kv_layout or cfg.kv_cache_layout, row_bytes=int(view.strides[0]),
                        worker_kv_bytes_per_block=int(cfg.worker_kv_bytes_per_block),
-                       rank=rank, world_size=int(par.world_size))
+                       world_size=int(par.world_size))
