@@ -117,7 +117,7 @@ def main():
                                  for i in range(n)]
                         st = Stats()
                         ld = Loader(store, st, log)
-                        ld.start(loads, kv2, chunk)
+                        ld.start(loads, kv2)
                         ld.join()
                         assert not ld.take_failed()
                         row["restore_connector_s"].append(st.snapshot()["restore_seconds"])

@@ -25,6 +25,9 @@ struct BatchObject {
   std::string model;               // restore: the header's model must equal it (empty: any);
                                    // checkpoint: stored in the header
   uint64_t first_token = 0;        // checkpoint: its first token's position in the prompt
+  // Its tokens, in its first blocks (0: the destination's tokens): a prompt's last, shorter
+  // chunk. A restore checks the stored count against it.
+  uint64_t tokens = 0;
 };
 
 struct BatchOptions {
@@ -45,7 +48,8 @@ struct BatchStats {
 };
 
 // Restores objects[i] into the blocks objects[i].block_ids of `dst`, a paged destination
-// (dst.tokens: the tokens of each object; the block ids in dst's layouts are not used). Each
+// (dst.tokens: the tokens of an object whose own count is 0; the block ids in dst's layouts are
+// not used). Each
 // object's header (model, geometry, tokens) is checked before a byte of its blocks is written.
 // options.layer_ready(l) is called once per layer, in order, as soon as layer l of every object
 // is in place (objects that failed are not waited for). A failed object fails itself and every
@@ -55,7 +59,7 @@ Status RestoreBatch(Store& store, std::span<const BatchObject> objects, const La
                     const RestoreOptions& options, const BatchOptions& batch = {},
                     BatchStats* stats = nullptr);
 
-// Checkpoints each object's tokens from the paged tensors `src` (src.tokens per object) under its
+// Checkpoints each object's tokens from the paged tensors `src` (its tokens, else src.tokens) under its
 // key, each published atomically. The object's exact rows are the prompt's first
 // options.exact_head tokens that it holds (first_token); options.exact_tail must be 0, since a
 // prompt's last tokens change every turn. Failures as for RestoreBatch.

@@ -426,11 +426,13 @@ struct BatchArgs {
 
 BatchArgs Objects(const std::vector<std::string>& keys, const std::vector<std::string>& models,
                   const std::vector<Int64Array>& block_ids,
-                  const std::vector<uint64_t>& first_tokens) {
+                  const std::vector<uint64_t>& first_tokens,
+                  const std::vector<uint64_t>& tokens) {
   const size_t n = keys.size();
   if (block_ids.size() != n || (!models.empty() && models.size() != n) ||
-      (!first_tokens.empty() && first_tokens.size() != n)) {
-    ThrowInvalid("keys, block_ids (and models, first_tokens when given): one per object");
+      (!first_tokens.empty() && first_tokens.size() != n) ||
+      (!tokens.empty() && tokens.size() != n)) {
+    ThrowInvalid("keys, block_ids (and models, first_tokens, tokens when given): one per object");
   }
   BatchArgs b;
   b.objects.resize(n);
@@ -440,6 +442,7 @@ BatchArgs Objects(const std::vector<std::string>& keys, const std::vector<std::s
     o.block_ids.assign(block_ids[i].data(), block_ids[i].data() + block_ids[i].shape(0));
     if (!models.empty()) o.model = models[i];
     if (!first_tokens.empty()) o.first_token = first_tokens[i];
+    if (!tokens.empty()) o.tokens = tokens[i];
   }
   return b;
 }
@@ -459,9 +462,10 @@ nb::dict BatchDict(const BatchStats& st, const Status& s) {
 
 nb::dict RestoreBatchArrays(PyStore& ps, const std::vector<std::string>& keys,
                             const std::vector<std::string>& models,
-                            const std::vector<Int64Array>& block_ids, const PagedArrays& dst,
+                            const std::vector<Int64Array>& block_ids,
+                            const std::vector<uint64_t>& tokens, const PagedArrays& dst,
                             nb::object layer_ready, bool drop_cache, size_t in_flight) {
-  BatchArgs b = Objects(keys, models, block_ids, {});
+  BatchArgs b = Objects(keys, models, block_ids, {}, tokens);
   ArrayRestore r(std::move(layer_ready), drop_cache, 0);
   r.opts.dtype = dst.t.dtype;
   r.opts.expect_geometry = &dst.t.geometry;
@@ -482,11 +486,12 @@ nb::dict RestoreBatchArrays(PyStore& ps, const std::vector<std::string>& keys,
 nb::dict CheckpointBatchArrays(PyStore& ps, const std::vector<std::string>& keys,
                                const std::vector<std::string>& models,
                                const std::vector<Int64Array>& block_ids,
-                               const std::vector<uint64_t>& first_tokens, const PagedArrays& src,
+                               const std::vector<uint64_t>& first_tokens,
+                               const std::vector<uint64_t>& tokens, const PagedArrays& src,
                                const CheckpointSettings& settings, uint32_t token_block,
                                size_t in_flight, bool skip_existing) {
   if (src.cuda) ThrowInvalid("checkpoint reads host memory: CUDA arrays are not read");
-  BatchArgs b = Objects(keys, models, block_ids, first_tokens);
+  BatchArgs b = Objects(keys, models, block_ids, first_tokens, tokens);
   CheckpointOptions opts = ValueOrThrow(ResolveCheckpointOptions(settings));
   opts.token_block = token_block;
   auto pool = Pool();
@@ -538,10 +543,12 @@ void BindSession(nb::module_& m) {
   m.def("vllm_cpu_arrays", &MakeVllmCpuArrays, nb::arg("layers"), nb::arg("isa"),
         nb::arg("kv_heads"), nb::arg("head_dim"), nb::arg("tokens"));
   m.def("restore_batch", &RestoreBatchArrays, nb::arg("store"), nb::arg("keys"),
-        nb::arg("models"), nb::arg("block_ids"), nb::arg("dst"), nb::arg("layer_ready").none(),
+        nb::arg("models"), nb::arg("block_ids"), nb::arg("tokens"), nb::arg("dst"),
+        nb::arg("layer_ready").none(),
         nb::arg("drop_cache"), nb::arg("in_flight"));
   m.def("checkpoint_batch", &CheckpointBatchArrays, nb::arg("store"), nb::arg("keys"),
-        nb::arg("models"), nb::arg("block_ids"), nb::arg("first_tokens"), nb::arg("src"),
+        nb::arg("models"), nb::arg("block_ids"), nb::arg("first_tokens"), nb::arg("tokens"),
+        nb::arg("src"),
         nb::arg("settings"), nb::arg("token_block"), nb::arg("in_flight"),
         nb::arg("skip_existing"));
   m.def("restore_new", &RestoreNew, nb::arg("store"), nb::arg("key"), nb::arg("axes"),

@@ -65,8 +65,18 @@ def _ids(block_ids: Sequence[Any], n: int) -> list:
     return [_block_ids(b) for b in block_ids]
 
 
+def _tokens(tokens: Optional[Sequence[int]], n: int) -> list:
+    if tokens is None:
+        return []
+    out = [int(t) for t in tokens]
+    if len(out) != n or any(t < 0 for t in out):
+        raise _tqkv.InvalidArgumentError(f"tokens: one count >= 0 per key ({n}), got {tokens!r}")
+    return out
+
+
 def restore_batch(store: StoreLike, keys: Sequence[str], block_ids: Sequence[Any], kv: PagedKV,
                   *, models: Optional[Sequence[str]] = None,
+                  tokens: Optional[Sequence[int]] = None,
                   on_layer: Optional[Callable[[int], Any]] = None, in_flight: int = 0,
                   drop_cache: bool = False) -> Dict[str, Any]:
     """Restores each ``keys[i]`` into the blocks ``block_ids[i]`` of ``kv``; returns ``done``
@@ -76,6 +86,8 @@ def restore_batch(store: StoreLike, keys: Sequence[str], block_ids: Sequence[Any
 
     ``models[i]``: the model string object i's header must hold (a different one is a failure,
     found before a byte of its blocks is written); geometry and token count are checked too.
+    ``tokens[i]``: object i's tokens, in its first blocks (0 or absent: ``kv.tokens``), as for
+    the shorter last chunk of a prompt.
     ``on_layer(layer)``: called once per layer, in order, as soon as that layer of every object is
     in place. ``in_flight``: objects read and decoded at once (0: the library's default)."""
     st = as_store(store, create=False)
@@ -90,14 +102,15 @@ def restore_batch(store: StoreLike, keys: Sequence[str], block_ids: Sequence[Any
             _errors.mark_callers(e)
             raise
     return _tqkv.restore_batch(st._s, keys, [str(m) for m in models or []],
-                               _ids(block_ids, len(keys)), kv._a,
+                               _ids(block_ids, len(keys)), _tokens(tokens, len(keys)), kv._a,
                                ready if on_layer is not None else None, bool(drop_cache),
                                int(in_flight))
 
 
 def checkpoint_batch(store: StoreLike, keys: Sequence[str], block_ids: Sequence[Any], kv: PagedKV,
                      *, models: Optional[Sequence[str]] = None,
-                     first_tokens: Optional[Sequence[int]] = None, codec: Optional[str] = None,
+                     first_tokens: Optional[Sequence[int]] = None,
+                     tokens: Optional[Sequence[int]] = None, codec: Optional[str] = None,
                      exact_head: int = 0, key_means: Optional[str] = None,
                      guard: Optional[bool] = None, alignment: Optional[int] = None,
                      in_flight: int = 0, skip_existing: bool = True) -> Dict[str, Any]:
@@ -106,7 +119,8 @@ def checkpoint_batch(store: StoreLike, keys: Sequence[str], block_ids: Sequence[
     left as they were), ``error``, ``bytes`` (written), ``fp16_bytes``, ``tokens``, ``seconds``,
     ``settings``. The objects are chunks of a prompt starting at ``first_tokens[i]``: the
     prompt's first ``exact_head`` tokens are also stored exactly, in the objects that hold them;
-    no chunk has an exact tail (a prompt's last tokens change every turn). ``codec``,
+    no chunk has an exact tail (a prompt's last tokens change every turn). ``tokens[i]``: object
+    i's tokens, in its first blocks (0 or absent: ``kv.tokens``). ``codec``,
     ``key_means``, ``guard``, ``alignment``: as ``tqkv.checkpoint``."""
     st = as_store(store)
     keys = [str(k) for k in keys]
@@ -114,5 +128,6 @@ def checkpoint_batch(store: StoreLike, keys: Sequence[str], block_ids: Sequence[
                          guard=guard, alignment=alignment)
     firsts = [int(t) for t in first_tokens] if first_tokens is not None else []
     return _tqkv.checkpoint_batch(st._s, keys, [str(m) for m in models or []],
-                                  _ids(block_ids, len(keys)), firsts, kv._a, resolved, 0,
+                                  _ids(block_ids, len(keys)), firsts,
+                                  _tokens(tokens, len(keys)), kv._a, resolved, 0,
                                   int(in_flight), bool(skip_existing))

@@ -144,6 +144,7 @@ Status RestoreBatch(Store& store, std::span<const BatchObject> objects, const La
     const BatchObject& o = objects[i];
     LayoutTensors mine = dst;
     mine.SetBlockIds(o.block_ids);
+    if (o.tokens != 0) mine.tokens = o.tokens;
     RestoreOptions opts = options;
     if (!o.model.empty()) opts.expect_model = o.model;
     opts.layer_ready = [&ready, i](uint32_t) { return ready.LayerDone(i); };
@@ -193,6 +194,7 @@ Status CheckpointBatch(Store& store, std::span<const BatchObject> objects,
     }
     LayoutTensors mine = src;
     mine.SetBlockIds(o.block_ids);
+    if (o.tokens != 0) mine.tokens = o.tokens;
     Status s = ValidateKvLayout(mine.layout, mine.geometry, mine.tokens, mine.tensor_elems);
     if (s.ok() && mine.v_layout) {
       s = ValidateKvLayout(*mine.v_layout, mine.geometry, mine.tokens, mine.tensor_elems);
@@ -214,7 +216,7 @@ Status CheckpointBatch(Store& store, std::span<const BatchObject> objects,
     st.skipped += skipped[i];
     st.bytes += per[i].bytes_written;
     st.fp16_bytes += per[i].fp16_bytes;
-    if (!skipped[i]) st.tokens += src.tokens;
+    if (!skipped[i]) st.tokens += objects[i].tokens != 0 ? objects[i].tokens : src.tokens;
   }
   st.done = failed;
   st.seconds = std::chrono::duration<double>(Clock::now() - t0).count();

@@ -5,6 +5,7 @@
 // another model is refused before a byte of its blocks is written.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -261,6 +262,70 @@ TEST_P(Batch, CheckpointBatchStoresWhatEachObjectsOwnCheckpointStores) {
   EXPECT_EQ(st.done, 3u);
   EXPECT_EQ(st.skipped, 3u);
   EXPECT_EQ(st.bytes, 0u);
+}
+
+TEST_P(Batch, AShorterLastObjectMovesItsOwnTokens) {
+  // A 160-token prompt: two 64-token chunks and a last one of 32 tokens in block 11.
+  Cache c = MakeCache("vec");
+  Allocate(c);
+  const uint64_t total = 2 * kChunk + kBlock;
+  auto prompt = testing_util::MakeSession(kGeo, total, DType::kBF16, 11);
+  const std::vector<std::vector<int64_t>> ids = {kIds[0], kIds[1], {11}};
+  std::vector<int64_t> all;
+  for (const auto& b : ids) all.insert(all.end(), b.begin(), b.end());
+  LayoutTensors whole = c.t;
+  whole.tokens = total;
+  whole.SetBlockIds(all);
+  for (uint32_t l = 0; l < kGeo.layers; ++l) {
+    ScatterLayer(prompt->cache().k(l), whole.layout_of(0), kGeo, total, DType::kBF16,
+                 mem_[l].data());
+    ScatterLayer(prompt->cache().v(l), whole.layout_of(1), kGeo, total, DType::kBF16,
+                 mem_[l].data());
+  }
+  std::vector<BatchObject> objs;
+  for (int i = 0; i < 3; ++i) {
+    objs.push_back({Key(i), ids[i], "m" + std::to_string(i), uint64_t(i) * kChunk});
+  }
+  objs[2].tokens = kBlock;
+  CheckpointOptions opts;
+  opts.codec = ParseCodecSpec(GetParam()).value();
+  BatchStats st;
+  Status s = CheckpointBatch(store_, objs, c.t, opts, {}, &st);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(st.tokens, total);
+  auto obj = store_.Open(Key(2)).value();
+  EXPECT_EQ(ContainerReader::Open(obj.get(), Key(2)).value()->header().tokens, kBlock);
+  RestoreOptions bf16;
+  bf16.dtype = DType::kBF16;
+  auto own = Restore(store_, Key(2), bf16);
+  ASSERT_TRUE(own.ok()) << own.status().ToString();
+
+  // Restored into a fresh cache: block 11 holds what the object's own restore gives, block 3
+  // (a chunk's second block elsewhere) stays untouched.
+  for (auto& m : mem_) std::fill(m.begin(), m.end(), kUntouched);
+  s = RestoreBatch(store_, objs, c.t, {}, {}, &st);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(st.done, 3u);
+  EXPECT_EQ(st.tokens, total);
+  LayoutTensors last = c.t;
+  last.SetBlockIds({11});
+  std::vector<uint16_t> back(kBlock * kGeo.token_elems());
+  const size_t per = c.elems / kBlocks;
+  for (uint32_t l = 0; l < kGeo.layers; ++l) {
+    for (int kv = 0; kv < 2; ++kv) {
+      GatherLayer(mem_[l].data(), last.layout_of(kv), kGeo, kBlock, DType::kBF16, back.data());
+      const void* want = kv ? own.value()->cache().v(l) : own.value()->cache().k(l);
+      EXPECT_EQ(0, std::memcmp(back.data(), want, back.size() * 2)) << "layer " << l;
+    }
+    EXPECT_EQ(mem_[l][3 * per], kUntouched);
+  }
+  // Restored as a whole chunk (blocks for 64 tokens) it is refused, the objects before it
+  // restored.
+  objs[2].tokens = 0;
+  objs[2].block_ids = {11, 3};
+  s = RestoreBatch(store_, objs, c.t, {}, {}, &st);
+  EXPECT_EQ(st.done, 2u);
+  EXPECT_NE(s.message().find("holds 32 tokens"), std::string::npos) << s.ToString();
 }
 
 INSTANTIATE_TEST_SUITE_P(Codecs, Batch, ::testing::Values("bf16", "tq3", "kl:2.5"));

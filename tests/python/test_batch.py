@@ -58,6 +58,28 @@ def test_round_trip_equals_each_chunks_own_restore(tmp_path, codec):
     assert again["done"] == 3 and again["skipped"] == 3 and again["bytes"] == 0
 
 
+def test_a_shorter_last_object(tmp_path):
+    """A prompt's tail: 2 of a chunk's 4 blocks, saved and restored with tokens=[.., 32]."""
+    src = pool(4)
+    ids = [IDS[0], IDS[1], [20, 21]]
+    st = tqkv.checkpoint_batch(tmp_path, ["c0", "c1", "t"], ids, view(src), codec="fp16",
+                               tokens=[0, 0, 2 * BLOCK], skip_existing=False)
+    assert st["error"] is None and st["tokens"] == 2 * CHUNK + 2 * BLOCK
+    assert tqkv.open_store(str(tmp_path)).header("t")["tokens"] == 2 * BLOCK
+    dst = np.zeros((LAYERS, 2, 30, BLOCK, HEADS, DIM), np.float16)
+    res = tqkv.restore_batch(tmp_path, ["c0", "t"], [[0, 1, 2, 3], [5, 4]], view(dst),
+                             tokens=[0, 2 * BLOCK])
+    assert res["error"] is None and res["tokens"] == CHUNK + 2 * BLOCK
+    np.testing.assert_array_equal(dst[:, :, [5, 4]], src[:, :, [20, 21]])
+    assert not dst[:, :, 6:].any()  # nothing past its two blocks
+    # as a whole chunk (4 blocks) it is refused before a byte is written
+    dst[:] = 0
+    res = tqkv.restore_batch(tmp_path, ["t"], [[5, 4, 6, 7]], view(dst))
+    assert res["done"] == 0 and "holds 32 tokens" in res["error"] and not dst.any()
+    with pytest.raises(tqkv.InvalidArgumentError, match="tokens"):
+        tqkv.restore_batch(tmp_path, ["t"], [[5, 4]], view(dst), tokens=[32, 32])
+
+
 def test_failure_reports_done_and_leaves_other_model_untouched(tmp_path):
     src = pool(2)
     tqkv.checkpoint_batch(tmp_path, ["a", "b"], IDS[:2], view(src), codec="fp16",

@@ -55,8 +55,11 @@ def main() -> int:
     results = []
     for p in prompts:
         # per-prompt overrides; "continue_from": i teacher-forces result i's generated tokens
-        # (its prompt plus its tokens, prompt logprobs returned, one request)
+        # (its prompt plus its tokens, prompt logprobs returned, one request); "reset_prefix_cache"
+        # empties vLLM's own prefix cache first, so a reused prefix then comes from the connector
         p = dict(p)
+        if p.pop("reset_prefix_cache", False) and not llm.reset_prefix_cache():
+            sys.exit("vLLM refused to reset its prefix cache")
         teacher, max_tokens = p.pop("teacher", a.teacher), p.pop("max_tokens", a.max_tokens)
         plp, lp = p.pop("prompt_logprobs", a.prompt_logprobs), p.pop("logprobs", a.logprobs)
         if "continue_from" in p:

@@ -109,7 +109,7 @@ def test_save_and_restore_match_plain_restores(tmp_path, kind, block, device, co
     out_ids = [pool[i * per:(i + 1) * per] for i in range(n_chunks)]
     loads = [ChunkOp(op.key, op.model, out_ids[i], "r") for i, op in enumerate(ops)]
     ld = Loader(store, stats, log)
-    ld.start(loads, kv2, chunk)
+    ld.start(loads, kv2)
     for layer in range(LAYERS):
         ld.wait_layer(layer)
     assert ld.take_failed() == set()

@@ -20,7 +20,8 @@ import pytest
 
 pytest.importorskip("vllm", reason="vLLM is not installed: run scripts/setup-vllm.sh and use its python")
 
-from vllm_helpers import CHUNK, LONGER, PROMPT, chunk_files, connector, serve  # noqa: E402
+from vllm_helpers import (CHUNK, LONGER, PROMPT, chunk_files, connector,  # noqa: E402
+                          reusable, serve)
 
 FULL = os.environ.get("TQKV_VLLM_FULL") == "1"
 full_only = pytest.mark.skipif(not FULL, reason="set TQKV_VLLM_FULL=1 (several vLLM processes)")
@@ -31,15 +32,19 @@ def test_fp16_returning_user(fp16_run):
     assert a[0]["num_cached_tokens"] == 0  # empty store: computed
     # A's chunks were written by the connector's background writer (async_save, the default)
     assert "chunks" in (fp16_run["tmp"] / "A.log").read_text().split("(background)")[0]
-    n_chunks = (a[0]["prompt_tokens"] - 1) // CHUNK
-    assert len(fp16_run["stored"]) == n_chunks >= 2
-    # B restores every full chunk of the prompt and generates exactly what A generated
-    assert b[0]["num_cached_tokens"] == n_chunks * CHUNK
+    end = reusable(a[0]["prompt_tokens"])
+    n_chunks, tail = divmod(end, CHUNK)
+    assert n_chunks >= 2 and tail > 0  # PROMPT's length gives it a tail
+    assert len(fp16_run["stored"]) == n_chunks + 1
+    # B restores the full chunks and the tail and generates exactly what A generated
+    assert b[0]["num_cached_tokens"] == end
     assert b[0]["tokens"] == a[0]["tokens"]
-    # the longer prompt extends the stored session: its stored prefix is restored
-    assert b[1]["num_cached_tokens"] >= n_chunks * CHUNK
-    # B stored the chunks LONGER added beyond PROMPT, not PROMPT's again
-    assert len(chunk_files(fp16_run["store"])) == b[1]["prompt_tokens"] // CHUNK > n_chunks
+    # the longer prompt (the next turn) restores the same, PROMPT's tail included
+    assert b[1]["num_cached_tokens"] == end
+    # B stored the chunks LONGER added beyond PROMPT's chunks and LONGER's own tail
+    end_l = reusable(b[1]["prompt_tokens"])
+    assert len(chunk_files(fp16_run["store"])) == \
+        n_chunks + 1 + end_l // CHUNK - n_chunks + (end_l % CHUNK > 0)
     print(f"fp16: A {a[0]['tokens']}\n      B {b[0]['tokens']} (cached {b[0]['num_cached_tokens']})"
           f"; longer prompt {b[1]['prompt_tokens']} tokens, cached {b[1]['num_cached_tokens']}")
 
@@ -97,10 +102,11 @@ def forced_steps(r0: dict, r1: dict) -> tuple:
 
 
 def test_teacher_forced(model, tmp_path):
-    # The reference is request 0's decode steps; request 1 restores floor(P / CHUNK) chunks and
-    # computes the STEPS forced positions (the first position after the prefix has no computed
-    # logits in vLLM 0.32, but it lies inside the prompt here). "none": the same two requests
-    # without a connector (nothing restored: the protocol's floor, prefill against decode).
+    # The reference is request 0's decode steps; request 1 restores what request 0 stored
+    # (reusable(P): chunks and a tail) and computes the STEPS forced positions (the first
+    # position after the prefix has no computed logits in vLLM 0.32, but it lies inside the
+    # prompt here). "none": the same two requests without a connector (nothing restored: the
+    # protocol's floor, prefill against decode).
     results = {}
     rows = []
     if FULL:
@@ -111,7 +117,7 @@ def test_teacher_forced(model, tmp_path):
         store = tmp_path / f"store-{codec}"
         r0, r1 = teacher_forced(model, tmp_path, f"T-{codec}",
                                 connector(store, codec=codec, async_save=False), LONGER)
-        assert r1["num_cached_tokens"] == r0["prompt_tokens"] // CHUNK * CHUNK > 0, codec
+        assert r1["num_cached_tokens"] == reusable(r0["prompt_tokens"]) > 0, codec
         results[codec] = _compare(*forced_steps(r0, r1))
         size = sum(f.stat().st_size for f in chunk_files(store))
         rows.append(f"  {codec}: restored {r1['num_cached_tokens']} of {r0['prompt_tokens']} "

@@ -13,7 +13,9 @@ _STORY = ("You are a careful assistant. Here is a story about a lighthouse keepe
           "on a small island. Every evening she climbed the stairs, cleaned the lens, and wrote the "
           "weather in her log. ")
 CHUNK = 256  # the connector's default chunk (tqkv.vllm.DEFAULT_CHUNK_TOKENS) at vLLM's CPU block
-PROMPT = _STORY * 13 + "Question: what did Ada do every evening? Answer:"  # ~560 tokens: 2 chunks
+BLOCK = 128  # vLLM 0.32's CPU block size
+# 683 tokens: 2 chunks and a tail of one block stored (640 reusable); LONGER: 955, 3 and a tail
+PROMPT = _STORY * 16 + "Question: what did Ada do every evening? Answer:"
 LONGER = PROMPT + (" She climbed the stairs and cleaned the lens. The next morning a ship came to the "
                    "island with letters and bread, and the captain asked Ada about the storm." * 8
                    + " Question: where did Ada live, and who came in the morning? Answer:")
@@ -53,6 +55,12 @@ def serve(model: str, prompts, tmp: Path, name: str, conn: str = "", logprobs: i
         if "tqkv connector" in line:
             print(f"[{name}] " + line.split("] ", 1)[-1])
     return json.loads(out.read_text())
+
+
+def reusable(prompt_tokens: int) -> int:
+    """What the connector stores of a prompt and restores of it: every whole block before its
+    last token (tqkv.vllm.scheduler)."""
+    return (prompt_tokens - 1) // BLOCK * BLOCK
 
 
 def chunk_files(store: Path) -> list:

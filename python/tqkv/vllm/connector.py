@@ -153,7 +153,7 @@ class TqkvConnector(KVConnectorBase_V1):
         except Exception as e:  # noqa: BLE001 - any failure is a miss
             self._loader.fail(list(meta.loads), e)
             return
-        self._loader.start(list(meta.loads), kv, self._chunk)
+        self._loader.start(list(meta.loads), kv)
 
     def wait_for_layer_load(self, layer_name: str) -> None:
         idx = self._order.index(layer_name) if layer_name in self._order else 1 << 29

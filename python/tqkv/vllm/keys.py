@@ -12,18 +12,35 @@ from typing import List
 FORMAT = "tqkv-vllm/3"
 
 
+def _link(namespace: str, ident: str, parent: str, tokens: List[int]) -> str:
+    h = hashlib.blake2b(digest_size=20)
+    h.update(f"{FORMAT}\0{namespace}\0{ident}\0{parent}\0".encode())
+    h.update(json.dumps(tokens).encode())
+    return h.hexdigest()
+
+
 def chunk_hashes(namespace: str, ident: str, tokens: List[int], chunk: int) -> List[str]:
     """The chained hashes of the full chunks of ``tokens``: chunk i's hash covers the namespace,
     the model identity, chunk i-1's hash and chunk i's token ids."""
     out: List[str] = []
-    parent = ""
     for i in range(len(tokens) // chunk):
-        h = hashlib.blake2b(digest_size=20)
-        h.update(f"{FORMAT}\0{namespace}\0{ident}\0{parent}\0".encode())
-        h.update(json.dumps(tokens[i * chunk:(i + 1) * chunk]).encode())
-        parent = h.hexdigest()
-        out.append(parent)
+        out.append(_link(namespace, ident, out[-1] if out else "", tokens[i * chunk:(i + 1) * chunk]))
     return out
+
+
+def tail_hash(namespace: str, ident: str, parent: str, tokens: List[int]) -> str:
+    """The hash of a prompt's last object (fewer tokens than a chunk), chained as a chunk's is
+    onto ``parent``, the hash of the full chunk before it ("" when there is none)."""
+    return _link(namespace, ident, parent, tokens)
+
+
+def tail_key(namespace: str, ident: str, parent: str) -> str:
+    """Where the last object after the full chunk ``parent`` is kept. Its length is not in the
+    key (a lookup cannot know it): the header says it, and the header's model string holds the
+    object's tail_hash, which the lookup checks against the request's tokens."""
+    a = hashlib.blake2b(f"{FORMAT}\0{namespace}\0{ident}\0{parent}\0tail".encode(),
+                        digest_size=20).hexdigest()
+    return f"vllm/{namespace}/{a[:2]}/{a}.tail"
 
 
 def chunk_key(namespace: str, h: str, rank: int = 0) -> str:

@@ -1,13 +1,17 @@
 """The connector's scheduler side, without vLLM's classes: which stored chunks a request can
-use (headers only), and each step's lists of chunks to load and to save."""
+use (headers only), and each step's lists of chunks to load and to save.
+
+A prompt is stored as the tokens vLLM's own prefix cache would reuse for it, every whole block
+before its last token: full chunks, then the rest (fewer tokens than a chunk, a whole number of
+blocks) as one shorter last object, the tail (docs/format.md §14)."""
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from .. import _tqkv
-from .keys import chunk_hashes, chunk_key, chunk_model
+from .keys import chunk_hashes, chunk_key, chunk_model, tail_hash, tail_key
 from .writer import ChunkOp
 
 
@@ -19,11 +23,26 @@ class StepOps:
 
 
 @dataclass
+class _Tail:
+    key: str
+    model: str
+    first: int  # its first token's position in the prompt
+    tokens: int
+
+
+@dataclass
 class _Req:
     tokens: List[int]
     hashes: List[str]
     block_ids: List[int] = field(default_factory=list)
     next_save: int = 0  # the first chunk not yet saved or known stored
+    tail_saved: bool = False
+
+
+@dataclass
+class _Load:
+    chunks: List[int]
+    tail: Optional[_Tail] = None
 
 
 class Scheduler:
@@ -33,7 +52,7 @@ class Scheduler:
         self._chunk, self._ns, self._block = cfg["chunk_tokens"], cfg["namespace"], block
         self._stats, self._log, self._async = stats, log, async_save
         self._reqs: Dict[str, _Req] = {}
-        self._pending: Dict[str, List[int]] = {}  # req -> chunk indexes to load
+        self._pending: Dict[str, _Load] = {}  # req -> the stored objects to load
         self._saving: set = set()  # requests given save ops (their blocks wait for the writer)
 
     def _req(self, rid: str, tokens: Any) -> _Req:
@@ -44,19 +63,20 @@ class Scheduler:
             self._reqs[rid] = r
         return r
 
-    def _chunk_ok(self, h: str) -> bool:
-        key = chunk_key(self._ns, h)
+    def _header(self, key: str) -> Optional[Dict[str, Any]]:
         try:
-            hd = self._store.header(key)
+            return self._store.header(key)
         except _tqkv.NotFoundError:
-            return False
+            return None
         except _tqkv.Error as e:
             self._stats.add(errors=1)
             self._log.warning("tqkv connector: %s unreadable (a miss): %s", key, e)
-            return False
+            return None
+
+    def _fits(self, key: str, hd: Dict[str, Any], model: str, tokens: int) -> bool:
+        """Whether the header holds ``model``, this cache's geometry and ``tokens`` tokens."""
         g = self._geo
-        want = (chunk_model(self._ident, h), g["layers"], g["kv_heads"], g["head_dim"],
-                self._chunk)
+        want = (model, g["layers"], g["kv_heads"], g["head_dim"], tokens)
         got = (hd.get("model"), hd.get("layers"), hd.get("kv_heads"), hd.get("head_dim"),
                hd.get("tokens"))
         if got != want:
@@ -65,46 +85,96 @@ class Scheduler:
             return False
         return True
 
+    def _chunk_ok(self, h: str) -> bool:
+        key = chunk_key(self._ns, h)
+        hd = self._header(key)
+        return hd is not None and self._fits(key, hd, chunk_model(self._ident, h), self._chunk)
+
+    def _tail(self, r: _Req, n: int, end: int) -> Optional[_Tail]:
+        """The stored tail after the request's first n full chunks, when it holds the request's
+        next tokens and ends at or before ``end``."""
+        parent = r.hashes[n - 1] if n else ""
+        first = n * self._chunk
+        key = tail_key(self._ns, self._ident, parent)
+        hd = self._header(key)
+        stored = int(hd.get("tokens") or 0) if hd is not None else 0
+        if not 0 < stored < self._chunk or stored % self._block or first + stored > end:
+            return None
+        model = chunk_model(self._ident, tail_hash(self._ns, self._ident, parent,
+                                                   r.tokens[first:first + stored]))
+        if hd.get("model") != model:  # the tail of another prompt with these chunks: a miss
+            return None
+        return _Tail(key, model, first, stored) if self._fits(key, hd, model, stored) else None
+
+    def reusable(self, r: _Req) -> int:
+        """Where a request's reusable prefix ends: every whole block before its last token (vLLM
+        computes at least that token, for its logits)."""
+        return (len(r.tokens) - 1) // self._block * self._block
+
     def matched(self, rid: str, tokens: Any, num_computed: int) -> int:
-        """get_num_new_matched_tokens: stored tokens beyond num_computed (whole chunks)."""
+        """get_num_new_matched_tokens: stored tokens beyond num_computed (whole chunks, then the
+        tail stored after them)."""
         r = self._req(rid, tokens)
-        # at least one prompt token is left for vLLM to compute (it needs its logits)
-        limit = min(len(r.hashes), (len(r.tokens) - 1) // self._chunk)
+        end = self.reusable(r)
         first = num_computed // self._chunk
-        if num_computed % self._chunk or first >= limit:
+        if num_computed % self._chunk or num_computed >= end:
             return 0
-        n = 0
         t0 = time.perf_counter()
-        while n < limit and self._chunk_ok(r.hashes[n]):
+        n = 0
+        while (n + 1) * self._chunk <= end and self._chunk_ok(r.hashes[n]):
             n += 1
+        tail = self._tail(r, n, end) if n * self._chunk < end else None
         self._stats.add(lookups=1)
-        if n <= first:
+        matched = n * self._chunk + (tail.tokens if tail else 0)
+        if matched <= num_computed:
             self._stats.add(miss_lookups=1)
             return 0
-        self._pending[rid] = list(range(first, n))
+        self._pending[rid] = _Load(list(range(first, n)), tail)
         r.next_save = max(r.next_save, n)  # those chunks are stored already
-        ext = n * self._chunk - num_computed
+        r.tail_saved = matched == end  # nothing left to store
+        ext = matched - num_computed
         self._stats.add(hit_tokens=ext)
-        self._log.info("tqkv connector: request %s: %d of %d prompt tokens stored (%d chunks, "
-                       "looked up in %.3f s)", rid, n * self._chunk, len(r.tokens), n - first,
-                       time.perf_counter() - t0)
+        self._log.info("tqkv connector: request %s: %d of %d prompt tokens stored (%d chunks%s, "
+                       "looked up in %.3f s)", rid, matched, len(r.tokens), n - first,
+                       f" and a tail of {tail.tokens}" if tail else "", time.perf_counter() - t0)
         return ext
 
     def allocated(self, rid: str, num_external_tokens: int) -> None:
         if num_external_tokens == 0:
             self._pending.pop(rid, None)
 
-    def _ops(self, rid: str, r: _Req, chunks: List[int]) -> List[ChunkOp]:
+    def _ops(self, rid: str, r: _Req, chunks: List[int],
+             tail: Optional[_Tail] = None) -> List[ChunkOp]:
+        """The chunks' (and the tail's) ops, up to the first whose blocks vLLM has not given."""
         per = self._chunk // self._block
         ops = []
         for i in chunks:
             ids = r.block_ids[i * per:(i + 1) * per]
             if len(ids) != per:
-                break
+                return ops
             ops.append(ChunkOp(chunk_key(self._ns, r.hashes[i]),
                                chunk_model(self._ident, r.hashes[i]), list(ids), rid,
                                i * self._chunk))
+        if tail is not None:
+            b0 = tail.first // self._block
+            ids = r.block_ids[b0:b0 + tail.tokens // self._block]
+            if len(ids) == tail.tokens // self._block:
+                ops.append(ChunkOp(tail.key, tail.model, list(ids), rid, tail.first,
+                                   tail.tokens))
         return ops
+
+    def _tail_save(self, r: _Req) -> Optional[_Tail]:
+        """The prompt's tail to store: its tokens after the full chunks, up to reusable()."""
+        end = self.reusable(r)
+        n = end // self._chunk
+        first = n * self._chunk
+        if end == first:
+            return None
+        parent = r.hashes[n - 1] if n else ""
+        return _Tail(tail_key(self._ns, self._ident, parent),
+                     chunk_model(self._ident, tail_hash(self._ns, self._ident, parent,
+                                                        r.tokens[first:end])),
+                     first, end - first)
 
     def step(self, out: Any) -> StepOps:
         """build_connector_meta: the chunks to load and to save in this step."""
@@ -115,7 +185,7 @@ class Scheduler:
             r.block_ids = list(nr.block_ids[0])
             done[nr.req_id] = nr.num_computed_tokens + out.num_scheduled_tokens.get(nr.req_id, 0)
             if nr.req_id in self._pending:
-                ops.loads += self._ops(nr.req_id, r, self._pending.pop(nr.req_id))
+                ops.loads += self._load_ops(nr.req_id, r)
         cached = out.scheduled_cached_reqs
         for i, rid in enumerate(cached.req_ids):
             r = self._reqs.get(rid)
@@ -129,21 +199,39 @@ class Scheduler:
                     r.block_ids += list(new_ids[0])
             done[rid] = cached.num_computed_tokens[i] + out.num_scheduled_tokens.get(rid, 0)
             if rid in self._pending:  # resumed after preemption: its blocks were freed
-                ops.loads += self._ops(rid, r, self._pending.pop(rid))
+                ops.loads += self._load_ops(rid, r)
         if not self._cfg["read_only"]:
             for rid, computed in done.items():
                 r = self._reqs[rid]
-                full = min(computed, len(r.tokens)) // self._chunk
+                # the full chunks computed, up to reusable(); the tail once that is computed
+                end = self.reusable(r)
+                done_to = min(computed, end)
+                full = done_to // self._chunk
+                saves: List[ChunkOp] = []
                 if full > r.next_save:
                     saves = self._ops(rid, r, list(range(r.next_save, full)))
-                    ops.saves += saves
                     r.next_save = full
-                    if saves and self._async:
-                        self._saving.add(rid)
+                if done_to == end and not r.tail_saved:
+                    tail = self._tail_save(r)
+                    if tail is not None:
+                        saves += self._ops(rid, r, [], tail)
+                    r.tail_saved = True
+                ops.saves += saves
+                if saves and self._async:
+                    self._saving.add(rid)
         # vLLM frees a preempted request's blocks at once: the worker waits for their saves
         # (handle_preemptions) before this step can overwrite them
         ops.flush = [rid for rid in getattr(out, "preempted_req_ids", None) or ()
                      if rid in self._saving]
+        return ops
+
+    def _load_ops(self, rid: str, r: _Req) -> List[ChunkOp]:
+        load = self._pending.pop(rid)
+        ops = self._ops(rid, r, load.chunks, load.tail)
+        want = len(load.chunks) + (load.tail is not None)
+        if len(ops) < want:  # vLLM allocates a request's external tokens' blocks first
+            self._log.warning("tqkv connector: request %s: blocks for %d of %d stored objects",
+                              rid, len(ops), want)
         return ops
 
     def finished(self, rid: str) -> Tuple[bool, None]:

@@ -68,10 +68,10 @@ class Loader:
         self._thread: Optional[threading.Thread] = None
         self._failed: Set[int] = set()
 
-    def start(self, ops: List[ChunkOp], kv: Any, chunk: int) -> None:
+    def start(self, ops: List[ChunkOp], kv: Any) -> None:
         with self._cv:
             self._ready = -1
-        self._thread = threading.Thread(target=self._run, args=(ops, kv, chunk),
+        self._thread = threading.Thread(target=self._run, args=(ops, kv),
                                         name="tqkv-vllm-load", daemon=True)
         self._thread.start()
 
@@ -87,16 +87,17 @@ class Loader:
             self._ready = layer
             self._cv.notify_all()
 
-    def _run(self, ops: List[ChunkOp], kv: Any, chunk: int) -> None:
+    def _run(self, ops: List[ChunkOp], kv: Any) -> None:
         t0 = time.perf_counter()
         try:
             res = _batch.restore_batch(self._store, [op.key for op in ops],
                                        [op.block_ids for op in ops], kv,
-                                       models=[op.model for op in ops], on_layer=self._layer)
+                                       models=[op.model for op in ops],
+                                       tokens=[op.tokens for op in ops], on_layer=self._layer)
             done, error = res["done"], res["error"]
-            nbytes = res["bytes"]
+            nbytes, tokens = res["bytes"], res["tokens"]
         except Exception as e:  # noqa: BLE001 - any failure is a miss, recomputed by vLLM
-            done, error, nbytes = 0, str(e), 0
+            done, error, nbytes, tokens = 0, str(e), 0, 0
         if error is not None:
             self._log.warning("tqkv connector: restoring %s failed (recomputed, with the %d "
                               "chunks after it): %s", ops[done].key, len(ops) - done - 1, error)
@@ -106,7 +107,7 @@ class Loader:
         self._stats.add(chunks_loaded=done, bytes_read=nbytes, restore_seconds=secs,
                         load_failures=len(ops) - done)
         self._log.info("tqkv connector: restored %d chunks (%d tokens, %d bytes) in %.3f s%s",
-                       done, done * chunk, nbytes, secs,
+                       done, tokens, nbytes, secs,
                        f", {len(ops) - done} failed" if done < len(ops) else "")
         with self._cv:
             self._ready = 1 << 30

@@ -27,12 +27,14 @@ logger = logging.getLogger("tqkv.vllm")
 @dataclass
 class ChunkOp:
     """One chunk to restore or save: its store key, header model string, vLLM block ids, the
-    request and the position of its first token in the prompt."""
+    request, the position of its first token in the prompt and its tokens (0: a whole chunk;
+    else a prompt's tail, fewer tokens, replacing what its key held)."""
     key: str
     model: str
     block_ids: List[int]
     req_id: str = ""
     first_token: int = 0
+    tokens: int = 0
 
 
 class ChunkWriter:
@@ -61,7 +63,7 @@ class ChunkWriter:
         self._finished: Set[str] = set()  # of those, the ones vLLM said are finished
         self._closing = False
         self.high_water = 0  # the most chunks ever queued at once (tests, logs)
-        self._batch = [0, 0, 0.0]  # chunks, bytes, seconds since the writer was last idle
+        self._batch = [0, 0, 0, 0.0]  # chunks, tokens, bytes, seconds since last idle
         self._thread: Optional[threading.Thread] = None
         if threaded:
             self._thread = threading.Thread(target=self._run, name="tqkv-vllm-save",
@@ -152,17 +154,27 @@ class ChunkWriter:
     def _save(self, group: List[Tuple[ChunkOp, Any]], kv: Any) -> None:
         ops = [op for op, _ in group]
         t0 = time.perf_counter()
+        done = skipped = nbytes = tokens = 0
+        error = None
+        # chunks: one call, those stored already left as they are; a tail (last) replaces what
+        # its key held, the tail of another prompt with the same chunks before it
+        calls = [ops[:-1], ops[-1:]] if ops[-1].tokens else [ops]
         try:
             if kv is None:
                 raise RuntimeError("the KV cache could not be read")
-            res = _batch.checkpoint_batch(self._store, [op.key for op in ops],
-                                          [op.block_ids for op in ops], kv,
-                                          models=[op.model for op in ops],
-                                          first_tokens=[op.first_token for op in ops],
-                                          **self._kwargs)
-            done, error, nbytes, skipped = res["done"], res["error"], res["bytes"], res["skipped"]
+            for part in calls:
+                if not part or error is not None:
+                    continue
+                res = _batch.checkpoint_batch(
+                    self._store, [op.key for op in part], [op.block_ids for op in part], kv,
+                    models=[op.model for op in part],
+                    first_tokens=[op.first_token for op in part],
+                    tokens=[op.tokens for op in part], skip_existing=not part[0].tokens,
+                    **self._kwargs)
+                done, skipped = done + res["done"], skipped + res["skipped"]
+                nbytes, tokens, error = nbytes + res["bytes"], tokens + res["tokens"], res["error"]
         except Exception as e:  # noqa: BLE001 - a save that fails is a later miss
-            done, error, nbytes, skipped = 0, str(e), 0, 0
+            error = str(e)
         if error is not None:
             self._stats.add(errors=len(ops) - done)
             self._log.warning("tqkv connector: saving %s failed (and the %d chunks after it): %s",
@@ -170,17 +182,15 @@ class ChunkWriter:
         secs = time.perf_counter() - t0
         written = done - skipped
         self._stats.add(chunks_saved=written, bytes_written=nbytes, save_seconds=secs)
-        self._batch[0] += written
-        self._batch[1] += nbytes
-        self._batch[2] += secs
+        for i, x in enumerate((written, tokens, nbytes, secs)):
+            self._batch[i] += x
 
     def _flush_log(self) -> None:
-        n, nbytes, secs = self._batch
-        self._batch = [0, 0, 0.0]
+        n, tokens, nbytes, secs = self._batch
+        self._batch = [0, 0, 0, 0.0]
         if n:
             self._log.info("tqkv connector: saved %d chunks (%d tokens, %d bytes) in %.3f s%s",
-                           n, n * self._tokens, nbytes, secs,
-                           " (background)" if self.threaded else "")
+                           n, tokens, nbytes, secs, " (background)" if self.threaded else "")
 
 
 def _by_request(items: List[Tuple[ChunkOp, Any]]) -> List[List[Tuple[ChunkOp, Any]]]:

@@ -238,6 +238,7 @@ Status RestoreBatchIntoGpu(Store& store, std::span<const BatchObject> objects,
     const BatchObject& o = objects[i];
     LayoutTensors mine = dst;
     mine.SetBlockIds(o.block_ids);
+    if (o.tokens != 0) mine.tokens = o.tokens;
     GpuRestoreOptions opts = options;
     if (!o.model.empty()) opts.expect_model = o.model;
     if (i + 1 < objects.size()) opts.on_layer = nullptr;  // the batch's layer: the last object's
