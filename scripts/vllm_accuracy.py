@@ -15,7 +15,10 @@ stored chunks and computes only the rest. "none" is the same two requests withou
 not compute, the first after a prefix restored whole, is skipped): top-1 agreement and a lower
 bound of the KL (the reference's top-20 plus a rest bucket), mean and max, against the decode
 steps (as docs/accuracy.md's llama.cpp figures) and against none's request 1 (the restore alone)
-up to the first step where the two processes' continuations differ. Progress on stderr, JSON on stdout.
+up to the first step where the two processes' continuations differ. With --cache each codec's
+process also has vLLM's own prefix cache: request 1 takes its prefix from it, the cache is reset
+and request 2, the same tokens, takes it from the connector; "cache" compares requests 1 and 2,
+every forced step (the same process, the same continuation). Progress on stderr, JSON on stdout.
 """
 import argparse
 import json
@@ -54,8 +57,9 @@ def top(d):
 
 def analyze(work: Path, n: int, codec: str, steps: int) -> dict:
     """One codec's row from the saved outputs of its process and of "none"'s."""
-    def forced(name):
-        r0, r1 = json.loads((work / f"n{n}-{name}.out").read_text())
+    def forced(name, which=-1):
+        rs = json.loads((work / f"n{n}-{name}.out").read_text())
+        r0, r1 = rs[0], rs[which]
         restored = r1["num_cached_tokens"]
         # position n + j predicts step j from logits computed at n + j - 1: skip those restored
         return r0, r1, {j: r1["prompt_logprobs"][n + j] for j in range(steps)
@@ -72,10 +76,12 @@ def analyze(work: Path, n: int, codec: str, steps: int) -> dict:
     row = {"tokens": n, "codec": codec, "restored": r1["num_cached_tokens"], "steps": len(got),
            "bytes": sum(p.stat().st_size for p in store.rglob("*.tqkv"))}
     refs = [("decode", dict(enumerate(r0["logprobs"]))), ("none", alike("none"))]
-    if (work / f"n{n}-cache.out").exists():  # the prefix from vLLM's own prefix cache
-        refs.append(("cache", alike("cache")))
-        row["cache_restored"] = json.loads((work / f"n{n}-cache.out").read_text())[1][
-            "num_cached_tokens"]
+    if len(json.loads((work / f"n{n}-{codec}.out").read_text())) == 3:
+        # --cache: request 1 took the prefix from vLLM's own prefix cache in this same process,
+        # request 2 (got) from the connector after a reset: same tokens, same continuation
+        _, c1, cached = forced(codec, 1)
+        refs.append(("cache", cached))
+        row["cache_restored"] = c1["num_cached_tokens"]
     for what, ref in refs:
         js = [j for j in got if j in ref]
         agree = sum(top(ref[j]) == top(got[j]) for j in js)
@@ -96,8 +102,9 @@ def main():
     ap.add_argument("--chunk-tokens", type=int, default=0,
                     help="the connector's chunk_tokens (0: its default)")
     ap.add_argument("--cache", action="store_true",
-                    help="also \"cache\": no connector, vLLM's own prefix cache on, so request "
-                         "1's prefix comes from vLLM itself; each codec is compared with it too "
+                    help="each codec's process with vLLM's own prefix cache on: request 1 takes "
+                         "its prefix from vLLM's cache, then the cache is reset and request 2 "
+                         "(the same tokens) takes it from the connector; compared as \"cache\" "
                          "(with --chunk-tokens at vLLM's block size both reuse the same tokens)")
     ap.add_argument("--reanalyze", default="", help="a work directory of an earlier run: its "
                     "rows again from the saved outputs, no vLLM")
@@ -117,19 +124,21 @@ def main():
     for n in [int(t) for t in a.tokens.split(",")]:
         if len(ids) < n:
             sys.exit(f"the prompt file has {len(ids)} tokens, fewer than {n}")
-        for codec in ["none"] + (["cache"] if a.cache else []) + (a.codec or ["fp16", "tq3", "tq4"]):
+        for codec in ["none"] + (a.codec or ["fp16", "tq3", "tq4"]):
             name = f"n{n}-{codec}"
             store = work / f"store-{name}"
             extra = {"store": str(store), "codec": codec, "async_save": False}
             if a.chunk_tokens:
                 extra["chunk_tokens"] = a.chunk_tokens
-            conn = "" if codec in ("none", "cache") else json.dumps({
+            conn = "" if codec == "none" else json.dumps({
                 "kv_connector": "TqkvConnector", "kv_connector_module_path": "tqkv.vllm",
                 "kv_role": "kv_both", "kv_load_failure_policy": "recompute",
                 "kv_connector_extra_config": extra})
             reqs = [{"prompt_token_ids": ids[:n], "max_tokens": a.steps, "logprobs": 20},
                     {"continue_from": 0, "teacher": True, "max_tokens": 1,
                      "prompt_logprobs": 20, "logprobs": 0}]
+            if a.cache and conn:
+                reqs.append({**reqs[1], "reset_prefix_cache": True})
             pj, res, log = work / f"{name}.json", work / f"{name}.out", work / f"{name}.log"
             pj.write_text(json.dumps(reqs))
             note(f"{name}: vLLM")
@@ -138,7 +147,7 @@ def main():
                                     str(pj), "--out", str(res), "--ignore-eos",
                                     "--max-model-len", str(a.max_model_len)]
                                    + (["--connector", conn] if conn else [])
-                                   + (["--prefix-caching"] if codec == "cache" else []),
+                                   + (["--prefix-caching"] if a.cache and conn else []),
                                    stdout=f, stderr=subprocess.STDOUT,
                                    env={**os.environ,
                                         "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": "3600"})
