@@ -40,6 +40,7 @@ from pathlib import Path
 RUN = Path(__file__).resolve().parent.parent / "tests" / "vllm" / "run_vllm.py"
 RESTORED = re.compile(r"tqkv connector: restored (\d+) chunks \((\d+) tokens, (\d+) bytes\) in "
                       r"([0-9.]+) s")
+WAITED = re.compile(r"tqkv connector: the forward pass waited ([0-9.]+) s for restored layers")
 
 
 def log(msg: str) -> None:
@@ -73,6 +74,8 @@ def serve(model: str, prompts: list, conn: str, work: Path, name: str, max_len: 
     restores = RESTORED.findall((work / f"{name}.log").read_text())[-1:]
     res["restore_bytes"] = sum(int(m[2]) for m in restores)
     res["restore_s"] = round(sum(float(m[3]) for m in restores), 3)
+    waits = WAITED.findall((work / f"{name}.log").read_text())[-1:]
+    res["forward_wait_s"] = round(sum(float(w) for w in waits), 3)
     log(f"{name}: {res['seconds']:.3f} s, {res['num_cached_tokens']} tokens cached")
     return res
 
@@ -103,7 +106,8 @@ def median_run(runs: list) -> dict:
     restore seconds under "runs" when there is more than one."""
     best = sorted(runs, key=lambda r: r["ttft_s"])[(len(runs) - 1) // 2]
     if len(runs) > 1:
-        best = dict(best, runs=[{k: r[k] for k in ("ttft_s", "restore_s", "load_avg_1m")
+        best = dict(best, runs=[{k: r[k] for k in ("ttft_s", "restore_s", "forward_wait_s",
+                                                   "load_avg_1m")
                                  if k in r} for r in runs])
     return best
 
@@ -112,7 +116,8 @@ def ttft(res: dict) -> dict:
     out = {"ttft_s": round(res["seconds"], 3), "cached_tokens": res["num_cached_tokens"],
            "load_avg_1m": round(os.getloadavg()[0], 2)}
     if res["restore_bytes"]:
-        out.update(restore_bytes=res["restore_bytes"], restore_s=res["restore_s"])
+        out.update(restore_bytes=res["restore_bytes"], restore_s=res["restore_s"],
+                   forward_wait_s=res["forward_wait_s"])
     return out
 
 

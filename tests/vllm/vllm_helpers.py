@@ -28,7 +28,7 @@ def connector(store: Path, **extra) -> str:
 
 
 def serve(model: str, prompts, tmp: Path, name: str, conn: str = "", logprobs: int = 0,
-          max_tokens: int = 16, split_kv: bool = True) -> list:
+          max_tokens: int = 16, split_kv: bool = True, prefix_caching: bool = False) -> list:
     """Runs one fresh vLLM process on the prompts (text or {"prompt_token_ids": [...]}; greedy);
     returns its results."""
     pj, out, log = tmp / f"{name}.prompts.json", tmp / f"{name}.json", tmp / f"{name}.log"
@@ -39,6 +39,8 @@ def serve(model: str, prompts, tmp: Path, name: str, conn: str = "", logprobs: i
         cmd += ["--connector", conn]
     if logprobs:
         cmd += ["--logprobs", str(logprobs)]
+    if prefix_caching:
+        cmd += ["--prefix-caching"]
     env = dict(os.environ)
     if not split_kv:
         env["VLLM_CPU_ATTN_SPLIT_KV"] = "0"

@@ -67,10 +67,12 @@ class Loader:
         self._ready = -1  # layers [0, _ready] are in place in every chunk of the batch
         self._thread: Optional[threading.Thread] = None
         self._failed: Set[int] = set()
+        self._waited = 0.0  # the forward's time blocked in wait_layer during this load
 
     def start(self, ops: List[ChunkOp], kv: Any) -> None:
         with self._cv:
             self._ready = -1
+            self._waited = 0.0
         self._thread = threading.Thread(target=self._run, args=(ops, kv),
                                         name="tqkv-vllm-load", daemon=True)
         self._thread.start()
@@ -95,9 +97,9 @@ class Loader:
                                        models=[op.model for op in ops],
                                        tokens=[op.tokens for op in ops], on_layer=self._layer)
             done, error = res["done"], res["error"]
-            nbytes, tokens = res["bytes"], res["tokens"]
+            nbytes, tokens, first = res["bytes"], res["tokens"], res["first_layer_seconds"]
         except Exception as e:  # noqa: BLE001 - any failure is a miss, recomputed by vLLM
-            done, error, nbytes, tokens = 0, str(e), 0, 0
+            done, error, nbytes, tokens, first = 0, str(e), 0, 0, 0.0
         if error is not None:
             self._log.warning("tqkv connector: restoring %s failed (recomputed, with the %d "
                               "chunks after it): %s", ops[done].key, len(ops) - done - 1, error)
@@ -106,9 +108,9 @@ class Loader:
         secs = time.perf_counter() - t0
         self._stats.add(chunks_loaded=done, bytes_read=nbytes, restore_seconds=secs,
                         load_failures=len(ops) - done)
-        self._log.info("tqkv connector: restored %d chunks (%d tokens, %d bytes) in %.3f s%s",
-                       done, tokens, nbytes, secs,
-                       f", {len(ops) - done} failed" if done < len(ops) else "")
+        self._log.info("tqkv connector: restored %d chunks (%d tokens, %d bytes) in %.3f s "
+                       "(layer 0 of every chunk after %.3f s)%s", done, tokens, nbytes, secs,
+                       first, f", {len(ops) - done} failed" if done < len(ops) else "")
         with self._cv:
             self._ready = 1 << 30
             self._cv.notify_all()
@@ -117,12 +119,21 @@ class Loader:
         if self._thread is None:
             return
         with self._cv:
+            if self._ready >= index:
+                return
+            t0 = time.perf_counter()
             self._cv.wait_for(lambda: self._ready >= index)
+            self._waited += time.perf_counter() - t0
 
     def join(self) -> None:
+        """Waits for the load; once the step's forward is done (wait_for_save), logs how long
+        that forward waited for restored layers."""
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+            self._stats.add(load_wait_seconds=self._waited)
+            self._log.info("tqkv connector: the forward pass waited %.3f s for restored layers",
+                           self._waited)
 
     def take_failed(self) -> Set[int]:
         self.join()
