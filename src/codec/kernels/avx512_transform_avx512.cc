@@ -16,10 +16,12 @@
 #include "codec/kernels/avx512_common.h"
 #include "codec/kernels/internal.h"
 #include "codec/kernels/kernels.h"
+#include "codec/kernels/simd_rotation.h"
 
 namespace tqkv::kernels {
 namespace {
 
+using L = avx512::Lanes<false>;  // the FWHT here is adds and subtracts: no fma choice
 using avx512::FloatToBF16x16;
 using avx512::LowMask16;
 using internal::Unroll;
@@ -207,7 +209,7 @@ template <uint32_t kM, bool kSigns>
   __m512 v[kM];
 #pragma GCC unroll 32
   for (uint32_t j = 0; j < kM; ++j) v[j] = _mm512_load_ps(t[j]);
-  avx512::ButterflyStages<kM>(v);
+  simd::ButterflyStages<L, kM>(v);
 #pragma GCC unroll 32
   for (uint32_t j = 0; j < kM; ++j) {
     _mm512_store_ps(t[j], kSigns ? _mm512_mul_ps(v[j], _mm512_set1_ps(signs[j])) : v[j]);
@@ -222,7 +224,7 @@ void FwhtAcross(float (*t)[16], const float* signs) {
     __m512 v[kQ];
 #pragma GCC unroll 8
     for (uint32_t q = 0; q < kQ; ++q) v[q] = _mm512_load_ps(t[j + 32 * q]);
-    avx512::ButterflyStages<kQ>(v);
+    simd::ButterflyStages<L, kQ>(v);
 #pragma GCC unroll 8
     for (uint32_t q = 0; q < kQ; ++q) {
       _mm512_store_ps(t[j + 32 * q], _mm512_mul_ps(v[q], _mm512_set1_ps(signs[j + 32 * q])));
