@@ -646,32 +646,6 @@ void Decode(const SubsetPlan& plan, const uint8_t* norm_in, const uint8_t* plane
 
 // ---- split gather / scatter: one permute per 8 channels, by the mask byte ----
 
-struct SplitLut {
-  uint8_t set[256][8];    // lanes whose bit is set, ascending (then padding)
-  uint8_t unset[256][8];  // lanes whose bit is clear, ascending (then padding)
-  uint8_t rank[256][8];   // lane l: its rank among the set (bit set) or the clear lanes
-};
-
-const SplitLut& Lut() {
-  static const SplitLut lut = [] {
-    SplitLut t{};
-    for (int mb = 0; mb < 256; ++mb) {
-      int a = 0, b = 0;
-      for (int l = 0; l < 8; ++l) {
-        if ((mb >> l) & 1) {
-          t.rank[mb][l] = static_cast<uint8_t>(a);
-          t.set[mb][a++] = static_cast<uint8_t>(l);
-        } else {
-          t.rank[mb][l] = static_cast<uint8_t>(b);
-          t.unset[mb][b++] = static_cast<uint8_t>(l);
-        }
-      }
-    }
-    return t;
-  }();
-  return lut;
-}
-
 inline __m256i LoadLut(const uint8_t* row) {
   return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row)));
 }
@@ -680,53 +654,29 @@ inline __m256i LoadLut(const uint8_t* row) {
 // overwritten by the next step, or land in the next vector's region (written later) or the slack.
 void SplitGather(const float* x, size_t x_stride, size_t n, const uint8_t* mask, size_t d,
                  float* out0, size_t m0, float* out1, size_t m1) {
-  const SplitLut& t = Lut();
-  const size_t full = d / 8;
-  for (size_t i = 0; i < n; ++i) {
-    const float* xv = x + i * x_stride;
-    float* o0 = out0 + i * m0;
-    float* o1 = out1 + i * m1;
-    for (size_t k = 0; k < full; ++k) {
-      const uint8_t mb = mask[k];
-      const __m256 v = _mm256_loadu_ps(xv + 8 * k);
-      _mm256_storeu_ps(o0, _mm256_permutevar8x32_ps(v, LoadLut(t.set[mb])));
-      _mm256_storeu_ps(o1, _mm256_permutevar8x32_ps(v, LoadLut(t.unset[mb])));
-      const int cnt = __builtin_popcount(mb);
-      o0 += cnt;
-      o1 += 8 - cnt;
-    }
-    for (size_t c = 8 * full; c < d; ++c) {
-      if ((mask[c / 8] >> (c % 8)) & 1u) {
-        *o0++ = xv[c];
-      } else {
-        *o1++ = xv[c];
-      }
-    }
-  }
+  const internal::SplitLut<1>& t = internal::SplitLutOf<1>();
+  internal::SplitGatherWalk(x, x_stride, n, mask, d, d / 8, out0, m0, out1, m1,
+                            [&](const float* xv, uint8_t mb, float* o0, float* o1) {
+                              const __m256 v = _mm256_loadu_ps(xv);
+                              _mm256_storeu_ps(o0, _mm256_permutevar8x32_ps(v, LoadLut(t.set[mb])));
+                              _mm256_storeu_ps(o1,
+                                               _mm256_permutevar8x32_ps(v, LoadLut(t.unset[mb])));
+                            });
 }
 
 void SplitScatter(const float* in0, size_t m0, const float* in1, size_t m1, size_t n,
                   const uint8_t* mask, size_t d, float* x, size_t x_stride) {
-  const SplitLut& t = Lut();
-  const size_t full = d / 8;
-  const __m256i bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
-  for (size_t i = 0; i < n; ++i) {
-    float* xv = x + i * x_stride;
-    const float* i0 = in0 + i * m0;
-    const float* i1 = in1 + i * m1;
-    for (size_t k = 0; k < full; ++k) {
-      const uint8_t mb = mask[k];
-      const __m256i rank = LoadLut(t.rank[mb]);
-      const __m256 a = _mm256_permutevar8x32_ps(_mm256_loadu_ps(i0), rank);
-      const __m256 b = _mm256_permutevar8x32_ps(_mm256_loadu_ps(i1), rank);
-      const __m256i sel = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(mb), bit), bit);
-      _mm256_storeu_ps(xv + 8 * k, _mm256_blendv_ps(b, a, _mm256_castsi256_ps(sel)));
-      const int cnt = __builtin_popcount(mb);
-      i0 += cnt;
-      i1 += 8 - cnt;
-    }
-    for (size_t c = 8 * full; c < d; ++c) xv[c] = ((mask[c / 8] >> (c % 8)) & 1u) ? *i0++ : *i1++;
-  }
+  const internal::SplitLut<1>& t = internal::SplitLutOf<1>();
+  internal::SplitScatterWalk(
+      in0, m0, in1, m1, n, mask, d, d / 8, x, x_stride,
+      [&](float* xv, uint8_t mb, const float* i0, const float* i1) {
+        const __m256i rank = LoadLut(t.rank[mb]);
+        const __m256 a = _mm256_permutevar8x32_ps(_mm256_loadu_ps(i0), rank);
+        const __m256 b = _mm256_permutevar8x32_ps(_mm256_loadu_ps(i1), rank);
+        const __m256 sel = _mm256_castsi256_ps(_mm256_cvtepi8_epi32(
+            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(t.sel[mb]))));
+        _mm256_storeu_ps(xv, _mm256_blendv_ps(b, a, sel));
+      });
 }
 
 // ---- split codecs fused per vector (simd_split.h) ----

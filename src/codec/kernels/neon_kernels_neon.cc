@@ -400,34 +400,7 @@ void Decode(const SubsetPlan& plan, const uint8_t* norm_in, const uint8_t* plane
 // ---- split codecs ----
 
 // Gather and scatter move 8 channels (one mask byte) per step with byte table look-ups (TBL over
-// the 32 bytes of 8 floats); the tables hold byte indices per mask byte.
-struct SplitLut {
-  uint8_t set[256][32];    // bytes of the lanes whose bit is set, ascending (then padding)
-  uint8_t unset[256][32];  // bytes of the lanes whose bit is clear, ascending (then padding)
-  uint8_t rank[256][32];   // lane l's bytes: its rank among the set or among the clear lanes
-  uint8_t sel[256][32];    // 0xFF in the bytes of the lanes whose bit is set
-};
-
-const SplitLut& Lut() {
-  static const SplitLut lut = [] {
-    SplitLut t{};
-    for (int mb = 0; mb < 256; ++mb) {
-      int a = 0, b = 0;
-      for (int l = 0; l < 8; ++l) {
-        const bool set = (mb >> l) & 1;
-        const int rank = set ? a++ : b++;
-        uint8_t* dst = set ? t.set[mb] : t.unset[mb];
-        for (int k = 0; k < 4; ++k) {
-          dst[4 * rank + k] = static_cast<uint8_t>(4 * l + k);
-          t.rank[mb][4 * l + k] = static_cast<uint8_t>(4 * rank + k);
-          t.sel[mb][4 * l + k] = set ? 0xFF : 0x00;
-        }
-      }
-    }
-    return t;
-  }();
-  return lut;
-}
+// the 32 bytes of 8 floats): SplitLut<4> holds byte indices per mask byte.
 
 inline uint8x16x2_t Load8AsBytes(const float* p) {
   uint8x16x2_t t;
@@ -446,54 +419,29 @@ inline void Store8Picked(float* out, const uint8x16x2_t& t, const uint8_t* bytes
 // overwritten by the next step, or land in the next vector's region (written later) or the slack.
 void SplitGather(const float* x, size_t x_stride, size_t n, const uint8_t* mask, size_t d,
                  float* out0, size_t m0, float* out1, size_t m1) {
-  const SplitLut& t = Lut();
-  const size_t full = d / 8;
-  for (size_t i = 0; i < n; ++i) {
-    const float* xv = x + i * x_stride;
-    float* o0 = out0 + i * m0;
-    float* o1 = out1 + i * m1;
-    for (size_t k = 0; k < full; ++k) {
-      const uint8_t mb = mask[k];
-      const uint8x16x2_t v = Load8AsBytes(xv + 8 * k);
-      Store8Picked(o0, v, t.set[mb]);
-      Store8Picked(o1, v, t.unset[mb]);
-      const int cnt = __builtin_popcount(mb);
-      o0 += cnt;
-      o1 += 8 - cnt;
-    }
-    for (size_t c = 8 * full; c < d; ++c) {
-      if ((mask[c / 8] >> (c % 8)) & 1u) {
-        *o0++ = xv[c];
-      } else {
-        *o1++ = xv[c];
-      }
-    }
-  }
+  const internal::SplitLut<4>& t = internal::SplitLutOf<4>();
+  internal::SplitGatherWalk(x, x_stride, n, mask, d, d / 8, out0, m0, out1, m1,
+                            [&](const float* xv, uint8_t mb, float* o0, float* o1) {
+                              const uint8x16x2_t v = Load8AsBytes(xv);
+                              Store8Picked(o0, v, t.set[mb]);
+                              Store8Picked(o1, v, t.unset[mb]);
+                            });
 }
 
 void SplitScatter(const float* in0, size_t m0, const float* in1, size_t m1, size_t n,
                   const uint8_t* mask, size_t d, float* x, size_t x_stride) {
-  const SplitLut& t = Lut();
-  const size_t full = d / 8;
-  for (size_t i = 0; i < n; ++i) {
-    float* xv = x + i * x_stride;
-    const float* i0 = in0 + i * m0;
-    const float* i1 = in1 + i * m1;
-    for (size_t k = 0; k < full; ++k) {
-      const uint8_t mb = mask[k];
-      const uint8x16x2_t a = Load8AsBytes(i0), b = Load8AsBytes(i1);
-      for (int h = 0; h < 2; ++h) {
-        const uint8x16_t rank = vld1q_u8(t.rank[mb] + 16 * h);
-        const uint8x16_t picked = vbslq_u8(vld1q_u8(t.sel[mb] + 16 * h), vqtbl2q_u8(a, rank),
-                                           vqtbl2q_u8(b, rank));
-        vst1q_f32(xv + 8 * k + 4 * h, vreinterpretq_f32_u8(picked));
-      }
-      const int cnt = __builtin_popcount(mb);
-      i0 += cnt;
-      i1 += 8 - cnt;
-    }
-    for (size_t c = 8 * full; c < d; ++c) xv[c] = ((mask[c / 8] >> (c % 8)) & 1u) ? *i0++ : *i1++;
-  }
+  const internal::SplitLut<4>& t = internal::SplitLutOf<4>();
+  internal::SplitScatterWalk(
+      in0, m0, in1, m1, n, mask, d, d / 8, x, x_stride,
+      [&](float* xv, uint8_t mb, const float* i0, const float* i1) {
+        const uint8x16x2_t a = Load8AsBytes(i0), b = Load8AsBytes(i1);
+        for (int h = 0; h < 2; ++h) {
+          const uint8x16_t rank = vld1q_u8(t.rank[mb] + 16 * h);
+          const uint8x16_t picked = vbslq_u8(vld1q_u8(t.sel[mb] + 16 * h), vqtbl2q_u8(a, rank),
+                                             vqtbl2q_u8(b, rank));
+          vst1q_f32(xv + 4 * h, vreinterpretq_f32_u8(picked));
+        }
+      });
 }
 
 void SplitEncode(const SplitPlan& sp, const void* x, DType dtype, size_t x_stride, size_t n,
@@ -518,8 +466,8 @@ const KernelTable& NeonTable() {
   static const KernelTable table{"neon", ToF32, FromF32, Encode, Decode, SplitGather,
                                  SplitScatter, SplitEncode, SplitDecode, ChannelEnergy,
                                  simd::AddScaled<L>, nullptr, nullptr, ref::GatherAffine, nullptr,
-                                 nullptr, nullptr, ScalarKernels().encode_unit, ScalarKernels().whiten,
-                                 ScalarKernels().unit_moments};
+                                 nullptr, nullptr, ScalarKernels().encode_unit,
+                                 ScalarKernels().whiten, ScalarKernels().unit_moments};
   return table;
 }
 }  // namespace internal

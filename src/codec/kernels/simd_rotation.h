@@ -100,7 +100,9 @@ void HadamardInverse(const SubsetPlan& p, const float* v_in, float* out) {
     FwhtRegs<L, R>(v);
   }
 #pragma GCC unroll 128
-  for (int r = 0; r < R; ++r) L::Store(out + L::kN * r, L::Mul(v[r], L::Load(p.signs1 + L::kN * r)));
+  for (int r = 0; r < R; ++r) {
+    L::Store(out + L::kN * r, L::Mul(v[r], L::Load(p.signs1 + L::kN * r)));
+  }
 }
 
 // ---- Kronecker kind: signs, FWHT of each B-block, then the q*q mix across blocks ----
@@ -231,28 +233,30 @@ template <class L>
 ForwardFn PickForwardFn(const SubsetPlan& p) {
   if (p.rotation == RotationKind::kHaar) return nullptr;
   if (p.rotation == RotationKind::kKronecker) {
-    if (p.dim == 3 * p.block) {
-      return PickByRegs<L>(p.block, [](auto rc) -> ForwardFn {
-        return KronForward<L, decltype(rc)::value, kKronQ<L, decltype(rc)::value>>;
-      });
-    }
-    return PickByRegs<L>(p.block, [](auto rc) -> ForwardFn { return KronForward<L, decltype(rc)::value, 0>; });
+    const bool q3 = p.dim == 3 * p.block;
+    return PickByRegs<L>(p.block, [q3](auto rc) -> ForwardFn {
+      constexpr int R = decltype(rc)::value;
+      return q3 ? KronForward<L, R, kKronQ<L, R>> : KronForward<L, R, 0>;
+    });
   }
-  return PickByRegs<L>(p.dim, [](auto rc) -> ForwardFn { return HadamardForward<L, decltype(rc)::value>; });
+  return PickByRegs<L>(p.dim, [](auto rc) -> ForwardFn {
+    return HadamardForward<L, decltype(rc)::value>;
+  });
 }
 
 template <class L>
 InverseFn PickInverseFn(const SubsetPlan& p) {
   if (p.rotation == RotationKind::kHaar) return nullptr;
   if (p.rotation == RotationKind::kKronecker) {
-    if (p.dim == 3 * p.block) {
-      return PickByRegs<L>(p.block, [](auto rc) -> InverseFn {
-        return KronInverse<L, decltype(rc)::value, kKronQ<L, decltype(rc)::value>>;
-      });
-    }
-    return PickByRegs<L>(p.block, [](auto rc) -> InverseFn { return KronInverse<L, decltype(rc)::value, 0>; });
+    const bool q3 = p.dim == 3 * p.block;
+    return PickByRegs<L>(p.block, [q3](auto rc) -> InverseFn {
+      constexpr int R = decltype(rc)::value;
+      return q3 ? KronInverse<L, R, kKronQ<L, R>> : KronInverse<L, R, 0>;
+    });
   }
-  return PickByRegs<L>(p.dim, [](auto rc) -> InverseFn { return HadamardInverse<L, decltype(rc)::value>; });
+  return PickByRegs<L>(p.dim, [](auto rc) -> InverseFn {
+    return HadamardInverse<L, decltype(rc)::value>;
+  });
 }
 
 }  // namespace tqkv::kernels::simd

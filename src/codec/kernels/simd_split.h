@@ -94,7 +94,8 @@ inline void ScatterVec(const SplitMap<L>& map, const float* in0, const float* in
 // Asks for the kNormBatch rows from `first` (of n, pitch bytes apart) that a block ahead will
 // read: the hardware prefetcher alone left the gather waiting on memory. `static`: each ISA file
 // its own copy (internal.h).
-static inline void PrefetchRows(const uint8_t* src, size_t pitch, size_t first, size_t n, size_t bytes) {
+static inline void PrefetchRows(const uint8_t* src, size_t pitch, size_t first, size_t n,
+                                size_t bytes) {
   const size_t end = std::min(n, first + kNormBatch);
   for (size_t i = first; i < end; ++i) {
     const uint8_t* row = src + i * pitch;
