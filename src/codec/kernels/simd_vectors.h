@@ -95,6 +95,15 @@ inline void StoreEncodedNorm(const SubsetPlan& plan, float norm, float csum, uin
 
 // ---- channel energy: energy[c] += double(x)^2 per vector in order ----
 
+// The energy pass streams every vector once, from memory: the rows kEnergyAhead ahead are asked
+// for (the hardware prefetcher alone left it at half the speed it has on cached rows).
+inline constexpr size_t kEnergyAhead = 16;
+
+// Asks for `bytes` from row into L1 (prefetcht0). `static`: each ISA file its own copy.
+static inline void PrefetchRow(const uint8_t* row, size_t bytes) {
+  for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(row + o, 0, 3);
+}
+
 // kRows vectors per pass over the accumulators, each channel's adds still one vector after the
 // other.
 template <class L, DType kT, int kRows>
@@ -118,6 +127,9 @@ void EnergyInRegs(const uint8_t* src, size_t n, size_t pitch, double* energy) {
   for (int b = 0; b < kBlocks; ++b) acc[b] = L::LoadD(energy + L::kDN * b);
   for (size_t i = 0; i < n; ++i) {
     const uint8_t* row = src + i * pitch;
+    if (i + kEnergyAhead < n) {
+      PrefetchRow(row + kEnergyAhead * pitch, kBlocks * L::kDN * DTypeSize(kT));
+    }
 #pragma GCC unroll 16
     for (int b = 0; b < kBlocks; ++b) {
       const typename L::DV v = L::template LoadAsDouble<kT>(row, L::kDN * b);
@@ -136,8 +148,14 @@ void ChannelEnergyT(const uint8_t* src, size_t n, size_t pitch, size_t d, double
   if constexpr (L::kEnergyRegs >= 8) {
     if (d == 8 * L::kDN) return EnergyInRegs<L, kT, 8>(src, n, pitch, energy);
   }
+  const size_t bytes = d * DTypeSize(kT);
   size_t i = 0;
-  for (; i + 4 <= n; i += 4) EnergyRows<L, kT, 4>(src + i * pitch, pitch, d, energy);
+  for (; i + 4 <= n; i += 4) {
+    for (size_t r = i + kEnergyAhead; r < std::min(n, i + kEnergyAhead + 4); ++r) {
+      PrefetchRow(src + r * pitch, bytes);
+    }
+    EnergyRows<L, kT, 4>(src + i * pitch, pitch, d, energy);
+  }
   for (; i < n; ++i) EnergyRows<L, kT, 1>(src + i * pitch, pitch, d, energy);
 }
 
