@@ -1,5 +1,7 @@
 // AVX2 + FMA + F16C kernels. Every result is bit-identical to ref.cc: same operations in the same
-// order, only several lanes at a time.
+// order, only several lanes at a time. The rotations, the split codecs' fused route and the
+// per-vector loops are the shared templates (simd_*.h) at 8 lanes; quantization, bit planes and
+// the Haar products are this file's.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -13,11 +15,18 @@
 #include "codec/kernels/avx2_common.h"
 #include "codec/kernels/internal.h"
 #include "codec/kernels/kernels.h"
+#include "codec/kernels/simd_rotation.h"
+#include "codec/kernels/simd_split.h"
+#include "codec/kernels/simd_vectors.h"
 
 namespace tqkv::kernels {
 namespace {
 
+using L = avx2::Lanes;
 using avx2::FloatToBF16x8;
+using simd::ForwardFn;
+using simd::InverseFn;
+using simd::kMaxDim;
 
 void ToF32(const void* src, DType dtype, size_t n, float* dst) {
   size_t i = 0;
@@ -67,8 +76,6 @@ void FromF32(const float* src, size_t n, DType dtype, void* dst) {
 // Each vector goes load -> norm -> rotate -> scale -> quantize -> pack through 32-byte aligned
 // stack buffers, so everything stays in registers or L1.
 
-constexpr size_t kMaxDim = 1024;
-
 bool Vectorised(const SubsetPlan& p) {
   if (p.dim == 0 || p.dim % 8 != 0 || p.dim > kMaxDim || p.bits < 1 || p.bits > 8) return false;
   if (p.rotation == RotationKind::kHaar) return p.haar != nullptr && p.haar_t != nullptr;
@@ -78,68 +85,6 @@ bool Vectorised(const SubsetPlan& p) {
   }
   if (p.rotation != RotationKind::kHadamard && p.rotation != RotationKind::kHadamard2) return false;
   return (p.dim & (p.dim - 1)) == 0;
-}
-
-// The reference's reduction tree ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)).
-inline float ReduceSum8(__m256 acc) {
-  const __m128 t = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-  const __m128 u = _mm_add_ps(t, _mm_movehl_ps(t, t));
-  return _mm_cvtss_f32(_mm_add_ss(u, _mm_movehdup_ps(u)));
-}
-
-// Sum8 of m floats at an aligned or unaligned pointer, m a multiple of 8: lane k takes i % 8 == k.
-inline float Sum8Squares(const float* v, size_t m) {
-  __m256 acc = _mm256_setzero_ps();
-  for (size_t i = 0; i < m; i += 8) {
-    const __m256 x = _mm256_loadu_ps(v + i);
-    acc = _mm256_add_ps(acc, _mm256_mul_ps(x, x));
-  }
-  return ReduceSum8(acc);
-}
-
-// In-register FWHT stages h = 1, 2, 4. For lane i the reference computes a + b (low) or a - b
-// (high); here fma(self, +-1, partner): the product is exact, so one rounding of b + a or a + (-b),
-// which equal a + b and a - b bit for bit (NaN payloads aside).
-[[gnu::always_inline]] inline __m256 FwhtIn8(__m256 x) {
-  const __m256 s1 = _mm256_setr_ps(1, -1, 1, -1, 1, -1, 1, -1);
-  const __m256 s2 = _mm256_setr_ps(1, 1, -1, -1, 1, 1, -1, -1);
-  const __m256 s4 = _mm256_setr_ps(1, 1, 1, 1, -1, -1, -1, -1);
-  x = _mm256_fmadd_ps(x, s1, _mm256_permute_ps(x, 0xB1));
-  x = _mm256_fmadd_ps(x, s2, _mm256_permute_ps(x, 0x4E));
-  x = _mm256_fmadd_ps(x, s4, _mm256_permute2f128_ps(x, x, 0x01));
-  return x;
-}
-
-// Unnormalised FWHT of 8 * R floats held as R registers. Beyond 8 registers: both halves first,
-// then the last stage across them. Every element sees the same operations in the same order as
-// stage by stage, and working on 8 registers at a time spills far less.
-// Always inlined: as a call, the registers would go through memory (GCC stops inlining the
-// recursive instances once several callers use them).
-template <int R>
-[[gnu::always_inline]] inline void FwhtRegs(__m256* x) {
-  if constexpr (R > 8) {
-    FwhtRegs<R / 2>(x);
-    FwhtRegs<R / 2>(x + R / 2);
-#pragma GCC unroll 64
-    for (int r = 0; r < R / 2; ++r) {
-      const __m256 a = x[r], b = x[r + R / 2];
-      x[r] = _mm256_add_ps(a, b);
-      x[r + R / 2] = _mm256_sub_ps(a, b);
-    }
-  } else {
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) x[r] = FwhtIn8(x[r]);
-#pragma GCC unroll 8
-    for (int k = 1; k < R; k <<= 1) {
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) {
-        if (r & k) continue;
-        const __m256 a = x[r], b = x[r + k];
-        x[r] = _mm256_add_ps(a, b);
-        x[r + k] = _mm256_sub_ps(a, b);
-      }
-    }
-  }
 }
 
 // Per-call constants. Up to 5 bits every threshold is compared; beyond, a coarse count over every
@@ -437,248 +382,6 @@ void MatVecTBatch(const float* mt, const float* const* x, size_t nv, size_t m, f
   }
 }
 
-// Hadamard rotation of x into z (aligned), optionally scaled: z = Fwht(s2 * Fwht(s1 * x)) * scale.
-template <int R>
-inline void HadamardForward(const SubsetPlan& p, const float* x, float scale, float* z) {
-  __m256 v[R];
-#pragma GCC unroll 128
-  for (int r = 0; r < R; ++r) {
-    v[r] = _mm256_mul_ps(_mm256_loadu_ps(x + 8 * r), _mm256_loadu_ps(p.signs1 + 8 * r));
-  }
-  FwhtRegs<R>(v);
-  if (p.rotation == RotationKind::kHadamard2) {
-#pragma GCC unroll 128
-    for (int r = 0; r < R; ++r) v[r] = _mm256_mul_ps(v[r], _mm256_loadu_ps(p.signs2 + 8 * r));
-    FwhtRegs<R>(v);
-  }
-  const __m256 s = _mm256_set1_ps(scale);
-#pragma GCC unroll 128
-  for (int r = 0; r < R; ++r) _mm256_store_ps(z + 8 * r, _mm256_mul_ps(v[r], s));
-}
-
-// out = s1 * Fwht(s2 * Fwht(v)) (Hadamard2) or s1 * Fwht(v).
-template <int R>
-inline void HadamardInverse(const SubsetPlan& p, const float* v_in, float* out) {
-  __m256 v[R];
-#pragma GCC unroll 128
-  for (int r = 0; r < R; ++r) v[r] = _mm256_load_ps(v_in + 8 * r);
-  FwhtRegs<R>(v);
-  if (p.rotation == RotationKind::kHadamard2) {
-#pragma GCC unroll 128
-    for (int r = 0; r < R; ++r) v[r] = _mm256_mul_ps(v[r], _mm256_loadu_ps(p.signs2 + 8 * r));
-    FwhtRegs<R>(v);
-  }
-#pragma GCC unroll 128
-  for (int r = 0; r < R; ++r) {
-    _mm256_storeu_ps(out + 8 * r, _mm256_mul_ps(v[r], _mm256_loadu_ps(p.signs1 + 8 * r)));
-  }
-}
-
-using ForwardFn = void (*)(const SubsetPlan&, const float*, float, float*);
-using InverseFn = void (*)(const SubsetPlan&, const float*, float*);
-
-template <int R>
-void HadamardForwardFn(const SubsetPlan& p, const float* x, float scale, float* z) {
-  HadamardForward<R>(p, x, scale, z);
-}
-template <int R>
-void HadamardInverseFn(const SubsetPlan& p, const float* v, float* out) {
-  HadamardInverse<R>(p, v, out);
-}
-
-ForwardFn PickForward(uint32_t dim) {
-  switch (dim / 8) {
-    case 1:
-      return HadamardForwardFn<1>;
-    case 2:
-      return HadamardForwardFn<2>;
-    case 4:
-      return HadamardForwardFn<4>;
-    case 8:
-      return HadamardForwardFn<8>;
-    case 16:
-      return HadamardForwardFn<16>;
-    case 32:
-      return HadamardForwardFn<32>;
-    case 64:
-      return HadamardForwardFn<64>;
-    case 128:
-      return HadamardForwardFn<128>;
-  }
-  return nullptr;
-}
-
-InverseFn PickInverse(uint32_t dim) {
-  switch (dim / 8) {
-    case 1:
-      return HadamardInverseFn<1>;
-    case 2:
-      return HadamardInverseFn<2>;
-    case 4:
-      return HadamardInverseFn<4>;
-    case 8:
-      return HadamardInverseFn<8>;
-    case 16:
-      return HadamardInverseFn<16>;
-    case 32:
-      return HadamardInverseFn<32>;
-    case 64:
-      return HadamardInverseFn<64>;
-    case 128:
-      return HadamardInverseFn<128>;
-  }
-  return nullptr;
-}
-
-// ---- Kronecker kind: signs, FWHT of each B-block, then the q*q mix across blocks ----
-
-// t = Fwht(signs * x) for one block of 8 * R floats (t aligned).
-template <int R>
-void SignedFwhtBlock(const float* x, const float* signs, float* t) {
-  __m256 v[R];
-#pragma GCC unroll 128
-  for (int r = 0; r < R; ++r) {
-    v[r] = _mm256_mul_ps(_mm256_loadu_ps(x + 8 * r), _mm256_loadu_ps(signs + 8 * r));
-  }
-  FwhtRegs<R>(v);
-#pragma GCC unroll 128
-  for (int r = 0; r < R; ++r) _mm256_store_ps(t + 8 * r, v[r]);
-}
-
-// y = (M (x) I_B) x, B = 8 * R, with mt = M^T (q*q): for each output block a, R accumulators
-// take the q fmas in the reference's order (a' ascending); one broadcast serves R registers.
-// Accumulators in chunks of at most 8 registers, so large blocks do not spill. x aligned; the
-// result goes to y (scaled by `scale` when given: encode), or with `signs`, through the block's
-// FWHT in registers and the sign multiply (decode: u never goes to memory).
-// kQ > 0 fixes q at compile time (q = 3: 96 = 3 * 32, 48, 192), so the loops unroll and the q * q
-// weights stay in registers.
-template <int R, int kQ>
-inline void KronMixBlocks(const float* mt, const float* x, size_t q_runtime, const float* scale,
-                          const float* signs, float* y) {
-  const size_t q = kQ > 0 ? static_cast<size_t>(kQ) : q_runtime;
-  constexpr int kB = 8 * R;
-  constexpr int kChunk = R < 8 ? R : 8;
-#pragma GCC unroll 4
-  for (size_t a = 0; a < q; ++a) {
-    if (signs != nullptr && R <= 16) {  // decode: the whole block in registers
-      __m256 acc[R];
-#pragma GCC unroll 16
-      for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
-#pragma GCC unroll 4
-      for (size_t a2 = 0; a2 < q; ++a2) {
-        const __m256 w = _mm256_broadcast_ss(mt + a2 * q + a);
-        const float* xb = x + a2 * kB;
-#pragma GCC unroll 16
-        for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(w, _mm256_load_ps(xb + 8 * r), acc[r]);
-      }
-      FwhtRegs<R>(acc);
-      float* yb = y + a * kB;
-      const float* sb = signs + a * kB;
-#pragma GCC unroll 16
-      for (int r = 0; r < R; ++r) {
-        _mm256_storeu_ps(yb + 8 * r, _mm256_mul_ps(acc[r], _mm256_loadu_ps(sb + 8 * r)));
-      }
-      continue;
-    }
-    for (int r0 = 0; r0 < R; r0 += kChunk) {
-      __m256 acc[kChunk];
-#pragma GCC unroll 8
-      for (int r = 0; r < kChunk; ++r) acc[r] = _mm256_setzero_ps();
-#pragma GCC unroll 4
-      for (size_t a2 = 0; a2 < q; ++a2) {
-        const __m256 w = _mm256_broadcast_ss(mt + a2 * q + a);
-        const float* xb = x + a2 * kB + 8 * r0;
-#pragma GCC unroll 8
-        for (int r = 0; r < kChunk; ++r) {
-          acc[r] = _mm256_fmadd_ps(w, _mm256_load_ps(xb + 8 * r), acc[r]);
-        }
-      }
-      if (scale != nullptr) {
-        const __m256 s = _mm256_set1_ps(*scale);
-#pragma GCC unroll 8
-        for (int r = 0; r < kChunk; ++r) acc[r] = _mm256_mul_ps(acc[r], s);
-      }
-      float* yb = y + a * kB + 8 * r0;
-#pragma GCC unroll 8
-      for (int r = 0; r < kChunk; ++r) _mm256_store_ps(yb + 8 * r, acc[r]);
-    }
-  }
-}
-
-// out = signs * Fwht(u) for one block (u aligned).
-template <int R>
-void FwhtSignedBlock(const float* u, const float* signs, float* out) {
-  __m256 v[R];
-#pragma GCC unroll 128
-  for (int r = 0; r < R; ++r) v[r] = _mm256_load_ps(u + 8 * r);
-  FwhtRegs<R>(v);
-#pragma GCC unroll 128
-  for (int r = 0; r < R; ++r) {
-    _mm256_storeu_ps(out + 8 * r, _mm256_mul_ps(v[r], _mm256_loadu_ps(signs + 8 * r)));
-  }
-}
-
-// z = KronMix(Q_q^T, Fwht of each block of signs * x) * scale (z aligned).
-template <int R, int kQ>
-void KronForward(const SubsetPlan& p, const float* x, float scale, float* z) {
-  constexpr size_t kB = 8 * R;
-  alignas(32) float t[kMaxDim];
-  for (size_t j = 0; j < p.dim; j += kB) SignedFwhtBlock<R>(x + j, p.signs1 + j, t + j);
-  KronMixBlocks<R, kQ>(p.haar_t, t, p.dim / kB, &scale, nullptr, z);
-}
-
-// out = signs * (Fwht of each block of KronMix(Q_q, v)) (v aligned).
-template <int R, int kQ>
-void KronInverse(const SubsetPlan& p, const float* v, float* out) {
-  constexpr size_t kB = 8 * R;
-  if constexpr (R <= 16) {
-    KronMixBlocks<R, kQ>(p.haar, v, p.dim / kB, nullptr, p.signs1, out);
-  } else {
-    alignas(32) float u[kMaxDim];
-    KronMixBlocks<R, kQ>(p.haar, v, p.dim / kB, nullptr, nullptr, u);
-    for (size_t j = 0; j < p.dim; j += kB) FwhtSignedBlock<R>(u + j, p.signs1 + j, out + j);
-  }
-}
-
-template <template <int> class F, typename Fn>
-Fn PickByBlock(uint32_t block) {
-  switch (block / 8) {
-    case 1: return F<1>::kFn;
-    case 2: return F<2>::kFn;
-    case 4: return F<4>::kFn;
-    case 8: return F<8>::kFn;
-    case 16: return F<16>::kFn;
-    case 32: return F<32>::kFn;
-    case 64: return F<64>::kFn;
-    case 128: return F<128>::kFn;
-  }
-  return nullptr;
-}
-template <int R>
-struct KronForwardOp {
-  static constexpr ForwardFn kFn = KronForward<R, 0>;
-};
-template <int R>
-struct KronInverseOp {
-  static constexpr InverseFn kFn = KronInverse<R, 0>;
-};
-// q = 3 only where 3 * B fits kMaxDim (larger shapes never reach the SIMD path).
-template <int R>
-struct KronForward3Op {
-  static constexpr ForwardFn kFn = 24 * R <= kMaxDim ? KronForward<R, 3> : KronForward<R, 0>;
-};
-template <int R>
-struct KronInverse3Op {
-  static constexpr InverseFn kFn = 24 * R <= kMaxDim ? KronInverse<R, 3> : KronInverse<R, 0>;
-};
-ForwardFn PickKronForward(const SubsetPlan& p) {
-  if (p.dim == 3 * p.block) return PickByBlock<KronForward3Op, ForwardFn>(p.block);
-  return PickByBlock<KronForwardOp, ForwardFn>(p.block);
-}
-InverseFn PickKronInverse(const SubsetPlan& p) {
-  if (p.dim == 3 * p.block) return PickByBlock<KronInverse3Op, InverseFn>(p.block);
-  return PickByBlock<KronInverseOp, InverseFn>(p.block);
-}
 
 // kRegs (1..4) registers of z -> 32 index bytes (zero padded); with norm correction also adds the
 // squared centroids to csum, lane k taking elements 8r + k in order of r as Sum8 does.
@@ -700,17 +403,6 @@ inline void QuantizeGroup(const SubsetPlan& plan, const Tables& t, const float* 
     }
   }
   _mm256_store_si256(reinterpret_cast<__m256i*>(idx), PackIdx32(q[0], q[1], q[2], q[3]));
-}
-
-ForwardFn PickForwardFn(const SubsetPlan& plan) {
-  if (plan.rotation == RotationKind::kHaar) return nullptr;
-  if (plan.rotation == RotationKind::kKronecker) return PickKronForward(plan);
-  return PickForward(plan.dim);
-}
-InverseFn PickInverseFn(const SubsetPlan& plan) {
-  if (plan.rotation == RotationKind::kHaar) return nullptr;
-  if (plan.rotation == RotationKind::kKronecker) return PickKronInverse(plan);
-  return PickInverse(plan.dim);
 }
 
 // One vector with its norm (finite, not 0): rotation (forward; null for Haar: z then holds Q x
@@ -748,7 +440,7 @@ template <int kBits>
   }
   PackPlanesFromBytes<kBits>(idx, m, planes);
   if (!plan.norm_correction) return norm;
-  return norm * _mm_cvtss_f32(_mm_sqrt_ss(_mm_set_ss(static_cast<float>(m) / ReduceSum8(csum))));
+  return norm * _mm_cvtss_f32(_mm_sqrt_ss(_mm_set_ss(static_cast<float>(m) / L::Reduce(csum))));
 }
 
 // One vector: its norm, then EncodeVecWithNorm.
@@ -756,13 +448,8 @@ template <int kBits>
 [[gnu::always_inline]] inline void EncodeVec(const SubsetPlan& plan, const Tables& t,
                                              ForwardFn forward, const float* xv, float* z,
                                              uint8_t* idx, uint8_t* norm_out, uint8_t* planes) {
-  const float norm = _mm_cvtss_f32(_mm_sqrt_ss(_mm_set_ss(Sum8Squares(xv, plan.dim))));
-  if (norm == 0.0f || !std::isfinite(norm)) {
-    StoreNorm(norm == 0.0f ? 0.0f : std::numeric_limits<float>::quiet_NaN(), plan.norm_dtype,
-              norm_out);
-    std::memset(planes, 0, plan.planes_bytes());
-    return;
-  }
+  const float norm = L::Sqrt(simd::Sum8Squares<L>(xv, plan.dim));
+  if (simd::EncodeDegenerate(plan, norm, norm_out, planes)) return;
   StoreNorm(EncodeVecWithNorm<kBits>(plan, t, forward, xv, norm, z, idx, planes), plan.norm_dtype,
             norm_out);
 }
@@ -772,7 +459,7 @@ void EncodeBits(const SubsetPlan& plan, const float* x, size_t x_stride, size_t 
                 uint8_t* norm_out, uint8_t* planes_out, size_t code_stride) {
   const size_t m = plan.dim;
   const bool haar = plan.rotation == RotationKind::kHaar;
-  const ForwardFn forward = PickForwardFn(plan);
+  const ForwardFn forward = simd::PickForwardFn<L>(plan);
   Tables t;
   InitTables(plan, &t);
   alignas(32) float zbuf[kHaarBatch][kMaxDim];
@@ -812,7 +499,7 @@ void Encode(const SubsetPlan& plan, const float* x, size_t x_stride, size_t n, u
 template <int kBits>
 void EncodeUnitBits(const SubsetPlan& plan, const float* x, size_t x_stride, size_t n,
                     uint8_t* planes_out, size_t code_stride) {
-  const ForwardFn forward = PickForwardFn(plan);
+  const ForwardFn forward = simd::PickForwardFn<L>(plan);
   Tables t;
   InitTables(plan, &t);
   alignas(32) float z[kMaxDim];
@@ -843,51 +530,13 @@ void Whiten(const float* x, size_t x_stride, size_t n, size_t d, const uint32_t*
     return ScalarKernels().whiten(x, x_stride, n, d, channel, mean, scale, rows, norms, w,
                                   w_stride);
   }
-  const __m256 zero = _mm256_setzero_ps(), one = _mm256_set1_ps(1.0f);
-  for (size_t i = 0; i < n; ++i) {
-    const float* xv = x + i * x_stride;
-    const float norm = _mm_cvtss_f32(_mm_sqrt_ss(_mm_set_ss(Sum8Squares(xv, d))));
-    norms[i] = norm;
-    const __m256 nv = _mm256_set1_ps(norm);
-    float* wv = w + i * w_stride;
-    size_t r = 0;
-    for (; r + 8 <= rows; r += 8) {
-      const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(channel + r));
-      const __m256 u = _mm256_div_ps(_mm256_i32gather_ps(xv, c, 4), nv);
-      const __m256 s = _mm256_loadu_ps(scale + r);
-      const __m256 pos = _mm256_cmp_ps(s, zero, _CMP_GT_OQ);  // the divisor 1 elsewhere
-      const __m256 q =
-          _mm256_div_ps(_mm256_sub_ps(u, _mm256_loadu_ps(mean + r)), _mm256_blendv_ps(one, s, pos));
-      _mm256_storeu_ps(wv + r, _mm256_and_ps(q, pos));
-    }
-    for (; r < rows; ++r) {
-      const float u = xv[channel[r]] / norm;
-      wv[r] = scale[r] > 0.0f ? (u - mean[r]) / scale[r] : 0.0f;
-    }
-  }
+  simd::Whiten<L>(x, x_stride, n, d, channel, mean, scale, rows, norms, w, w_stride);
 }
 
 void UnitMoments(const float* x, size_t x_stride, size_t n, size_t d, double* s1, double* s2,
                  size_t* count, float* largest) {
   if (d % 8 != 0) return ScalarKernels().unit_moments(x, x_stride, n, d, s1, s2, count, largest);
-  for (size_t i = 0; i < n; ++i) {
-    const float* xv = x + i * x_stride;
-    const float norm = _mm_cvtss_f32(_mm_sqrt_ss(_mm_set_ss(Sum8Squares(xv, d))));
-    if (!(norm > 0.0f) || !std::isfinite(norm)) continue;
-    ++*count;
-    *largest = std::max(*largest, norm);
-    const __m256 nv = _mm256_set1_ps(norm);
-    for (size_t c = 0; c < d; c += 8) {
-      const __m256 u = _mm256_div_ps(_mm256_loadu_ps(xv + c), nv);
-      const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(u));
-      const __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(u, 1));
-      _mm256_storeu_pd(s1 + c, _mm256_add_pd(_mm256_loadu_pd(s1 + c), lo));
-      _mm256_storeu_pd(s1 + c + 4, _mm256_add_pd(_mm256_loadu_pd(s1 + c + 4), hi));
-      _mm256_storeu_pd(s2 + c, _mm256_add_pd(_mm256_loadu_pd(s2 + c), _mm256_mul_pd(lo, lo)));
-      _mm256_storeu_pd(s2 + c + 4,
-                       _mm256_add_pd(_mm256_loadu_pd(s2 + c + 4), _mm256_mul_pd(hi, hi)));
-    }
-  }
+  simd::UnitMoments<L>(x, x_stride, n, d, s1, s2, count, largest);
 }
 
 // Indices of channels 8g..8g+7 straight from the bit planes into int32 lanes: planes 0-3 and 4-7
@@ -956,7 +605,7 @@ void DecodeBits(const SubsetPlan& plan, const uint8_t* norm_in, const uint8_t* p
                 size_t code_stride, size_t n, float* out, size_t out_stride) {
   const size_t m = plan.dim;
   const bool haar = plan.rotation == RotationKind::kHaar;
-  const InverseFn inverse = PickInverseFn(plan);
+  const InverseFn inverse = simd::PickInverseFn<L>(plan);
   Tables t;
   InitTables(plan, &t);
   alignas(32) float vbufs[kHaarBatch][kMaxDim];
@@ -997,32 +646,6 @@ void Decode(const SubsetPlan& plan, const uint8_t* norm_in, const uint8_t* plane
 
 // ---- split gather / scatter: one permute per 8 channels, by the mask byte ----
 
-struct SplitLut {
-  uint8_t set[256][8];    // lanes whose bit is set, ascending (then padding)
-  uint8_t unset[256][8];  // lanes whose bit is clear, ascending (then padding)
-  uint8_t rank[256][8];   // lane l: its rank among the set (bit set) or the clear lanes
-};
-
-const SplitLut& Lut() {
-  static const SplitLut lut = [] {
-    SplitLut t{};
-    for (int mb = 0; mb < 256; ++mb) {
-      int a = 0, b = 0;
-      for (int l = 0; l < 8; ++l) {
-        if ((mb >> l) & 1) {
-          t.rank[mb][l] = static_cast<uint8_t>(a);
-          t.set[mb][a++] = static_cast<uint8_t>(l);
-        } else {
-          t.rank[mb][l] = static_cast<uint8_t>(b);
-          t.unset[mb][b++] = static_cast<uint8_t>(l);
-        }
-      }
-    }
-    return t;
-  }();
-  return lut;
-}
-
 inline __m256i LoadLut(const uint8_t* row) {
   return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row)));
 }
@@ -1031,158 +654,43 @@ inline __m256i LoadLut(const uint8_t* row) {
 // overwritten by the next step, or land in the next vector's region (written later) or the slack.
 void SplitGather(const float* x, size_t x_stride, size_t n, const uint8_t* mask, size_t d,
                  float* out0, size_t m0, float* out1, size_t m1) {
-  const SplitLut& t = Lut();
-  const size_t full = d / 8;
-  for (size_t i = 0; i < n; ++i) {
-    const float* xv = x + i * x_stride;
-    float* o0 = out0 + i * m0;
-    float* o1 = out1 + i * m1;
-    for (size_t k = 0; k < full; ++k) {
-      const uint8_t mb = mask[k];
-      const __m256 v = _mm256_loadu_ps(xv + 8 * k);
-      _mm256_storeu_ps(o0, _mm256_permutevar8x32_ps(v, LoadLut(t.set[mb])));
-      _mm256_storeu_ps(o1, _mm256_permutevar8x32_ps(v, LoadLut(t.unset[mb])));
-      const int cnt = __builtin_popcount(mb);
-      o0 += cnt;
-      o1 += 8 - cnt;
-    }
-    for (size_t c = 8 * full; c < d; ++c) {
-      if ((mask[c / 8] >> (c % 8)) & 1u) {
-        *o0++ = xv[c];
-      } else {
-        *o1++ = xv[c];
-      }
-    }
-  }
+  const internal::SplitLut<1>& t = internal::SplitLutOf<1>();
+  internal::SplitGatherWalk(x, x_stride, n, mask, d, d / 8, out0, m0, out1, m1,
+                            [&](const float* xv, uint8_t mb, float* o0, float* o1) {
+                              const __m256 v = _mm256_loadu_ps(xv);
+                              _mm256_storeu_ps(o0, _mm256_permutevar8x32_ps(v, LoadLut(t.set[mb])));
+                              _mm256_storeu_ps(o1,
+                                               _mm256_permutevar8x32_ps(v, LoadLut(t.unset[mb])));
+                            });
 }
 
 void SplitScatter(const float* in0, size_t m0, const float* in1, size_t m1, size_t n,
                   const uint8_t* mask, size_t d, float* x, size_t x_stride) {
-  const SplitLut& t = Lut();
-  const size_t full = d / 8;
-  const __m256i bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
-  for (size_t i = 0; i < n; ++i) {
-    float* xv = x + i * x_stride;
-    const float* i0 = in0 + i * m0;
-    const float* i1 = in1 + i * m1;
-    for (size_t k = 0; k < full; ++k) {
-      const uint8_t mb = mask[k];
-      const __m256i rank = LoadLut(t.rank[mb]);
-      const __m256 a = _mm256_permutevar8x32_ps(_mm256_loadu_ps(i0), rank);
-      const __m256 b = _mm256_permutevar8x32_ps(_mm256_loadu_ps(i1), rank);
-      const __m256i sel = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(mb), bit), bit);
-      _mm256_storeu_ps(xv + 8 * k, _mm256_blendv_ps(b, a, _mm256_castsi256_ps(sel)));
-      const int cnt = __builtin_popcount(mb);
-      i0 += cnt;
-      i1 += 8 - cnt;
-    }
-    for (size_t c = 8 * full; c < d; ++c) xv[c] = ((mask[c / 8] >> (c % 8)) & 1u) ? *i0++ : *i1++;
-  }
+  const internal::SplitLut<1>& t = internal::SplitLutOf<1>();
+  internal::SplitScatterWalk(
+      in0, m0, in1, m1, n, mask, d, d / 8, x, x_stride,
+      [&](float* xv, uint8_t mb, const float* i0, const float* i1) {
+        const __m256i rank = LoadLut(t.rank[mb]);
+        const __m256 a = _mm256_permutevar8x32_ps(_mm256_loadu_ps(i0), rank);
+        const __m256 b = _mm256_permutevar8x32_ps(_mm256_loadu_ps(i1), rank);
+        const __m256 sel = _mm256_castsi256_ps(_mm256_cvtepi8_epi32(
+            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(t.sel[mb]))));
+        _mm256_storeu_ps(xv, _mm256_blendv_ps(b, a, sel));
+      });
 }
 
-// ---- split codecs fused per vector: gather, both subsets, scatter, all in L1 ----
+// ---- split codecs fused per vector (simd_split.h) ----
 //
-// Batch-wise (gather 64 vectors, encode each subset, scatter) streams every float through a
-// 32 KiB buffer per step; per vector the subsets' floats stay in a few cache lines. Haar subsets
-// keep the batched products (MatVecTBatch), so they, and shapes the reference handles, take the
-// batch-wise route.
+// Haar subsets keep the batched products (MatVecTBatch), so they, and shapes the reference
+// handles, take the batch-wise route through this table's kernels (SplitEncodeBatched).
 
-bool Fusable(const SubsetPlan& p) { return Vectorised(p) && p.rotation != RotationKind::kHaar; }
-
-// The group mask's data movement, worked out once per call: for 8-channel chunk k, where its
-// outlier and regular channels start in the subset vectors and the lane permutations. Gather and
-// scatter then need no mask bits, popcounts or table look-ups per vector.
-constexpr size_t kMaxChunks = 64;  // fused route: d <= 512
-struct SplitMap {
-  size_t chunks = 0;
-  alignas(32) int32_t set[kMaxChunks][8];    // lanes of the outlier channels, ascending
-  alignas(32) int32_t unset[kMaxChunks][8];  // lanes of the regular channels, ascending
-  alignas(32) int32_t rank[kMaxChunks][8];   // lane l: its position within its subset's run
-  alignas(32) int32_t sel[kMaxChunks][8];    // -1 where lane l is an outlier channel
-  uint32_t off0[kMaxChunks], off1[kMaxChunks];
-};
-
-void InitSplitMap(const uint8_t* mask, size_t d, SplitMap* map) {
-  const SplitLut& t = Lut();
-  map->chunks = d / 8;
-  uint32_t o0 = 0, o1 = 0;
-  for (size_t k = 0; k < map->chunks; ++k) {
-    const uint8_t mb = mask[k];
-    for (int l = 0; l < 8; ++l) {
-      map->set[k][l] = t.set[mb][l];
-      map->unset[k][l] = t.unset[mb][l];
-      map->rank[k][l] = t.rank[mb][l];
-      map->sel[k][l] = (mb >> l) & 1 ? -1 : 0;
-    }
-    map->off0[k] = o0;
-    map->off1[k] = o1;
-    const int cnt = __builtin_popcount(mb);
-    o0 += cnt;
-    o1 += 8 - cnt;
-  }
-}
-
-// Eight elements of dtype kT as floats, exactly as ToF32 converts them, and back as FromF32.
-template <DType kT>
-inline __m256 Load8AsFloat(const void* row, size_t c) {
-  if constexpr (kT == DType::kF32) return _mm256_loadu_ps(static_cast<const float*>(row) + c);
-  const __m128i h =
-      _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(row) + c));
-  if constexpr (kT == DType::kF16) return _mm256_cvtph_ps(h);
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-template <DType kT>
-inline void Store8FromFloat(void* row, size_t c, __m256 v) {
-  if constexpr (kT == DType::kF32) {
-    _mm256_storeu_ps(static_cast<float*>(row) + c, v);
-  } else {
-    auto* dst = reinterpret_cast<__m128i*>(static_cast<uint16_t*>(row) + c);
-    if constexpr (kT == DType::kF16) {
-      _mm_storeu_si128(dst, _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
-    } else {
-      _mm_storeu_si128(dst, FloatToBF16x8(v));
-    }
-  }
-}
-
-// One vector (d elements of kT), as to_f32 + SplitGather (the same slack after out0 / out1).
-template <DType kT>
-inline void GatherVec(const SplitMap& map, const void* xv, float* out0, float* out1) {
-  for (size_t k = 0; k < map.chunks; ++k) {
-    const __m256 v = Load8AsFloat<kT>(xv, 8 * k);
-    const __m256i s = _mm256_load_si256(reinterpret_cast<const __m256i*>(map.set[k]));
-    const __m256i u = _mm256_load_si256(reinterpret_cast<const __m256i*>(map.unset[k]));
-    _mm256_storeu_ps(out0 + map.off0[k], _mm256_permutevar8x32_ps(v, s));
-    _mm256_storeu_ps(out1 + map.off1[k], _mm256_permutevar8x32_ps(v, u));
-  }
-}
-
-// As SplitScatter + from_f32.
-template <DType kT>
-inline void ScatterVec(const SplitMap& map, const float* in0, const float* in1, void* xv) {
-  for (size_t k = 0; k < map.chunks; ++k) {
-    const __m256i rank = _mm256_load_si256(reinterpret_cast<const __m256i*>(map.rank[k]));
-    const __m256 a = _mm256_permutevar8x32_ps(_mm256_loadu_ps(in0 + map.off0[k]), rank);
-    const __m256 b = _mm256_permutevar8x32_ps(_mm256_loadu_ps(in1 + map.off1[k]), rank);
-    const __m256 sel = _mm256_load_ps(reinterpret_cast<const float*>(map.sel[k]));
-    Store8FromFloat<kT>(xv, 8 * k, _mm256_blendv_ps(b, a, sel));
-  }
-}
-
-using EncodeVecFn = void (*)(const SubsetPlan&, const Tables&, ForwardFn, const float*, float*,
-                             uint8_t*, uint8_t*, uint8_t*);
-using DequantizeVecFn = void (*)(const SubsetPlan&, const Tables&, const uint8_t*,
-                                 const uint8_t*, uint8_t*, float*);
-template <int kBits>
-void EncodeVecFnT(const SubsetPlan& plan, const Tables& t, ForwardFn forward, const float* xv,
-                  float* z, uint8_t* idx, uint8_t* norm_out, uint8_t* planes) {
-  EncodeVec<kBits>(plan, t, forward, xv, z, idx, norm_out, planes);
-}
-template <int kBits>
-void DequantizeVecFnT(const SubsetPlan& plan, const Tables& t, const uint8_t* norm_in,
-                      const uint8_t* planes, uint8_t* idx, float* vbuf) {
-  DequantizeVec<kBits>(plan, t, norm_in, planes, idx, vbuf);
-}
+struct VecCoder;
+// One vector x of the plan with its norm: rotation, scale, quantize, pack (z: aligned scratch).
+using EncodeVecFn = void (*)(const SubsetPlan&, const VecCoder&, const float* x, float norm,
+                             float* z, uint8_t* norm_out, uint8_t* planes);
+// One vector back to out (vbuf: aligned scratch).
+using DecodeVecFn = void (*)(const SubsetPlan&, const VecCoder&, const uint8_t* norm_in,
+                             const uint8_t* planes, float* vbuf, float* out);
 
 // One subset's per-call state.
 struct VecCoder {
@@ -1190,224 +698,62 @@ struct VecCoder {
   ForwardFn forward;
   InverseFn inverse;
   EncodeVecFn encode;
-  DequantizeVecFn dequantize;
+  DecodeVecFn decode;
 };
 
-void InitVecCoder(const SubsetPlan& p, VecCoder* c) {
-  static constexpr EncodeVecFn kEnc[8] = {EncodeVecFnT<1>, EncodeVecFnT<2>, EncodeVecFnT<3>,
-                                          EncodeVecFnT<4>, EncodeVecFnT<5>, EncodeVecFnT<6>,
-                                          EncodeVecFnT<7>, EncodeVecFnT<8>};
-  static constexpr DequantizeVecFn kDeq[8] = {
-      DequantizeVecFnT<1>, DequantizeVecFnT<2>, DequantizeVecFnT<3>, DequantizeVecFnT<4>,
-      DequantizeVecFnT<5>, DequantizeVecFnT<6>, DequantizeVecFnT<7>, DequantizeVecFnT<8>};
-  InitTables(p, &c->t);
-  c->forward = PickForwardFn(p);
-  c->inverse = PickInverseFn(p);
-  c->encode = kEnc[p.bits - 1];
-  c->dequantize = kDeq[p.bits - 1];
-}
-
-constexpr size_t kSplitChunk = 16;  // vectors per step of the batch-wise route
-
-bool FusedRoute(const SplitPlan& sp) {
-  return Fusable(sp.sub[0]) && Fusable(sp.sub[1]) &&
-         (sp.sub[0].dim + sp.sub[1].dim) / 8 <= kMaxChunks;
-}
-
-// The fused route's per-call state: both subsets' tables and the mask's movement.
-struct FusedSplit {
-  VecCoder c[2];
-  SplitMap map;
-};
-
-void InitFusedSplit(const SplitPlan& sp, const uint8_t* mask, FusedSplit* f) {
-  InitVecCoder(sp.sub[0], &f->c[0]);
-  InitVecCoder(sp.sub[1], &f->c[1]);
-  InitSplitMap(mask, sp.sub[0].dim + sp.sub[1].dim, &f->map);
-}
-
-// The batch-wise route: step(first vector, count, f32 rows, subset 0 floats, subset 1 floats)
-// over chunks of kSplitChunk vectors.
-template <typename Step>
-void SplitBatches(const SplitPlan& sp, size_t n, Step&& step) {
-  const size_t d = sp.sub[0].dim + sp.sub[1].dim;
-  std::vector<float> xf(kSplitChunk * d);
-  std::vector<float> g0(kSplitChunk * sp.sub[0].dim + kSplitSlack);
-  std::vector<float> g1(kSplitChunk * sp.sub[1].dim + kSplitSlack);
-  for (size_t i = 0; i < n; i += kSplitChunk) {
-    step(i, std::min(kSplitChunk, n - i), xf.data(), g0.data(), g1.data());
-  }
-}
-
-template <DType kT>
-void SplitEncodeFused(const SplitPlan& sp, const void* x, size_t pitch, size_t n,
-                      const uint8_t* mask, uint8_t* code, size_t code_stride) {
-  FusedSplit f;
-  InitFusedSplit(sp, mask, &f);
-  const VecCoder& c0 = f.c[0];
-  const VecCoder& c1 = f.c[1];
-  const auto* src = static_cast<const uint8_t*>(x);
-  // Two buffers per subset: vector i + 1 is gathered before vector i is encoded, so the gather's
-  // overlapping stores have reached L1 when the encoder loads them (a load spanning stores still
-  // in flight cannot be forwarded and waits for them).
-  alignas(32) float g0[2][kMaxDim + kSplitSlack];
-  alignas(32) float g1[2][kMaxDim + kSplitSlack];
-  alignas(32) float z[kMaxDim];
+template <int kBits>
+void EncodeVecFnT(const SubsetPlan& plan, const VecCoder& c, const float* xv, float norm,
+                  float* z, uint8_t* norm_out, uint8_t* planes) {
+  if (simd::EncodeDegenerate(plan, norm, norm_out, planes)) return;
   alignas(32) uint8_t idx[kMaxDim + 32];
-  GatherVec<kT>(f.map, src, g0[0], g1[0]);
-  for (size_t i = 0; i < n; ++i) {
-    const size_t cur = i & 1;
-    if (i + 1 < n) GatherVec<kT>(f.map, src + (i + 1) * pitch, g0[cur ^ 1], g1[cur ^ 1]);
-    uint8_t* c = code + i * code_stride;
-    c0.encode(sp.sub[0], c0.t, c0.forward, g0[cur], z, idx, c + sp.norm_offset[0],
-              c + sp.planes_offset[0]);
-    c1.encode(sp.sub[1], c1.t, c1.forward, g1[cur], z, idx, c + sp.norm_offset[1],
-              c + sp.planes_offset[1]);
-  }
+  StoreNorm(EncodeVecWithNorm<kBits>(plan, c.t, c.forward, xv, norm, z, idx, planes),
+            plan.norm_dtype, norm_out);
 }
+
+template <int kBits>
+void DecodeVecFnT(const SubsetPlan& plan, const VecCoder& c, const uint8_t* norm_in,
+                  const uint8_t* planes, float* vbuf, float* out) {
+  alignas(32) uint8_t idx[kMaxDim + 32];
+  DequantizeVec<kBits>(plan, c.t, norm_in, planes, idx, vbuf);
+  c.inverse(plan, vbuf, out);
+}
+
+struct Coders {
+  using L = avx2::Lanes;
+  using VecCoder = ::tqkv::kernels::VecCoder;
+  static void Init(const SubsetPlan& p, VecCoder* c) {
+    static constexpr EncodeVecFn kEnc[8] = {EncodeVecFnT<1>, EncodeVecFnT<2>, EncodeVecFnT<3>,
+                                            EncodeVecFnT<4>, EncodeVecFnT<5>, EncodeVecFnT<6>,
+                                            EncodeVecFnT<7>, EncodeVecFnT<8>};
+    static constexpr DecodeVecFn kDec[8] = {DecodeVecFnT<1>, DecodeVecFnT<2>, DecodeVecFnT<3>,
+                                            DecodeVecFnT<4>, DecodeVecFnT<5>, DecodeVecFnT<6>,
+                                            DecodeVecFnT<7>, DecodeVecFnT<8>};
+    InitTables(p, &c->t);
+    c->forward = simd::PickForwardFn<L>(p);
+    c->inverse = simd::PickInverseFn<L>(p);
+    c->encode = kEnc[p.bits - 1];
+    c->decode = kDec[p.bits - 1];
+  }
+  static bool Fusable(const SubsetPlan& p) {
+    return Vectorised(p) && p.rotation != RotationKind::kHaar;
+  }
+};
 
 void SplitEncode(const SplitPlan& sp, const void* x, DType dtype, size_t x_stride, size_t n,
                  const uint8_t* mask, uint8_t* code, size_t code_stride) {
-  const size_t m0 = sp.sub[0].dim, m1 = sp.sub[1].dim, d = m0 + m1;
-  const size_t pitch = x_stride * DTypeSize(dtype);
-  const auto* src = static_cast<const uint8_t*>(x);
-  if (n == 0) return;
-  if (FusedRoute(sp)) {
-    switch (dtype) {
-      case DType::kF16:
-        return SplitEncodeFused<DType::kF16>(sp, x, pitch, n, mask, code, code_stride);
-      case DType::kBF16:
-        return SplitEncodeFused<DType::kBF16>(sp, x, pitch, n, mask, code, code_stride);
-      case DType::kF32:
-        return SplitEncodeFused<DType::kF32>(sp, x, pitch, n, mask, code, code_stride);
-      default:
-        break;
-    }
-  }
-  SplitBatches(sp, n, [&](size_t i, size_t cnt, float* xf, float* g0, float* g1) {
-    for (size_t r = 0; r < cnt; ++r) ToF32(src + (i + r) * pitch, dtype, d, xf + r * d);
-    uint8_t* c = code + i * code_stride;
-    SplitGather(xf, d, cnt, mask, d, g0, m0, g1, m1);
-    Encode(sp.sub[0], g0, m0, cnt, c + sp.norm_offset[0], c + sp.planes_offset[0], code_stride);
-    Encode(sp.sub[1], g1, m1, cnt, c + sp.norm_offset[1], c + sp.planes_offset[1], code_stride);
-  });
-}
-
-template <DType kT>
-void SplitDecodeFused(const SplitPlan& sp, const uint8_t* code, size_t code_stride, size_t n,
-                      const uint8_t* mask, void* x, size_t pitch) {
-  FusedSplit f;
-  InitFusedSplit(sp, mask, &f);
-  const VecCoder& c0 = f.c[0];
-  const VecCoder& c1 = f.c[1];
-  auto* dst = static_cast<uint8_t*>(x);
-  // Vector i is scattered after vector i + 1 is decoded, for the same reason as in
-  // SplitEncodeFused: the scatter's unaligned loads span the inverse rotation's stores.
-  alignas(32) float v[kMaxDim];
-  alignas(32) float g0[2][kMaxDim + kSplitSlack];
-  alignas(32) float g1[2][kMaxDim + kSplitSlack];
-  alignas(32) uint8_t idx[kMaxDim + 32];
-  for (size_t i = 0; i < n; ++i) {
-    const size_t cur = i & 1;
-    const uint8_t* c = code + i * code_stride;
-    c0.dequantize(sp.sub[0], c0.t, c + sp.norm_offset[0], c + sp.planes_offset[0], idx, v);
-    c0.inverse(sp.sub[0], v, g0[cur]);
-    c1.dequantize(sp.sub[1], c1.t, c + sp.norm_offset[1], c + sp.planes_offset[1], idx, v);
-    c1.inverse(sp.sub[1], v, g1[cur]);
-    if (i > 0) ScatterVec<kT>(f.map, g0[cur ^ 1], g1[cur ^ 1], dst + (i - 1) * pitch);
-  }
-  ScatterVec<kT>(f.map, g0[(n - 1) & 1], g1[(n - 1) & 1], dst + (n - 1) * pitch);
+  if (simd::SplitEncode<Coders>(sp, x, dtype, x_stride, n, mask, code, code_stride)) return;
+  SplitEncodeBatched(internal::Avx2Table(), sp, x, dtype, x_stride, n, mask, code, code_stride);
 }
 
 void SplitDecode(const SplitPlan& sp, const uint8_t* code, size_t code_stride, size_t n,
                  const uint8_t* mask, void* x, DType dtype, size_t x_stride) {
-  const size_t m0 = sp.sub[0].dim, m1 = sp.sub[1].dim, d = m0 + m1;
-  const size_t pitch = x_stride * DTypeSize(dtype);
-  auto* dst = static_cast<uint8_t*>(x);
-  if (n == 0) return;
-  if (FusedRoute(sp)) {
-    switch (dtype) {
-      case DType::kF16:
-        return SplitDecodeFused<DType::kF16>(sp, code, code_stride, n, mask, x, pitch);
-      case DType::kBF16:
-        return SplitDecodeFused<DType::kBF16>(sp, code, code_stride, n, mask, x, pitch);
-      case DType::kF32:
-        return SplitDecodeFused<DType::kF32>(sp, code, code_stride, n, mask, x, pitch);
-      default:
-        break;
-    }
-  }
-  SplitBatches(sp, n, [&](size_t i, size_t cnt, float* xf, float* g0, float* g1) {
-    const uint8_t* c = code + i * code_stride;
-    Decode(sp.sub[0], c + sp.norm_offset[0], c + sp.planes_offset[0], code_stride, cnt, g0, m0);
-    Decode(sp.sub[1], c + sp.norm_offset[1], c + sp.planes_offset[1], code_stride, cnt, g1, m1);
-    SplitScatter(g0, m0, g1, m1, cnt, mask, d, xf, d);
-    for (size_t r = 0; r < cnt; ++r) FromF32(xf + r * d, d, dtype, dst + (i + r) * pitch);
-  });
-}
-
-// Four channels of a row as floats, exactly as ToF32 converts them.
-template <DType kT>
-inline __m128 Load4AsFloat(const uint8_t* row, size_t c) {
-  if constexpr (kT == DType::kF32) return _mm_loadu_ps(reinterpret_cast<const float*>(row) + c);
-  const __m128i h = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + 2 * c));
-  if constexpr (kT == DType::kF16) return _mm_cvtph_ps(h);
-  return _mm_castsi128_ps(_mm_slli_epi32(_mm_cvtepu16_epi32(h), 16));
-}
-
-// energy[c] += double(x)^2 per vector in order; kRows vectors per pass over the accumulators,
-// each channel's adds still one vector after the other.
-template <DType kT, int kRows>
-inline void EnergyRows(const uint8_t* rows, size_t pitch, size_t d, double* energy) {
-  for (size_t c = 0; c < d; c += 4) {
-    __m256d acc = _mm256_loadu_pd(energy + c);
-#pragma GCC unroll 4
-    for (int r = 0; r < kRows; ++r) {
-      const __m256d v = _mm256_cvtps_pd(Load4AsFloat<kT>(rows + r * pitch, c));
-      acc = _mm256_add_pd(acc, _mm256_mul_pd(v, v));
-    }
-    _mm256_storeu_pd(energy + c, acc);
-  }
-}
-
-template <DType kT>
-void ChannelEnergyT(const uint8_t* src, size_t n, size_t pitch, size_t d, double* energy) {
-  size_t i = 0;
-  for (; i + 4 <= n; i += 4) EnergyRows<kT, 4>(src + i * pitch, pitch, d, energy);
-  for (; i < n; ++i) EnergyRows<kT, 1>(src + i * pitch, pitch, d, energy);
+  if (simd::SplitDecode<Coders>(sp, code, code_stride, n, mask, x, dtype, x_stride)) return;
+  SplitDecodeBatched(internal::Avx2Table(), sp, code, code_stride, n, mask, x, dtype, x_stride);
 }
 
 void ChannelEnergy(const void* x, DType dtype, size_t n, size_t stride, size_t d,
                    double* energy) {
-  const auto* src = static_cast<const uint8_t*>(x);
-  const size_t pitch = stride * DTypeSize(dtype);
-  if (d % 4 != 0) return ScalarKernels().channel_energy(x, dtype, n, stride, d, energy);
-  switch (dtype) {
-    case DType::kF16:
-      return ChannelEnergyT<DType::kF16>(src, n, pitch, d, energy);
-    case DType::kBF16:
-      return ChannelEnergyT<DType::kBF16>(src, n, pitch, d, energy);
-    case DType::kF32:
-      return ChannelEnergyT<DType::kF32>(src, n, pitch, d, energy);
-    default:
-      break;
-  }
-  ScalarKernels().channel_energy(x, dtype, n, stride, d, energy);
-}
-
-// mul then add, never _mm256_fmadd_ps: the reference rounds the product first.
-void AddScaled(const float* mean, const float* scale, size_t n, size_t d, float* x,
-               size_t x_stride) {
-  for (size_t i = 0; i < n; ++i) {
-    float* xv = x + i * x_stride;
-    const __m256 a = _mm256_set1_ps(scale[i]);
-    size_t j = 0;
-    for (; j + 8 <= d; j += 8) {
-      const __m256 p = _mm256_mul_ps(a, _mm256_loadu_ps(mean + j));
-      _mm256_storeu_ps(xv + j, _mm256_add_ps(_mm256_loadu_ps(xv + j), p));
-    }
-    for (; j < d; ++j) xv[j] += scale[i] * mean[j];
-  }
+  simd::ChannelEnergy<L>(ScalarKernels(), x, dtype, n, stride, d, energy);
 }
 
 template <int kBits>
@@ -1442,7 +788,7 @@ namespace internal {
 const KernelTable& Avx2Table() {
   static const KernelTable table{"avx2", ToF32, FromF32, Encode, Decode, SplitGather,
                                  SplitScatter, SplitEncode, SplitDecode, ChannelEnergy,
-                                 AddScaled, nullptr, nullptr, Avx2GatherAffine, Dequantize,
+                                 simd::AddScaled<L>, nullptr, nullptr, Avx2GatherAffine, Dequantize,
                                  Avx2TransformAssemble, Avx2TransformDecode, EncodeUnit,
                                  Whiten, UnitMoments};
   return table;

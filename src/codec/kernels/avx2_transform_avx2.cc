@@ -9,11 +9,16 @@
 #include "codec/kernels/avx2_common.h"
 #include "codec/kernels/internal.h"
 #include "codec/kernels/kernels.h"
+#include "codec/kernels/simd_transform.h"
 
 namespace tqkv::kernels {
 namespace {
 
+using L = avx2::Lanes;
 using internal::Unroll;
+using simd::kMaxCols;
+using Columns = simd::Columns<L>;
+using Words = simd::Words<L>;
 
 // r[k] lane i <- r[i] lane k.
 inline void Transpose8x8(__m256* r) {
@@ -70,9 +75,6 @@ void GatherAffineOne(const float* r, const uint32_t* from, const float* a, const
 // and the results transpose back. On Zen 3 this beat vpgatherdd, scalar loads and one rotation
 // call per block and vector (docs/lab/kl.md). Rows whose positions in use do not fill whole
 // registers within row_stride, and the last n % 8 vectors, go one vector at a time.
-constexpr size_t kMaxCols = 256;
-using Columns = float[kMaxCols][8];  // [p]: row position p of 8 vectors
-
 // Row positions in use, rounded up to whole registers; 0 when the fast path cannot take them.
 size_t UsedColumns(size_t row_stride, const uint32_t* from, size_t d, const TransformBlock* blocks,
                    size_t nblocks) {
@@ -89,60 +91,13 @@ void ColumnsIn(const float* r, size_t row_stride, size_t cols, Columns& tr) {
   }
 }
 
-// RotateColumns for a block of kM <= 32 positions, held in registers (spilled as the compiler sees fit).
-template <uint32_t kM>
-void RotateColumnsInRegisters(const TransformBlock& blk, Columns& tr) {
-  float(*t)[8] = tr + blk.offset;
-  __m256 v[kM];
-#pragma GCC unroll 32
-  for (uint32_t j = 0; j < kM; ++j) v[j] = _mm256_load_ps(t[j]);
-#pragma GCC unroll 8
-  for (uint32_t h = 1; h < kM; h <<= 1) {
-#pragma GCC unroll 32
-    for (uint32_t j = 0; j < kM; ++j) {
-      if (j & h) continue;
-      const __m256 x = v[j], y = v[j + h];
-      v[j] = _mm256_add_ps(x, y);
-      v[j + h] = _mm256_sub_ps(x, y);
-    }
-  }
-#pragma GCC unroll 32
-  for (uint32_t j = 0; j < kM; ++j) {
-    _mm256_store_ps(t[j], _mm256_mul_ps(v[j], _mm256_broadcast_ss(blk.signs + j)));
-  }
-}
-
-// Fwht(v) * signs of one block, each lane a vector: the reference's stages and pairs.
-void RotateColumns(const TransformBlock& blk, Columns& tr) {
-  if (blk.dim == 8) return RotateColumnsInRegisters<8>(blk, tr);
-  if (blk.dim == 16) return RotateColumnsInRegisters<16>(blk, tr);
-  if (blk.dim == 32) return RotateColumnsInRegisters<32>(blk, tr);
-  float(*t)[8] = tr + blk.offset;
-  const uint32_t m = blk.dim;
-  for (uint32_t h = 1; h < m; h <<= 1) {
-    for (uint32_t i = 0; i < m; i += 2 * h) {
-      for (uint32_t j = i; j < i + h; ++j) {
-        const __m256 x = _mm256_load_ps(t[j]), y = _mm256_load_ps(t[j + h]);
-        _mm256_store_ps(t[j], _mm256_add_ps(x, y));
-        _mm256_store_ps(t[j + h], _mm256_sub_ps(x, y));
-      }
-    }
-  }
-  for (uint32_t j = 0; j < m; ++j) {
-    _mm256_store_ps(t[j], _mm256_mul_ps(_mm256_load_ps(t[j]), _mm256_broadcast_ss(blk.signs + j)));
-  }
-}
-
-
 // ---- transform_decode: the indices straight from 8 codes into columns (avx512_transform's
 // design at eight lanes) ----
 
 
-constexpr size_t kMaxWords = 80;       // code bytes held transposed: up to 320
-using Words = uint32_t[kMaxWords][8];  // [w]: dword w of 8 codes
-
 // Bytes 0..code_bytes-1 of codes 0..cnt-1 (the rest 0), transposed by dwords.
-void WordsIn(const uint8_t* code, size_t code_stride, size_t code_bytes, size_t cnt, Words& w) {
+void TransposeWords(const uint8_t* code, size_t code_stride, size_t code_bytes, size_t cnt,
+                    Words& w) {
   for (size_t q = 0; 32 * q < code_bytes; ++q) {
     const size_t len = std::min<size_t>(32, code_bytes - 32 * q);
     __m256 v[8];
@@ -164,8 +119,8 @@ void WordsIn(const uint8_t* code, size_t code_stride, size_t code_bytes, size_t 
 // Block columns t[j] = centroid[idx_j] * (norm * dec_scale), lanes the 8 codes (nv their norms):
 // dequantize's product. Bit j % 8 of byte j / 8 of plane p, shifted to bit p, OR'ed into idx.
 template <int kBits>
-void DequantizeColumns(const SubsetPlan& plan, size_t planes_offset, const Words& w, __m256 nv,
-                       float (*t)[8]) {
+void DequantizeColumnsBits(const SubsetPlan& plan, size_t planes_offset, const Words& w,
+                           __m256 nv, float (*t)[8]) {
   const __m256 av = _mm256_mul_ps(nv, _mm256_set1_ps(plan.dec_scale));
   alignas(32) float cent[16] = {};
   for (uint32_t k = 0; k < (1u << kBits) && k < 16; ++k) cent[k] = plan.centroids[k];
@@ -200,16 +155,6 @@ void DequantizeColumns(const SubsetPlan& plan, size_t planes_offset, const Words
       _mm256_store_ps(t[8 * byte + kT], _mm256_mul_ps(c, av));
     });
   }
-}
-
-void DequantizeColumnsAny(const SubsetPlan& plan, size_t planes_offset, const Words& w, __m256 nv,
-                          float (*t)[8]) {
-  using Fn = void (*)(const SubsetPlan&, size_t, const Words&, __m256, float (*)[8]);
-  static constexpr Fn kByBits[8] = {DequantizeColumns<1>, DequantizeColumns<2>,
-                                    DequantizeColumns<3>, DequantizeColumns<4>,
-                                    DequantizeColumns<5>, DequantizeColumns<6>,
-                                    DequantizeColumns<7>, DequantizeColumns<8>};
-  kByBits[plan.bits - 1](plan, planes_offset, w, nv, t);
 }
 
 // Eight channels of one vector as kT to dst (element c).
@@ -267,32 +212,24 @@ void AffineOutAs(const Columns& tr, const uint32_t* from, const float* a, const 
   }
 }
 
-template <DType kT>
-void TransformDecodeT(const uint8_t* code, size_t code_stride, size_t code_bytes,
-                      const TransformCodeBlock* code_blocks, const TransformBlock* blocks,
-                      size_t nblocks, size_t cols, const uint32_t* from, const float* a,
-                      const float* b, const float* norms, size_t n, size_t d, const float* mean,
-                      const float* scale, uint8_t* out, size_t pitch) {
-  alignas(32) Columns tr;
-  alignas(32) Words w;
-  for (size_t q = 0; q < cols; ++q) {  // positions no block fills (any from[c] of a 0-bit channel)
-    _mm256_store_ps(tr[q], _mm256_setzero_ps());
+struct Transform {
+  using L = avx2::Lanes;
+  static void WordsIn(const uint8_t* code, size_t code_stride, size_t code_bytes, size_t cnt,
+                      Words& w) {
+    TransposeWords(code, code_stride, code_bytes, cnt, w);
   }
-  for (size_t i0 = 0; i0 < n; i0 += 8) {
-    const size_t cnt = std::min<size_t>(8, n - i0);
-    alignas(32) float nb[8] = {}, sb[8] = {};
-    std::memcpy(nb, norms + i0, cnt * sizeof(float));
-    if (mean != nullptr) std::memcpy(sb, scale + i0, cnt * sizeof(float));
-    WordsIn(code + i0 * code_stride, code_stride, code_bytes, cnt, w);
-    const __m256 nv = _mm256_load_ps(nb);
-    for (size_t k = 0; k < nblocks; ++k) {
-      DequantizeColumnsAny(*code_blocks[k].plan, code_blocks[k].planes_offset, w, nv,
-                           tr + blocks[k].offset);
-      RotateColumns(blocks[k], tr);
-    }
-    AffineOutAs<kT>(tr, from, a, b, nb, cnt, d, mean, sb, out + i0 * pitch, pitch);
+  template <int kBits>
+  static void DequantizeColumns(const SubsetPlan& plan, size_t planes_offset, const Words& w,
+                                __m256 nv, float (*t)[8]) {
+    DequantizeColumnsBits<kBits>(plan, planes_offset, w, nv, t);
   }
-}
+  template <DType kT>
+  static void AffineOut(const Columns& tr, const uint32_t* from, const float* a, const float* b,
+                        const float* norms, size_t cnt, size_t d, const float* mean,
+                        const float* scale, uint8_t* o, size_t pitch) {
+    AffineOutAs<kT>(tr, from, a, b, norms, cnt, d, mean, scale, o, pitch);
+  }
+};
 
 }  // namespace
 
@@ -326,7 +263,7 @@ void Avx2TransformAssemble(float* row, size_t row_stride, const TransformBlock* 
     alignas(32) Columns tr;
     for (; i0 + 8 <= n; i0 += 8) {
       ColumnsIn(row + i0 * row_stride, row_stride, cols, tr);
-      for (size_t k = 0; k < nblocks; ++k) RotateColumns(blocks[k], tr);
+      for (size_t k = 0; k < nblocks; ++k) simd::RotateColumns<L>(blocks[k], tr);
       AffineOutAs<DType::kF32>(tr, from, a, b, norms + i0, 8, d, nullptr, nullptr,
                                reinterpret_cast<uint8_t*>(out + i0 * out_stride), 4 * out_stride);
     }
@@ -342,29 +279,8 @@ bool Avx2TransformDecode(const uint8_t* code, size_t code_stride,
                          size_t nblocks, const uint32_t* from, const float* a, const float* b,
                          const float* norms, size_t n, size_t d, const float* mean,
                          const float* scale, void* out, DType dtype, size_t out_stride) {
-  const size_t cols = (RowPositionsUsed(from, d, blocks, nblocks) + 7) / 8 * 8;
-  size_t code_bytes = 0;
-  if (cols > kMaxCols || !TransformDecodeBlocks(code_blocks, blocks, nblocks, &code_bytes) ||
-      code_bytes > 4 * kMaxWords) {
-    return false;  // the codec's route through buffers
-  }
-  const size_t pitch = out_stride * DTypeSize(dtype);
-  auto* o = static_cast<uint8_t*>(out);
-  switch (dtype) {
-    case DType::kF32:
-      TransformDecodeT<DType::kF32>(code, code_stride, code_bytes, code_blocks, blocks, nblocks,
-                                    cols, from, a, b, norms, n, d, mean, scale, o, pitch);
-      return true;
-    case DType::kF16:
-      TransformDecodeT<DType::kF16>(code, code_stride, code_bytes, code_blocks, blocks, nblocks,
-                                    cols, from, a, b, norms, n, d, mean, scale, o, pitch);
-      return true;
-    case DType::kBF16:
-      TransformDecodeT<DType::kBF16>(code, code_stride, code_bytes, code_blocks, blocks, nblocks,
-                                     cols, from, a, b, norms, n, d, mean, scale, o, pitch);
-      return true;
-  }
-  return false;
+  return simd::TransformDecode<Transform>(code, code_stride, code_blocks, blocks, nblocks, from, a,
+                                          b, norms, n, d, mean, scale, out, dtype, out_stride);
 }
 
 }  // namespace internal

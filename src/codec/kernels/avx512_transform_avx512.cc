@@ -16,13 +16,18 @@
 #include "codec/kernels/avx512_common.h"
 #include "codec/kernels/internal.h"
 #include "codec/kernels/kernels.h"
+#include "codec/kernels/simd_transform.h"
 
 namespace tqkv::kernels {
 namespace {
 
+using L = avx512::Lanes<false>;  // the FWHT here is adds and subtracts: no fma choice
 using avx512::FloatToBF16x16;
 using avx512::LowMask16;
 using internal::Unroll;
+using simd::kMaxCols;
+using Columns = simd::Columns<L>;
+using Words = simd::Words<L>;
 
 // ---- dequantize: v[j] = centroid[idx[j]] * a, 16 positions a register ----
 
@@ -103,9 +108,6 @@ void DequantizeBits(const SubsetPlan& plan, const uint8_t* norm_in, const uint8_
     r[12 + k] = _mm512_shuffle_f32x4(hi[0][k], hi[1][k], _MM_SHUFFLE(3, 1, 3, 1));
   }
 }
-
-constexpr size_t kMaxCols = 256;
-using Columns = float[kMaxCols][16];  // [p]: row position p of 16 vectors
 
 // Row positions in use (every block's and every from[c]), rounded up to whole registers; 0 when
 // more than kMaxCols.
@@ -200,75 +202,11 @@ void AffineOut(const Columns& tr, const uint32_t* from, const float* a, const fl
   }
 }
 
-// Stages h = 1 .. kM/2 of the reference's FWHT on kM columns in registers (each lane a vector),
-// then (kSigns) the signs.
-template <uint32_t kM, bool kSigns>
-[[gnu::always_inline]] inline void FwhtColumns(float (*t)[16], const float* signs) {
-  __m512 v[kM];
-#pragma GCC unroll 32
-  for (uint32_t j = 0; j < kM; ++j) v[j] = _mm512_load_ps(t[j]);
-  avx512::ButterflyStages<kM>(v);
-#pragma GCC unroll 32
-  for (uint32_t j = 0; j < kM; ++j) {
-    _mm512_store_ps(t[j], kSigns ? _mm512_mul_ps(v[j], _mm512_set1_ps(signs[j])) : v[j]);
-  }
-}
-
-// Stages h = 32, 64, .. m/2 across kQ = m / 32 columns 32 apart (column j of each 32-chunk),
-// then the signs: the rest of a block past FwhtColumns<32>.
-template <uint32_t kQ>
-void FwhtAcross(float (*t)[16], const float* signs) {
-  for (uint32_t j = 0; j < 32; ++j) {
-    __m512 v[kQ];
-#pragma GCC unroll 8
-    for (uint32_t q = 0; q < kQ; ++q) v[q] = _mm512_load_ps(t[j + 32 * q]);
-    avx512::ButterflyStages<kQ>(v);
-#pragma GCC unroll 8
-    for (uint32_t q = 0; q < kQ; ++q) {
-      _mm512_store_ps(t[j + 32 * q], _mm512_mul_ps(v[q], _mm512_set1_ps(signs[j + 32 * q])));
-    }
-  }
-}
-
-// Fwht(v) * signs of one block, each lane a vector. Every element sees the reference's adds and
-// subtracts stage by stage, so the order of the pairs within a stage does not change a bit.
-void RotateColumns(const TransformBlock& blk, Columns& tr) {
-  float(*t)[16] = tr + blk.offset;
-  switch (blk.dim) {
-    case 1: return FwhtColumns<1, true>(t, blk.signs);
-    case 2: return FwhtColumns<2, true>(t, blk.signs);
-    case 4: return FwhtColumns<4, true>(t, blk.signs);
-    case 8: return FwhtColumns<8, true>(t, blk.signs);
-    case 16: return FwhtColumns<16, true>(t, blk.signs);
-    case 32: return FwhtColumns<32, true>(t, blk.signs);
-  }
-  const uint32_t m = blk.dim;
-  if (m == 64 || m == 128 || m == 256) {
-    for (uint32_t j = 0; j < m; j += 32) FwhtColumns<32, false>(t + j, nullptr);
-    if (m == 64) return FwhtAcross<2>(t, blk.signs);
-    if (m == 128) return FwhtAcross<4>(t, blk.signs);
-    return FwhtAcross<8>(t, blk.signs);
-  }
-  for (uint32_t h = 1; h < m; h <<= 1) {  // other powers of two: stage by stage in memory
-    for (uint32_t j = 0; j < m; ++j) {
-      if (j & h) continue;
-      const __m512 x = _mm512_load_ps(t[j]), y = _mm512_load_ps(t[j + h]);
-      _mm512_store_ps(t[j], _mm512_add_ps(x, y));
-      _mm512_store_ps(t[j + h], _mm512_sub_ps(x, y));
-    }
-  }
-  for (uint32_t j = 0; j < m; ++j) {
-    _mm512_store_ps(t[j], _mm512_mul_ps(_mm512_load_ps(t[j]), _mm512_set1_ps(blk.signs[j])));
-  }
-}
-
 // ---- transform_decode: the indices straight from 16 codes into columns ----
 
-constexpr size_t kMaxWords = 80;   // code bytes held transposed: up to 320
-using Words = uint32_t[kMaxWords][16];  // [w]: dword w of 16 codes
-
 // Bytes 0..code_bytes-1 of codes 0..cnt-1 (the rest 0), transposed by dwords.
-void WordsIn(const uint8_t* code, size_t code_stride, size_t code_bytes, size_t cnt, Words& w) {
+void TransposeWords(const uint8_t* code, size_t code_stride, size_t code_bytes, size_t cnt,
+                    Words& w) {
   for (size_t q = 0; 64 * q < code_bytes; ++q) {
     const size_t len = std::min<size_t>(64, code_bytes - 64 * q);
     const __mmask64 k = _cvtu64_mask64(len == 64 ? ~uint64_t{0} : (uint64_t{1} << len) - 1);
@@ -286,8 +224,8 @@ void WordsIn(const uint8_t* code, size_t code_stride, size_t code_bytes, size_t 
 // Block columns t[j] = centroid[idx_j] * (norm * dec_scale), lanes the 16 codes (nv their norms):
 // dequantize's product. Bit j % 8 of byte j / 8 of plane p, shifted to bit p, OR'ed into idx.
 template <int kBits>
-void DequantizeColumns(const SubsetPlan& plan, size_t planes_offset, const Words& w, __m512 nv,
-                       float (*t)[16]) {
+void DequantizeColumnsBits(const SubsetPlan& plan, size_t planes_offset, const Words& w,
+                           __m512 nv, float (*t)[16]) {
   const __m512 av = _mm512_mul_ps(nv, _mm512_set1_ps(plan.dec_scale));
   alignas(64) float cent[32] = {};
   for (uint32_t k = 0; k < (1u << kBits) && k < 32; ++k) cent[k] = plan.centroids[k];
@@ -322,40 +260,24 @@ void DequantizeColumns(const SubsetPlan& plan, size_t planes_offset, const Words
   }
 }
 
-void DequantizeColumnsAny(const SubsetPlan& plan, size_t planes_offset, const Words& w, __m512 nv,
-                          float (*t)[16]) {
-  using Fn = void (*)(const SubsetPlan&, size_t, const Words&, __m512, float (*)[16]);
-  static constexpr Fn kByBits[8] = {DequantizeColumns<1>, DequantizeColumns<2>,
-                                    DequantizeColumns<3>, DequantizeColumns<4>,
-                                    DequantizeColumns<5>, DequantizeColumns<6>,
-                                    DequantizeColumns<7>, DequantizeColumns<8>};
-  kByBits[plan.bits - 1](plan, planes_offset, w, nv, t);
-}
-
-template <DType kT>
-void TransformDecodeT(const uint8_t* code, size_t code_stride, size_t code_bytes,
-                      const TransformCodeBlock* code_blocks, const TransformBlock* blocks,
-                      size_t nblocks, size_t cols, const uint32_t* from, const float* a,
-                      const float* b, const float* norms, size_t n, size_t d, const float* mean,
-                      const float* scale, uint8_t* out, size_t pitch) {
-  alignas(64) Columns tr;
-  alignas(64) Words w;
-  for (size_t q = 0; q < cols; ++q) {  // positions no block fills (any from[c] of a 0-bit channel)
-    _mm512_store_ps(tr[q], _mm512_setzero_ps());
+struct Transform {
+  using L = ::tqkv::kernels::L;
+  static void WordsIn(const uint8_t* code, size_t code_stride, size_t code_bytes, size_t cnt,
+                      Words& w) {
+    TransposeWords(code, code_stride, code_bytes, cnt, w);
   }
-  for (size_t i0 = 0; i0 < n; i0 += 16) {
-    const size_t cnt = std::min<size_t>(16, n - i0);
-    WordsIn(code + i0 * code_stride, code_stride, code_bytes, cnt, w);
-    const __m512 nv = _mm512_maskz_loadu_ps(LowMask16(cnt), norms + i0);
-    for (size_t k = 0; k < nblocks; ++k) {
-      DequantizeColumnsAny(*code_blocks[k].plan, code_blocks[k].planes_offset, w, nv,
-                           tr + blocks[k].offset);
-      RotateColumns(blocks[k], tr);
-    }
-    AffineOut<kT>(tr, from, a, b, norms + i0, cnt, d, mean, mean != nullptr ? scale + i0 : nullptr,
-                  out + i0 * pitch, pitch);
+  template <int kBits>
+  static void DequantizeColumns(const SubsetPlan& plan, size_t planes_offset, const Words& w,
+                                __m512 nv, float (*t)[16]) {
+    DequantizeColumnsBits<kBits>(plan, planes_offset, w, nv, t);
   }
-}
+  template <DType kT>
+  static void AffineOut(const Columns& tr, const uint32_t* from, const float* a, const float* b,
+                        const float* norms, size_t cnt, size_t d, const float* mean,
+                        const float* scale, uint8_t* o, size_t pitch) {
+    ::tqkv::kernels::AffineOut<kT>(tr, from, a, b, norms, cnt, d, mean, scale, o, pitch);
+  }
+};
 
 }  // namespace
 
@@ -391,7 +313,7 @@ void Avx512TransformAssemble(float* row, size_t row_stride, const TransformBlock
   for (size_t i0 = 0; i0 < n; i0 += 16) {
     const size_t cnt = std::min<size_t>(16, n - i0);
     ColumnsIn(row + i0 * row_stride, row_stride, used, cols, cnt, tr);
-    for (size_t k = 0; k < nblocks; ++k) RotateColumns(blocks[k], tr);
+    for (size_t k = 0; k < nblocks; ++k) simd::RotateColumns<L>(blocks[k], tr);
     AffineOut<DType::kF32>(tr, from, a, b, norms + i0, cnt, d, nullptr, nullptr,
                            reinterpret_cast<uint8_t*>(out + i0 * out_stride), 4 * out_stride);
   }
@@ -402,29 +324,8 @@ bool Avx512TransformDecode(const uint8_t* code, size_t code_stride,
                            size_t nblocks, const uint32_t* from, const float* a, const float* b,
                            const float* norms, size_t n, size_t d, const float* mean,
                            const float* scale, void* out, DType dtype, size_t out_stride) {
-  size_t used = 0, code_bytes = 0;
-  const size_t cols = UsedColumns(from, d, blocks, nblocks, &used);
-  if (cols == 0 || !TransformDecodeBlocks(code_blocks, blocks, nblocks, &code_bytes) ||
-      code_bytes > 4 * kMaxWords) {
-    return false;  // the codec's route through buffers
-  }
-  const size_t pitch = out_stride * DTypeSize(dtype);
-  auto* o = static_cast<uint8_t*>(out);
-  switch (dtype) {
-    case DType::kF32:
-      TransformDecodeT<DType::kF32>(code, code_stride, code_bytes, code_blocks, blocks, nblocks,
-                                    cols, from, a, b, norms, n, d, mean, scale, o, pitch);
-      return true;
-    case DType::kF16:
-      TransformDecodeT<DType::kF16>(code, code_stride, code_bytes, code_blocks, blocks, nblocks,
-                                    cols, from, a, b, norms, n, d, mean, scale, o, pitch);
-      return true;
-    case DType::kBF16:
-      TransformDecodeT<DType::kBF16>(code, code_stride, code_bytes, code_blocks, blocks, nblocks,
-                                     cols, from, a, b, norms, n, d, mean, scale, o, pitch);
-      return true;
-  }
-  return false;
+  return simd::TransformDecode<Transform>(code, code_stride, code_blocks, blocks, nblocks, from, a,
+                                          b, norms, n, d, mean, scale, out, dtype, out_stride);
 }
 
 }  // namespace internal

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "codec/codec_internal.h"
 #include "codec/kernels/kernels.h"
@@ -81,6 +82,57 @@ void DecodeTo(const KernelTable& k, const SubsetPlan& plan, const uint8_t* norm_
       }
     }
   }
+}
+
+namespace {
+
+constexpr size_t kSplitChunk = 16;  // vectors per step of the batch-wise split route
+
+// step(first vector, count, f32 rows, subset 0 floats, subset 1 floats) over chunks of
+// kSplitChunk vectors.
+template <typename Step>
+void SplitBatches(const SplitPlan& sp, size_t n, Step&& step) {
+  const size_t d = sp.sub[0].dim + sp.sub[1].dim;
+  std::vector<float> xf(kSplitChunk * d);
+  std::vector<float> g0(kSplitChunk * sp.sub[0].dim + kSplitSlack);
+  std::vector<float> g1(kSplitChunk * sp.sub[1].dim + kSplitSlack);
+  for (size_t i = 0; i < n; i += kSplitChunk) {
+    step(i, std::min(kSplitChunk, n - i), xf.data(), g0.data(), g1.data());
+  }
+}
+
+}  // namespace
+
+void SplitEncodeBatched(const KernelTable& k, const SplitPlan& sp, const void* x, DType dtype,
+                        size_t x_stride, size_t n, const uint8_t* mask, uint8_t* code,
+                        size_t code_stride) {
+  if (n == 0) return;
+  const size_t m0 = sp.sub[0].dim, m1 = sp.sub[1].dim, d = m0 + m1;
+  const size_t pitch = x_stride * DTypeSize(dtype);
+  const auto* src = static_cast<const uint8_t*>(x);
+  SplitBatches(sp, n, [&](size_t i, size_t cnt, float* xf, float* g0, float* g1) {
+    for (size_t r = 0; r < cnt; ++r) k.to_f32(src + (i + r) * pitch, dtype, d, xf + r * d);
+    uint8_t* c = code + i * code_stride;
+    k.split_gather(xf, d, cnt, mask, d, g0, m0, g1, m1);
+    k.encode(sp.sub[0], g0, m0, cnt, c + sp.norm_offset[0], c + sp.planes_offset[0], code_stride);
+    k.encode(sp.sub[1], g1, m1, cnt, c + sp.norm_offset[1], c + sp.planes_offset[1], code_stride);
+  });
+}
+
+void SplitDecodeBatched(const KernelTable& k, const SplitPlan& sp, const uint8_t* code,
+                        size_t code_stride, size_t n, const uint8_t* mask, void* x, DType dtype,
+                        size_t x_stride) {
+  if (n == 0) return;
+  const size_t m0 = sp.sub[0].dim, m1 = sp.sub[1].dim, d = m0 + m1;
+  const size_t pitch = x_stride * DTypeSize(dtype);
+  auto* dst = static_cast<uint8_t*>(x);
+  SplitBatches(sp, n, [&](size_t i, size_t cnt, float* xf, float* g0, float* g1) {
+    const uint8_t* c = code + i * code_stride;
+    k.decode(sp.sub[0], c + sp.norm_offset[0], c + sp.planes_offset[0], code_stride, cnt, g0, m0);
+    k.decode(sp.sub[1], c + sp.norm_offset[1], c + sp.planes_offset[1], code_stride, cnt, g1, m1);
+    k.split_scatter(g0, m0, g1, m1, cnt, mask, d, xf, d);
+    for (size_t r = 0; r < cnt; ++r) k.from_f32(xf + r * d, d, dtype, dst + (i + r) * pitch);
+  });
 }
 
 }  // namespace tqkv::kernels

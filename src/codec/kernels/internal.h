@@ -3,6 +3,7 @@
 #define TQKV_SRC_CODEC_KERNELS_INTERNAL_H_
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <utility>
 
@@ -121,6 +122,90 @@ static inline bool TransformDecodeBlocks(const TransformCodeBlock* code_blocks,
   }
   *code_bytes = bytes;
   return ok;
+}
+
+// split_gather's walk (kernels.h): for every vector, step(8 floats at xv + 8k, mask byte k, its
+// subset 0 floats, its subset 1 floats) for the whole mask bytes k < `whole` (at most d / 8), the
+// outputs then advanced by the byte's set and clear bits, and the channels past them one by one.
+// `static` as above (a table's steps are its own instructions).
+template <class Step>
+static inline void SplitGatherWalk(const float* x, size_t x_stride, size_t n, const uint8_t* mask,
+                                   size_t d, size_t whole, float* out0, size_t m0, float* out1,
+                                   size_t m1, Step&& step) {
+  for (size_t i = 0; i < n; ++i) {
+    const float* xv = x + i * x_stride;
+    float* o0 = out0 + i * m0;
+    float* o1 = out1 + i * m1;
+    for (size_t k = 0; k < whole; ++k) {
+      const uint8_t mb = mask[k];
+      step(xv + 8 * k, mb, o0, o1);
+      const int cnt = __builtin_popcount(mb);
+      o0 += cnt;
+      o1 += 8 - cnt;
+    }
+    for (size_t c = 8 * whole; c < d; ++c) {
+      if ((mask[c / 8] >> (c % 8)) & 1u) {
+        *o0++ = xv[c];
+      } else {
+        *o1++ = xv[c];
+      }
+    }
+  }
+}
+
+// split_scatter's walk, the inverse: step(8 floats to write at xv + 8k, mask byte k, subset 0
+// floats, subset 1 floats).
+template <class Step>
+static inline void SplitScatterWalk(const float* in0, size_t m0, const float* in1, size_t m1,
+                                    size_t n, const uint8_t* mask, size_t d, size_t whole,
+                                    float* x, size_t x_stride, Step&& step) {
+  for (size_t i = 0; i < n; ++i) {
+    float* xv = x + i * x_stride;
+    const float* i0 = in0 + i * m0;
+    const float* i1 = in1 + i * m1;
+    for (size_t k = 0; k < whole; ++k) {
+      const uint8_t mb = mask[k];
+      step(xv + 8 * k, mb, i0, i1);
+      const int cnt = __builtin_popcount(mb);
+      i0 += cnt;
+      i1 += 8 - cnt;
+    }
+    for (size_t c = 8 * whole; c < d; ++c) xv[c] = ((mask[c / 8] >> (c % 8)) & 1u) ? *i0++ : *i1++;
+  }
+}
+
+// Split movement by mask byte, for the 256 bytes: the lanes whose bit is set, ascending (then
+// padding), those whose bit is clear, each lane's rank among its kind, and 0xFF where its bit is
+// set; every lane as kW bytes (kW = 1: lane numbers; 4: the byte numbers of a float, for byte
+// shuffles).
+template <int kW>
+struct SplitLut {
+  uint8_t set[256][8 * kW];
+  uint8_t unset[256][8 * kW];
+  uint8_t rank[256][8 * kW];
+  uint8_t sel[256][8 * kW];
+};
+
+template <int kW>
+static const SplitLut<kW>& SplitLutOf() {
+  static const SplitLut<kW> lut = [] {
+    SplitLut<kW> t{};
+    for (int mb = 0; mb < 256; ++mb) {
+      int a = 0, b = 0;
+      for (int l = 0; l < 8; ++l) {
+        const bool set = (mb >> l) & 1;
+        const int rank = set ? a++ : b++;
+        uint8_t* dst = set ? t.set[mb] : t.unset[mb];
+        for (int k = 0; k < kW; ++k) {
+          dst[kW * rank + k] = static_cast<uint8_t>(kW * l + k);
+          t.rank[mb][kW * l + k] = static_cast<uint8_t>(kW * rank + k);
+          t.sel[mb][kW * l + k] = set ? 0xFF : 0x00;
+        }
+      }
+    }
+    return t;
+  }();
+  return lut;
 }
 
 }  // namespace tqkv::kernels::internal

@@ -210,6 +210,16 @@ void DecodeTo(const KernelTable& k, const SubsetPlan& plan, const uint8_t* norm_
               const uint8_t* planes_in, size_t code_stride, size_t n, const float* mean,
               const float* scale, void* out, DType dtype, size_t out_stride);
 
+// Split codecs batch-wise through table k: kSplitChunk vectors converted and gathered, then each
+// subset encoded (or decoded, scattered and converted) by k's kernels. The split_encode /
+// split_decode of tables without a fused route for the plan.
+void SplitEncodeBatched(const KernelTable& k, const SplitPlan& sp, const void* x, DType dtype,
+                        size_t x_stride, size_t n, const uint8_t* mask, uint8_t* code,
+                        size_t code_stride);
+void SplitDecodeBatched(const KernelTable& k, const SplitPlan& sp, const uint8_t* code,
+                        size_t code_stride, size_t n, const uint8_t* mask, void* x, DType dtype,
+                        size_t x_stride);
+
 // Scalar reference: always built.
 const KernelTable& ScalarKernels();
 // AVX2+FMA+F16C kernels, or null when not built or not supported by this CPU. They handle any plan

@@ -1,5 +1,7 @@
 // Arm NEON (AArch64) kernels. Every result is bit-identical to ref.cc: the same operations in the
-// same order, four lanes at a time.
+// same order, four lanes at a time. The rotations and the per-vector loops are the shared
+// templates (simd_*.h) at four lanes (neon::Lanes below); quantization, bit planes, the Haar
+// product and the split movement are this file's.
 //
 // NEON and the f16 conversions are part of the AArch64 base ISA, so this file needs no target
 // flags; CMake compiles it only for aarch64 targets. Rounding: vfmaq_f32 / vfmaq_n_f32 are fused
@@ -12,13 +14,100 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <vector>
 
 #include "codec/kernels/internal.h"
 #include "codec/kernels/kernels.h"
+#include "codec/kernels/simd_rotation.h"
+#include "codec/kernels/simd_vectors.h"
 
 namespace tqkv::kernels {
+namespace neon {
+
+// 4 lanes (simd_rotation.h).
+struct Lanes {
+  using V = float32x4_t;
+  struct S8 {  // Sum8's eight accumulators: lanes 0-3 (lo) and 4-7 (hi)
+    float32x4_t lo, hi;
+  };
+  struct DV {  // four doubles
+    float64x2_t lo, hi;
+  };
+  static constexpr int kN = 4;
+  static constexpr int kDN = 4;
+  static constexpr int kFwhtRegs = 8;    // FwhtRegs: register stages up to 8 registers (32 floats)
+  static constexpr int kEnergyRegs = 0;  // channel energy: sums stay in memory
+
+  static V Zero() { return vdupq_n_f32(0.0f); }
+  static V Set1(float f) { return vdupq_n_f32(f); }
+  static V Load(const float* p) { return vld1q_f32(p); }
+  static V LoadA(const float* p) { return vld1q_f32(p); }
+  static void Store(float* p, V v) { vst1q_f32(p, v); }
+  static void StoreA(float* p, V v) { vst1q_f32(p, v); }
+  static V Add(V a, V b) { return vaddq_f32(a, b); }
+  static V Sub(V a, V b) { return vsubq_f32(a, b); }
+  static V Mul(V a, V b) { return vmulq_f32(a, b); }
+  static V Fma(V a, V b, V c) { return vfmaq_f32(c, a, b); }  // a * b + c, one rounding
+
+  // FWHT stages h = 1, 2 inside a register. Lane i of a pair takes a + b or a - b; here
+  // fma(self, +-1, partner): the product is exact, so one rounding of partner + self or
+  // partner - self, equal bit for bit to the reference's a + b and a - b (NaN payloads aside).
+  [[gnu::always_inline]] static V FwhtIn(V x) {
+    const float32x4_t s1 = {1.0f, -1.0f, 1.0f, -1.0f};
+    const float32x4_t s2 = {1.0f, 1.0f, -1.0f, -1.0f};
+    x = vfmaq_f32(vrev64q_f32(x), x, s1);
+    x = vfmaq_f32(vextq_f32(x, x, 2), x, s2);
+    return x;
+  }
+
+  // Sum8 (kernels.h): lane k of lo takes i % 8 == k, lane k of hi i % 8 == k + 4.
+  static constexpr int kSumStep = 8;
+  static S8 S8Zero() { return {vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)}; }
+  static S8 AddSquaresAt(S8 acc, const float* p) {
+    const float32x4_t a = vld1q_f32(p), b = vld1q_f32(p + 4);
+    return {vaddq_f32(acc.lo, vmulq_f32(a, a)), vaddq_f32(acc.hi, vmulq_f32(b, b))};
+  }
+  // The reference's reduction tree ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)).
+  static float Reduce(S8 acc) {
+    const float32x4_t t = vaddq_f32(acc.lo, acc.hi);                     // a0+a4 .. a3+a7
+    const float32x2_t u = vadd_f32(vget_low_f32(t), vget_high_f32(t));  // (a0+a4)+(a2+a6), ..
+    return vget_lane_f32(u, 0) + vget_lane_f32(u, 1);
+  }
+  static float Sqrt(float x) { return std::sqrt(x); }
+
+  // Four elements of kT from element c as doubles, converted exactly.
+  template <DType kT>
+  static DV LoadAsDouble(const void* row, size_t c) {
+    float32x4_t f;
+    if constexpr (kT == DType::kF32) {
+      f = vld1q_f32(static_cast<const float*>(row) + c);
+    } else {
+      const uint16x4_t h = vld1_u16(static_cast<const uint16_t*>(row) + c);
+      if constexpr (kT == DType::kF16) {
+        f = vcvt_f32_f16(vreinterpret_f16_u16(h));
+      } else {
+        f = vreinterpretq_f32_u32(vshll_n_u16(h, 16));
+      }
+    }
+    return {vcvt_f64_f32(vget_low_f32(f)), vcvt_high_f64_f32(f)};
+  }
+  static DV LoadD(const double* p) { return {vld1q_f64(p), vld1q_f64(p + 2)}; }
+  static void StoreD(double* p, DV v) {
+    vst1q_f64(p, v.lo);
+    vst1q_f64(p + 2, v.hi);
+  }
+  // The product of two floats' doubles is exact; vmulq_f64 then vaddq_f64, never fused.
+  static DV AddD(DV a, DV b) { return {vaddq_f64(a.lo, b.lo), vaddq_f64(a.hi, b.hi)}; }
+  static DV MulD(DV a, DV b) { return {vmulq_f64(a.lo, b.lo), vmulq_f64(a.hi, b.hi)}; }
+};
+
+}  // namespace neon
+
 namespace {
+
+using L = neon::Lanes;
+using internal::LoadNorm;
+using internal::StoreNorm;
+using simd::kMaxDim;
 
 // ---- element conversions ----
 
@@ -83,87 +172,7 @@ void FromF32(const float* src, size_t n, DType dtype, void* dst) {
   ScalarKernels().from_f32(src + i, n - i, dtype, d + i);
 }
 
-// ---- arithmetic primitives ----
-
-// The reference's reduction tree ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)) of lanes 0-3 (lo) and
-// 4-7 (hi).
-inline float ReduceSum8(float32x4_t lo, float32x4_t hi) {
-  const float32x4_t t = vaddq_f32(lo, hi);                             // a0+a4 a1+a5 a2+a6 a3+a7
-  const float32x2_t u = vadd_f32(vget_low_f32(t), vget_high_f32(t));  // (a0+a4)+(a2+a6), ...
-  return vget_lane_f32(u, 0) + vget_lane_f32(u, 1);
-}
-
-// Sum8 of m floats, m a multiple of 8: two registers are the eight accumulators (lane k of lo
-// takes i % 8 == k, lane k of hi i % 8 == k + 4).
-inline float Sum8Squares(const float* v, size_t m) {
-  float32x4_t lo = vdupq_n_f32(0.0f), hi = vdupq_n_f32(0.0f);
-  for (size_t i = 0; i < m; i += 8) {
-    const float32x4_t a = vld1q_f32(v + i), b = vld1q_f32(v + i + 4);
-    lo = vaddq_f32(lo, vmulq_f32(a, a));
-    hi = vaddq_f32(hi, vmulq_f32(b, b));
-  }
-  return ReduceSum8(lo, hi);
-}
-
-inline void MulInto(const float* a, const float* b, size_t m, float* out) {
-  for (size_t j = 0; j < m; j += 4) {
-    vst1q_f32(out + j, vmulq_f32(vld1q_f32(a + j), vld1q_f32(b + j)));
-  }
-}
-
-// FWHT stages h = 1, 2 inside a register. Lane i of a pair takes a + b or a - b; here
-// fma(self, +-1, partner): the product is exact, so one rounding of partner + self or
-// partner - self, equal bit for bit to the reference's a + b and a - b (NaN payloads aside).
-inline float32x4_t FwhtIn4(float32x4_t x) {
-  const float32x4_t s1 = {1.0f, -1.0f, 1.0f, -1.0f};
-  const float32x4_t s2 = {1.0f, 1.0f, -1.0f, -1.0f};
-  x = vfmaq_f32(vrev64q_f32(x), x, s1);
-  x = vfmaq_f32(vextq_f32(x, x, 2), x, s2);
-  return x;
-}
-
-// Every stage below 4 * R of blocks of 4 * R floats, the block in R registers.
-template <int R>
-inline void FwhtBlocks(float* y, size_t m) {
-  for (size_t b0 = 0; b0 < m; b0 += 4 * R) {
-    float32x4_t v[R];
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) v[r] = FwhtIn4(vld1q_f32(y + b0 + 4 * r));
-#pragma GCC unroll 8
-    for (int k = 1; k < R; k <<= 1) {
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) {
-        if (r & k) continue;
-        const float32x4_t a = v[r], b = v[r + k];
-        v[r] = vaddq_f32(a, b);
-        v[r + k] = vsubq_f32(a, b);
-      }
-    }
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) vst1q_f32(y + b0 + 4 * r, v[r]);
-  }
-}
-
-// Unnormalised FWHT of m floats in place, m a power of two >= 4. The stages below 32 run on
-// 32-float blocks in registers, the larger ones as passes over memory. A stage below 32 never
-// pairs elements of different blocks, so every element sees its stages in the reference's order.
-void Fwht(float* y, size_t m) {
-  switch (m) {
-    case 4: return FwhtBlocks<1>(y, m);
-    case 8: return FwhtBlocks<2>(y, m);
-    case 16: return FwhtBlocks<4>(y, m);
-    default: FwhtBlocks<8>(y, m);
-  }
-  for (size_t h = 32; h < m; h <<= 1) {
-    for (size_t i = 0; i < m; i += 2 * h) {
-      for (size_t j = i; j < i + h; j += 4) {
-        const float32x4_t a = vld1q_f32(y + j), b = vld1q_f32(y + j + h);
-        vst1q_f32(y + j, vaddq_f32(a, b));
-        vst1q_f32(y + j + h, vsubq_f32(a, b));
-      }
-    }
-  }
-}
+// ---- the Haar product ----
 
 // y = M x with mt = M^T row-major; y_j = fma(mt[i][j], x_i, y_j) for i in order. Blocks of 32
 // outputs keep the accumulators in registers; blocking changes no lane's order.
@@ -184,32 +193,6 @@ void MatVecT(const float* mt, const float* x, size_t m, float* y) {
     float32x4_t acc = vdupq_n_f32(0.0f);
     for (size_t i = 0; i < m; ++i) acc = vfmaq_n_f32(acc, vld1q_f32(mt + i * m + j0), x[i]);
     vst1q_f32(y + j0, acc);
-  }
-}
-
-// y = (M (x) I_B) x, mt = M^T (q*q row-major), B a multiple of 4: for each output, the q fmas in
-// the reference's order (a' ascending), four outputs of a block per register.
-void KronMix(const float* mt, const float* x, size_t q, size_t block, float* y) {
-  for (size_t a = 0; a < q; ++a) {
-    size_t b = 0;
-    for (; b + 16 <= block; b += 16) {
-      float32x4_t acc[4];
-      for (int r = 0; r < 4; ++r) acc[r] = vdupq_n_f32(0.0f);
-      for (size_t a2 = 0; a2 < q; ++a2) {
-        const float w = mt[a2 * q + a];
-        const float* xb = x + a2 * block + b;
-#pragma GCC unroll 4
-        for (int r = 0; r < 4; ++r) acc[r] = vfmaq_n_f32(acc[r], vld1q_f32(xb + 4 * r), w);
-      }
-      for (int r = 0; r < 4; ++r) vst1q_f32(y + a * block + b + 4 * r, acc[r]);
-    }
-    for (; b < block; b += 4) {
-      float32x4_t acc = vdupq_n_f32(0.0f);
-      for (size_t a2 = 0; a2 < q; ++a2) {
-        acc = vfmaq_n_f32(acc, vld1q_f32(x + a2 * block + b), mt[a2 * q + a]);
-      }
-      vst1q_f32(y + a * block + b, acc);
-    }
   }
 }
 
@@ -258,14 +241,13 @@ inline uint32x4_t Quantize4(const float* thresholds, const Coarse& c, float32x4_
   return idx;
 }
 
-// idx[j] for z[j] = y[j] * s, j < m (m a multiple of 8).
+// idx[j] for z[j], j < m (m a multiple of 8).
 template <int kBits>
-void QuantizeVec(const float* thresholds, const Coarse& c, const float* y, float s, size_t m,
+void QuantizeVec(const float* thresholds, const Coarse& c, const float* z, size_t m,
                  uint8_t* idx) {
-  const float32x4_t sv = vdupq_n_f32(s);
   for (size_t j = 0; j < m; j += 8) {
-    const uint32x4_t lo = Quantize4<kBits>(thresholds, c, vmulq_f32(vld1q_f32(y + j), sv));
-    const uint32x4_t hi = Quantize4<kBits>(thresholds, c, vmulq_f32(vld1q_f32(y + j + 4), sv));
+    const uint32x4_t lo = Quantize4<kBits>(thresholds, c, vld1q_f32(z + j));
+    const uint32x4_t hi = Quantize4<kBits>(thresholds, c, vld1q_f32(z + j + 4));
     vst1_u8(idx + j, vmovn_u16(vcombine_u16(vmovn_u32(lo), vmovn_u32(hi))));
   }
 }
@@ -324,15 +306,10 @@ void Dequantize(const SubsetPlan& p, const uint8_t* idx, float a, float* v) {
   }
 }
 
-using internal::LoadNorm;
-using internal::StoreNorm;
-
 // ---- encode / decode ----
 //
 // Shapes handled here: dim a multiple of 8 up to kMaxDim; Hadamard kinds a power of two;
 // Kronecker blocks a power of two of at least 4 (whole registers). Others go to the reference.
-
-constexpr size_t kMaxDim = 1024;
 
 bool Vectorised(const SubsetPlan& p) {
   if (p.dim == 0 || p.dim % 8 != 0 || p.dim > kMaxDim || p.bits < 1 || p.bits > 8) return false;
@@ -356,56 +333,11 @@ struct Scratch {
   alignas(16) uint8_t idx[kMaxDim];
 };
 
-// The rotation of the encoder: y = R x (before the 1 / norm scale).
-void Forward(const SubsetPlan& p, const float* x, float* y, float* tmp) {
-  const size_t m = p.dim;
-  switch (p.rotation) {
-    case RotationKind::kHaar:
-      MatVecT(p.haar_t, x, m, y);
-      return;
-    case RotationKind::kKronecker:
-      MulInto(x, p.signs1, m, tmp);
-      for (size_t j = 0; j < m; j += p.block) Fwht(tmp + j, p.block);
-      KronMix(p.haar_t, tmp, m / p.block, p.block, y);
-      return;
-    default:
-      MulInto(x, p.signs1, m, y);
-      Fwht(y, m);
-      if (p.rotation == RotationKind::kHadamard2) {
-        MulInto(y, p.signs2, m, y);
-        Fwht(y, m);
-      }
-      return;
-  }
-}
-
-// The decoder's inverse rotation of v (scratch, overwritten) into out.
-void Inverse(const SubsetPlan& p, float* v, float* tmp, float* out) {
-  const size_t m = p.dim;
-  switch (p.rotation) {
-    case RotationKind::kHaar:
-      MatVecT(p.haar, v, m, out);
-      return;
-    case RotationKind::kKronecker:
-      KronMix(p.haar, v, m / p.block, p.block, tmp);
-      for (size_t j = 0; j < m; j += p.block) Fwht(tmp + j, p.block);
-      MulInto(tmp, p.signs1, m, out);
-      return;
-    default:
-      Fwht(v, m);
-      if (p.rotation == RotationKind::kHadamard2) {
-        MulInto(v, p.signs2, m, v);
-        Fwht(v, m);
-      }
-      MulInto(v, p.signs1, m, out);
-      return;
-  }
-}
-
 template <int kBits>
 void EncodeBits(const SubsetPlan& plan, const float* x, size_t x_stride, size_t n,
                 uint8_t* norm_out, uint8_t* planes_out, size_t code_stride) {
   const size_t m = plan.dim;
+  const simd::ForwardFn forward = simd::PickForwardFn<L>(plan);  // null: Haar
   Coarse coarse;
   InitCoarse(plan, &coarse);
   Scratch s;
@@ -413,21 +345,22 @@ void EncodeBits(const SubsetPlan& plan, const float* x, size_t x_stride, size_t 
     const float* xv = x + v * x_stride;
     uint8_t* norm_v = norm_out + v * code_stride;
     uint8_t* planes_v = planes_out + v * code_stride;
-    const float norm = std::sqrt(Sum8Squares(xv, m));
-    if (norm == 0.0f || !std::isfinite(norm)) {
-      StoreNorm(norm == 0.0f ? 0.0f : std::numeric_limits<float>::quiet_NaN(), plan.norm_dtype,
-                norm_v);
-      std::memset(planes_v, 0, plan.planes_bytes());
-      continue;
+    const float norm = L::Sqrt(simd::Sum8Squares<L>(xv, m));
+    if (simd::EncodeDegenerate(plan, norm, norm_v, planes_v)) continue;
+    const float scale = plan.enc_scale / norm;
+    if (forward != nullptr) {
+      forward(plan, xv, scale, s.y);
+    } else {
+      MatVecT(plan.haar_t, xv, m, s.y);
+      for (size_t j = 0; j < m; j += 4) vst1q_f32(s.y + j, vmulq_n_f32(vld1q_f32(s.y + j), scale));
     }
-    Forward(plan, xv, s.y, s.t);
-    QuantizeVec<kBits>(plan.thresholds, coarse, s.y, plan.enc_scale / norm, m, s.idx);
-    float stored = norm;
+    QuantizeVec<kBits>(plan.thresholds, coarse, s.y, m, s.idx);
+    float csum = 0.0f;
     if (plan.norm_correction) {
       for (size_t j = 0; j < m; ++j) s.t[j] = plan.centroids[s.idx[j]];
-      stored = norm * std::sqrt(static_cast<float>(m) / Sum8Squares(s.t, m));
+      csum = simd::Sum8Squares<L>(s.t, m);
     }
-    StoreNorm(stored, plan.norm_dtype, norm_v);
+    simd::StoreEncodedNorm<L>(plan, norm, csum, norm_v);
     PackPlanes(s.idx, m, kBits, planes_v);
   }
 }
@@ -450,46 +383,24 @@ void Decode(const SubsetPlan& plan, const uint8_t* norm_in, const uint8_t* plane
     ScalarKernels().decode(plan, norm_in, planes_in, code_stride, n, out, out_stride);
     return;
   }
+  const simd::InverseFn inverse = simd::PickInverseFn<L>(plan);  // null: Haar
   Scratch s;
   for (size_t k = 0; k < n; ++k) {
     const float a = LoadNorm(norm_in + k * code_stride, plan.norm_dtype) * plan.dec_scale;
     UnpackPlanes(planes_in + k * code_stride, plan.dim, plan.bits, s.idx);
     Dequantize(plan, s.idx, a, s.y);
-    Inverse(plan, s.y, s.t, out + k * out_stride);
+    if (inverse != nullptr) {
+      inverse(plan, s.y, out + k * out_stride);
+    } else {
+      MatVecT(plan.haar, s.y, plan.dim, out + k * out_stride);
+    }
   }
 }
 
 // ---- split codecs ----
 
 // Gather and scatter move 8 channels (one mask byte) per step with byte table look-ups (TBL over
-// the 32 bytes of 8 floats); the tables hold byte indices per mask byte.
-struct SplitLut {
-  uint8_t set[256][32];    // bytes of the lanes whose bit is set, ascending (then padding)
-  uint8_t unset[256][32];  // bytes of the lanes whose bit is clear, ascending (then padding)
-  uint8_t rank[256][32];   // lane l's bytes: its rank among the set or among the clear lanes
-  uint8_t sel[256][32];    // 0xFF in the bytes of the lanes whose bit is set
-};
-
-const SplitLut& Lut() {
-  static const SplitLut lut = [] {
-    SplitLut t{};
-    for (int mb = 0; mb < 256; ++mb) {
-      int a = 0, b = 0;
-      for (int l = 0; l < 8; ++l) {
-        const bool set = (mb >> l) & 1;
-        const int rank = set ? a++ : b++;
-        uint8_t* dst = set ? t.set[mb] : t.unset[mb];
-        for (int k = 0; k < 4; ++k) {
-          dst[4 * rank + k] = static_cast<uint8_t>(4 * l + k);
-          t.rank[mb][4 * l + k] = static_cast<uint8_t>(4 * rank + k);
-          t.sel[mb][4 * l + k] = set ? 0xFF : 0x00;
-        }
-      }
-    }
-    return t;
-  }();
-  return lut;
-}
+// the 32 bytes of 8 floats): SplitLut<4> holds byte indices per mask byte.
 
 inline uint8x16x2_t Load8AsBytes(const float* p) {
   uint8x16x2_t t;
@@ -508,163 +419,44 @@ inline void Store8Picked(float* out, const uint8x16x2_t& t, const uint8_t* bytes
 // overwritten by the next step, or land in the next vector's region (written later) or the slack.
 void SplitGather(const float* x, size_t x_stride, size_t n, const uint8_t* mask, size_t d,
                  float* out0, size_t m0, float* out1, size_t m1) {
-  const SplitLut& t = Lut();
-  const size_t full = d / 8;
-  for (size_t i = 0; i < n; ++i) {
-    const float* xv = x + i * x_stride;
-    float* o0 = out0 + i * m0;
-    float* o1 = out1 + i * m1;
-    for (size_t k = 0; k < full; ++k) {
-      const uint8_t mb = mask[k];
-      const uint8x16x2_t v = Load8AsBytes(xv + 8 * k);
-      Store8Picked(o0, v, t.set[mb]);
-      Store8Picked(o1, v, t.unset[mb]);
-      const int cnt = __builtin_popcount(mb);
-      o0 += cnt;
-      o1 += 8 - cnt;
-    }
-    for (size_t c = 8 * full; c < d; ++c) {
-      if ((mask[c / 8] >> (c % 8)) & 1u) {
-        *o0++ = xv[c];
-      } else {
-        *o1++ = xv[c];
-      }
-    }
-  }
+  const internal::SplitLut<4>& t = internal::SplitLutOf<4>();
+  internal::SplitGatherWalk(x, x_stride, n, mask, d, d / 8, out0, m0, out1, m1,
+                            [&](const float* xv, uint8_t mb, float* o0, float* o1) {
+                              const uint8x16x2_t v = Load8AsBytes(xv);
+                              Store8Picked(o0, v, t.set[mb]);
+                              Store8Picked(o1, v, t.unset[mb]);
+                            });
 }
 
 void SplitScatter(const float* in0, size_t m0, const float* in1, size_t m1, size_t n,
                   const uint8_t* mask, size_t d, float* x, size_t x_stride) {
-  const SplitLut& t = Lut();
-  const size_t full = d / 8;
-  for (size_t i = 0; i < n; ++i) {
-    float* xv = x + i * x_stride;
-    const float* i0 = in0 + i * m0;
-    const float* i1 = in1 + i * m1;
-    for (size_t k = 0; k < full; ++k) {
-      const uint8_t mb = mask[k];
-      const uint8x16x2_t a = Load8AsBytes(i0), b = Load8AsBytes(i1);
-      for (int h = 0; h < 2; ++h) {
-        const uint8x16_t rank = vld1q_u8(t.rank[mb] + 16 * h);
-        const uint8x16_t picked = vbslq_u8(vld1q_u8(t.sel[mb] + 16 * h), vqtbl2q_u8(a, rank),
-                                           vqtbl2q_u8(b, rank));
-        vst1q_f32(xv + 8 * k + 4 * h, vreinterpretq_f32_u8(picked));
-      }
-      const int cnt = __builtin_popcount(mb);
-      i0 += cnt;
-      i1 += 8 - cnt;
-    }
-    for (size_t c = 8 * full; c < d; ++c) xv[c] = ((mask[c / 8] >> (c % 8)) & 1u) ? *i0++ : *i1++;
-  }
-}
-
-// Split codecs batch-wise: kSplitChunk vectors converted and gathered, then each subset encoded
-// (or decoded, scattered and converted) by this table's kernels.
-constexpr size_t kSplitChunk = 16;
-
-template <typename Step>
-void SplitBatches(const SplitPlan& sp, size_t n, Step&& step) {
-  const size_t d = sp.sub[0].dim + sp.sub[1].dim;
-  std::vector<float> xf(kSplitChunk * d);
-  std::vector<float> g0(kSplitChunk * sp.sub[0].dim + kSplitSlack);
-  std::vector<float> g1(kSplitChunk * sp.sub[1].dim + kSplitSlack);
-  for (size_t i = 0; i < n; i += kSplitChunk) {
-    step(i, std::min(kSplitChunk, n - i), xf.data(), g0.data(), g1.data());
-  }
+  const internal::SplitLut<4>& t = internal::SplitLutOf<4>();
+  internal::SplitScatterWalk(
+      in0, m0, in1, m1, n, mask, d, d / 8, x, x_stride,
+      [&](float* xv, uint8_t mb, const float* i0, const float* i1) {
+        const uint8x16x2_t a = Load8AsBytes(i0), b = Load8AsBytes(i1);
+        for (int h = 0; h < 2; ++h) {
+          const uint8x16_t rank = vld1q_u8(t.rank[mb] + 16 * h);
+          const uint8x16_t picked = vbslq_u8(vld1q_u8(t.sel[mb] + 16 * h), vqtbl2q_u8(a, rank),
+                                             vqtbl2q_u8(b, rank));
+          vst1q_f32(xv + 4 * h, vreinterpretq_f32_u8(picked));
+        }
+      });
 }
 
 void SplitEncode(const SplitPlan& sp, const void* x, DType dtype, size_t x_stride, size_t n,
                  const uint8_t* mask, uint8_t* code, size_t code_stride) {
-  if (n == 0) return;
-  const size_t m0 = sp.sub[0].dim, m1 = sp.sub[1].dim, d = m0 + m1;
-  const size_t pitch = x_stride * DTypeSize(dtype);
-  const auto* src = static_cast<const uint8_t*>(x);
-  SplitBatches(sp, n, [&](size_t i, size_t cnt, float* xf, float* g0, float* g1) {
-    for (size_t r = 0; r < cnt; ++r) ToF32(src + (i + r) * pitch, dtype, d, xf + r * d);
-    uint8_t* c = code + i * code_stride;
-    SplitGather(xf, d, cnt, mask, d, g0, m0, g1, m1);
-    Encode(sp.sub[0], g0, m0, cnt, c + sp.norm_offset[0], c + sp.planes_offset[0], code_stride);
-    Encode(sp.sub[1], g1, m1, cnt, c + sp.norm_offset[1], c + sp.planes_offset[1], code_stride);
-  });
+  SplitEncodeBatched(internal::NeonTable(), sp, x, dtype, x_stride, n, mask, code, code_stride);
 }
 
 void SplitDecode(const SplitPlan& sp, const uint8_t* code, size_t code_stride, size_t n,
                  const uint8_t* mask, void* x, DType dtype, size_t x_stride) {
-  if (n == 0) return;
-  const size_t m0 = sp.sub[0].dim, m1 = sp.sub[1].dim, d = m0 + m1;
-  const size_t pitch = x_stride * DTypeSize(dtype);
-  auto* dst = static_cast<uint8_t*>(x);
-  SplitBatches(sp, n, [&](size_t i, size_t cnt, float* xf, float* g0, float* g1) {
-    const uint8_t* c = code + i * code_stride;
-    Decode(sp.sub[0], c + sp.norm_offset[0], c + sp.planes_offset[0], code_stride, cnt, g0, m0);
-    Decode(sp.sub[1], c + sp.norm_offset[1], c + sp.planes_offset[1], code_stride, cnt, g1, m1);
-    SplitScatter(g0, m0, g1, m1, cnt, mask, d, xf, d);
-    for (size_t r = 0; r < cnt; ++r) FromF32(xf + r * d, d, dtype, dst + (i + r) * pitch);
-  });
-}
-
-// ---- channel energy, mean-removed keys ----
-
-// Four channels of a row as floats, exactly as ToF32 converts them.
-template <DType kT>
-inline float32x4_t Load4AsFloat(const uint8_t* row, size_t c) {
-  if constexpr (kT == DType::kF32) return vld1q_f32(reinterpret_cast<const float*>(row) + c);
-  const uint16x4_t h = vld1_u16(reinterpret_cast<const uint16_t*>(row) + c);
-  if constexpr (kT == DType::kF16) return vcvt_f32_f16(vreinterpret_f16_u16(h));
-  return vreinterpretq_f32_u32(vshll_n_u16(h, 16));
-}
-
-// energy[c] += double(x)^2, vector after vector: the product of two floats' doubles is exact, then
-// one rounding of the add (vmulq_f64 then vaddq_f64, never fused).
-template <DType kT>
-void ChannelEnergyT(const uint8_t* src, size_t n, size_t pitch, size_t d, double* energy) {
-  const size_t d4 = d & ~size_t{3};
-  for (size_t i = 0; i < n; ++i) {
-    const uint8_t* row = src + i * pitch;
-    for (size_t c = 0; c < d4; c += 4) {
-      const float32x4_t f = Load4AsFloat<kT>(row, c);
-      const float64x2_t lo = vcvt_f64_f32(vget_low_f32(f));
-      const float64x2_t hi = vcvt_high_f64_f32(f);
-      vst1q_f64(energy + c, vaddq_f64(vld1q_f64(energy + c), vmulq_f64(lo, lo)));
-      vst1q_f64(energy + c + 2, vaddq_f64(vld1q_f64(energy + c + 2), vmulq_f64(hi, hi)));
-    }
-    for (size_t c = d4; c < d; ++c) {
-      const double v = LoadAsFloat(row, kT, c);
-      energy[c] += v * v;
-    }
-  }
+  SplitDecodeBatched(internal::NeonTable(), sp, code, code_stride, n, mask, x, dtype, x_stride);
 }
 
 void ChannelEnergy(const void* x, DType dtype, size_t n, size_t stride, size_t d,
                    double* energy) {
-  const auto* src = static_cast<const uint8_t*>(x);
-  const size_t pitch = stride * DTypeSize(dtype);
-  switch (dtype) {
-    case DType::kF16:
-      return ChannelEnergyT<DType::kF16>(src, n, pitch, d, energy);
-    case DType::kBF16:
-      return ChannelEnergyT<DType::kBF16>(src, n, pitch, d, energy);
-    case DType::kF32:
-      return ChannelEnergyT<DType::kF32>(src, n, pitch, d, energy);
-    default:
-      break;
-  }
-  ScalarKernels().channel_energy(x, dtype, n, stride, d, energy);
-}
-
-// mul then add, never fused: the reference rounds the product first.
-void AddScaled(const float* mean, const float* scale, size_t n, size_t d, float* x,
-               size_t x_stride) {
-  for (size_t i = 0; i < n; ++i) {
-    float* xv = x + i * x_stride;
-    const float a = scale[i];
-    size_t j = 0;
-    for (; j + 4 <= d; j += 4) {
-      const float32x4_t p = vmulq_n_f32(vld1q_f32(mean + j), a);
-      vst1q_f32(xv + j, vaddq_f32(vld1q_f32(xv + j), p));
-    }
-    for (; j < d; ++j) xv[j] += a * mean[j];
-  }
+  simd::ChannelEnergy<L>(ScalarKernels(), x, dtype, n, stride, d, energy);
 }
 
 }  // namespace
@@ -673,9 +465,9 @@ namespace internal {
 const KernelTable& NeonTable() {
   static const KernelTable table{"neon", ToF32, FromF32, Encode, Decode, SplitGather,
                                  SplitScatter, SplitEncode, SplitDecode, ChannelEnergy,
-                                 AddScaled, nullptr, nullptr, ref::GatherAffine, nullptr, nullptr,
-                                 nullptr, ScalarKernels().encode_unit, ScalarKernels().whiten,
-                                 ScalarKernels().unit_moments};
+                                 simd::AddScaled<L>, nullptr, nullptr, ref::GatherAffine, nullptr,
+                                 nullptr, nullptr, ScalarKernels().encode_unit,
+                                 ScalarKernels().whiten, ScalarKernels().unit_moments};
   return table;
 }
 }  // namespace internal

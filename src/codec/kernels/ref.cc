@@ -280,30 +280,17 @@ void Decode(const SubsetPlan& plan, const uint8_t* norm_in, const uint8_t* plane
   }
 }
 
+// No whole bytes: every channel one by one.
 void SplitGather(const float* x, size_t x_stride, size_t n, const uint8_t* mask, size_t d,
                  float* out0, size_t m0, float* out1, size_t m1) {
-  for (size_t i = 0; i < n; ++i) {
-    const float* xv = x + i * x_stride;
-    float* o0 = out0 + i * m0;
-    float* o1 = out1 + i * m1;
-    for (size_t c = 0; c < d; ++c) {
-      if ((mask[c / 8] >> (c % 8)) & 1u) {
-        *o0++ = xv[c];
-      } else {
-        *o1++ = xv[c];
-      }
-    }
-  }
+  internal::SplitGatherWalk(x, x_stride, n, mask, d, 0, out0, m0, out1, m1,
+                            [](const float*, uint8_t, float*, float*) {});
 }
 
 void SplitScatter(const float* in0, size_t m0, const float* in1, size_t m1, size_t n,
                   const uint8_t* mask, size_t d, float* x, size_t x_stride) {
-  for (size_t i = 0; i < n; ++i) {
-    float* xv = x + i * x_stride;
-    const float* i0 = in0 + i * m0;
-    const float* i1 = in1 + i * m1;
-    for (size_t c = 0; c < d; ++c) xv[c] = ((mask[c / 8] >> (c % 8)) & 1u) ? *i0++ : *i1++;
-  }
+  internal::SplitScatterWalk(in0, m0, in1, m1, n, mask, d, 0, x, x_stride,
+                             [](float*, uint8_t, const float*, const float*) {});
 }
 
 void SplitEncode(const SplitPlan& plan, const void* x, DType dtype, size_t x_stride, size_t n,
