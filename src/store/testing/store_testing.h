@@ -137,6 +137,7 @@ class ThrottledStore : public StoreWrapper {
   const ThrottleOptions& options() const { return options_; }
 
   std::string_view Name() const override { return "throttled"; }
+  // The throttle:// URI that opens an equal store (docs/store.md §5).
   std::string Uri() const override;
   Result<std::unique_ptr<WritableObject>> Create(std::string_view key) override;
   Result<std::unique_ptr<ReadableObject>> Open(std::string_view key) override;
@@ -147,6 +148,16 @@ class ThrottledStore : public StoreWrapper {
   ThrottleOptions options_;
   std::shared_ptr<State> state_;
 };
+
+// A ThrottledStore from its URI, "throttle://?store=<inner URI, percent-encoded>&read_rate=50MB
+// &write_rate=0&per_object=0&burst=64KiB": rates in bytes per second (units.h sizes, 0 or absent:
+// unlimited). The inner store opens with OpenStore(); unknown options are InvalidArgument.
+Result<std::unique_ptr<Store>> OpenThrottledStoreFromUri(const StoreUri& uri);
+
+// Makes OpenStore() accept the test schemes (throttle://). Idempotent. The tests call it; a
+// program that wants the schemes at load links register_testing_schemes.cc (the CMake object
+// library tqkv_testing_schemes), as the development build of the Python module does.
+Status RegisterTestingStoreSchemes();
 
 }  // namespace tqkv
 

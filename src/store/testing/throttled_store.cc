@@ -1,9 +1,12 @@
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 
@@ -61,6 +64,22 @@ class TokenBucket {
 
 std::shared_ptr<TokenBucket> MakeBucket(double rate, uint64_t burst) {
   return std::make_shared<TokenBucket>(rate, burst);
+}
+
+// Every byte but RFC 3986's unreserved ones as %XX: the inner URI as one option value.
+std::string PercentEncode(std::string_view s) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (const char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
+        c == '.' || c == '_' || c == '~') {
+      out += c;
+    } else {
+      out += {'%', kHex[u >> 4], kHex[u & 15]};
+    }
+  }
+  return out;
 }
 
 class ThrottledReadable final : public ReadableObject {
@@ -127,10 +146,13 @@ ThrottledStore::ThrottledStore(std::unique_ptr<Store> base, const ThrottleOption
 ThrottledStore::~ThrottledStore() = default;
 
 std::string ThrottledStore::Uri() const {
-  char buf[96];
-  std::snprintf(buf, sizeof(buf), "throttle(r=%.0f,w=%.0f)+", options_.read_bytes_per_sec,
-                options_.write_bytes_per_sec);
-  return buf + base_->Uri();
+  char rates[96];
+  std::snprintf(rates, sizeof(rates), "&read_rate=%.0f&write_rate=%.0f&per_object=%d",
+                options_.read_bytes_per_sec, options_.write_bytes_per_sec,
+                options_.per_object ? 1 : 0);
+  std::string uri = "throttle://?store=" + PercentEncode(base_->Uri()) + rates;
+  if (options_.burst_bytes > 0) uri += "&burst=" + std::to_string(options_.burst_bytes);
+  return uri;
 }
 
 Result<std::unique_ptr<WritableObject>> ThrottledStore::Create(std::string_view key) {
@@ -149,6 +171,36 @@ Result<std::unique_ptr<ReadableObject>> ThrottledStore::Open(std::string_view ke
                     : state_->read;
   return std::unique_ptr<ReadableObject>(
       std::make_unique<ThrottledReadable>(std::move(base), std::move(bucket)));
+}
+
+Result<std::unique_ptr<Store>> OpenThrottledStoreFromUri(const StoreUri& uri) {
+  if (!uri.authority.empty() || !(uri.path.empty() || uri.path == "/")) {
+    return Status::InvalidArgument("throttle:// takes no host or path (the store is its store= "
+                                   "option), got " + uri.authority + uri.path);
+  }
+  store_internal::UriOptions opts(uri);
+  const std::string* inner = opts.Find("store");
+  if (inner == nullptr || inner->empty()) {
+    return Status::InvalidArgument("throttle:// needs store=<the inner store's URI, "
+                                   "percent-encoded>");
+  }
+  constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
+  ThrottleOptions o;
+  uint64_t read = 0, write = 0;
+  TQKV_RETURN_IF_ERROR(opts.GetBytes("read_rate", 0, kMax, &read));
+  TQKV_RETURN_IF_ERROR(opts.GetBytes("write_rate", 0, kMax, &write));
+  TQKV_RETURN_IF_ERROR(opts.GetBool("per_object", &o.per_object));
+  TQKV_RETURN_IF_ERROR(opts.GetBytes("burst", 1, kMax, &o.burst_bytes));
+  TQKV_RETURN_IF_ERROR(opts.Finish());
+  o.read_bytes_per_sec = static_cast<double>(read);
+  o.write_bytes_per_sec = static_cast<double>(write);
+  TQKV_ASSIGN_OR_RETURN(std::unique_ptr<Store> base, OpenStore(*inner));
+  return std::unique_ptr<Store>(std::make_unique<ThrottledStore>(std::move(base), o));
+}
+
+Status RegisterTestingStoreSchemes() {
+  static const Status registered = RegisterStoreScheme("throttle", OpenThrottledStoreFromUri);
+  return registered;
 }
 
 }  // namespace tqkv
