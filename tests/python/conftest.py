@@ -7,6 +7,7 @@ next to the package, or PATH.
 import os
 import pathlib
 import shutil
+import urllib.parse
 
 import numpy as np
 import pytest
@@ -37,6 +38,27 @@ def cli():
 @pytest.fixture
 def store(tmp_path):
     return tqkv.open_store(str(tmp_path / "kv"))
+
+
+def _throttle_uri(inner, read_rate=0, write_rate=0, per_object=False):
+    return (f"throttle://?store={urllib.parse.quote(str(inner), safe='')}"
+            f"&read_rate={round(read_rate)}&write_rate={round(write_rate)}"
+            f"&per_object={int(per_object)}")
+
+
+@pytest.fixture
+def throttle_uri():
+    """Builds the URI of the development module's throttle:// store (docs/store.md §5) around
+    the store `inner`: rates in bytes per second, 0 unlimited. Skips on a module without the test
+    schemes (an installed wheel); in a build tree that is a failure."""
+    try:
+        tqkv.open_store(_throttle_uri("memory://"))
+    except tqkv.InvalidArgumentError as e:
+        in_build_tree = (pathlib.Path(tqkv.__file__).resolve().parents[2] / "CMakeCache.txt")
+        if in_build_tree.is_file():
+            pytest.fail(f"the build tree's module has no throttle:// scheme: {e}")
+        pytest.skip(f"no throttle:// in this module (a wheel: development builds only): {e}")
+    return _throttle_uri
 
 
 def session_arrays(layers=2, tokens=40, heads=2, dim=64, dtype=np.float32, seed=0):

@@ -12,14 +12,14 @@ import tqkv
 from conftest import session_arrays
 
 
-def test_two_threads_restoring_overlap(tmp_path):
+def test_two_threads_restoring_overlap(tmp_path, throttle_uri):
     uri = str(tmp_path / "kv")
     k, v = session_arrays(layers=4, tokens=512, heads=2, dim=128, dtype=np.float16)
     for key in ("a", "b"):
         tqkv.checkpoint(uri, key, k, v, codec="fp16")
     size = tqkv.open_store(uri).size("a")
     rate = size / 0.6  # 0.6 s per restore at the limit
-    slow = tqkv.Store(tqkv._tqkv.throttled_store(uri, rate, 0, True))
+    slow = tqkv.open_store(throttle_uri(uri, read_rate=rate, per_object=True))
 
     def one(key):
         t = time.perf_counter()

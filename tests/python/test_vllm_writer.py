@@ -1,6 +1,6 @@
 """The vLLM connector's background chunk writer (tqkv.vllm.writer) without vLLM: numpy block
-pools in a paged layout, a real store whose writes are slowed by the library's throttle so that a
-save takes a known time."""
+pools in a paged layout, a real store whose writes are slowed by the development build's
+throttle:// store so that a save takes a known time."""
 import logging
 import time
 
@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 import tqkv
-from tqkv import _tqkv
 from tqkv.vllm import Stats
 from tqkv.vllm.writer import ChunkOp, ChunkWriter
 
@@ -28,11 +27,14 @@ def pool():
     return kv, views
 
 
-def slow_store(path, seconds_per_chunk):
-    """A directory store whose writes pass the library's throttle: about seconds_per_chunk per
-    chunk object."""
-    rate = (CHUNK_BYTES - BURST) / seconds_per_chunk
-    return tqkv.Store(_tqkv.throttled_store(str(path), 0.0, rate, False))
+@pytest.fixture
+def slow_store(throttle_uri):
+    """A directory store whose writes pass one throttle: about seconds_per_chunk per chunk
+    object."""
+    def make(path, seconds_per_chunk):
+        rate = (CHUNK_BYTES - BURST) / seconds_per_chunk
+        return tqkv.open_store(throttle_uri(path, write_rate=rate))
+    return make
 
 
 def op(req, block):
@@ -47,7 +49,7 @@ def restored(store, key):
     return out[:, 0]
 
 
-def test_saves_leave_the_caller_and_are_reported_when_done(tmp_path, pool):
+def test_saves_leave_the_caller_and_are_reported_when_done(tmp_path, pool, slow_store):
     kv, views = pool
     store = slow_store(tmp_path, 0.15)
     stats = Stats()
@@ -70,7 +72,7 @@ def test_saves_leave_the_caller_and_are_reported_when_done(tmp_path, pool):
     assert s["chunks_saved"] == 3 and s["errors"] == 0 and s["bytes_written"] > 3 * CHUNK_BYTES
 
 
-def test_queue_is_bounded(tmp_path, pool):
+def test_queue_is_bounded(tmp_path, pool, slow_store):
     _, views = pool
     stats = Stats()
     w = ChunkWriter(slow_store(tmp_path, 0.05), SAVE, BLOCK, stats, max_queue=2)
@@ -83,7 +85,7 @@ def test_queue_is_bounded(tmp_path, pool):
     assert stats.snapshot()["chunks_saved"] == 6
 
 
-def test_gil_is_released_while_saving(tmp_path, pool):
+def test_gil_is_released_while_saving(tmp_path, pool, slow_store):
     _, views = pool
     w = ChunkWriter(slow_store(tmp_path, 0.6), SAVE, BLOCK, Stats())
     w.submit([op("g", 0)], views)
@@ -144,7 +146,7 @@ def test_inline_writer_saves_before_returning(tmp_path, pool):
     w.close()
 
 
-def test_close_writes_what_is_queued(tmp_path, pool):
+def test_close_writes_what_is_queued(tmp_path, pool, slow_store):
     _, views = pool
     store = slow_store(tmp_path, 0.05)
     w = ChunkWriter(store, SAVE, BLOCK, Stats())
