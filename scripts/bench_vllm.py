@@ -9,8 +9,9 @@ For each mode a first vLLM process serves a prompt P of --tokens random token id
 through the connector); a fresh second process serves a short warm-up prompt, then P with
 max_tokens=1: its wall time is the returning user's time to first token. With --link-gbps, tqkv
 modes run that second process again with the store's reads through an emulated link of that many
-GB/s (the connector's link_gbps); ExampleConnector cannot be throttled, so for it only the
-computed (not measured) bytes / link is given. With --turn2-tokens N, a third fresh process serves
+GB/s (the store URI throttle://, which only the build tree's module opens, as above with
+PYTHONPATH=build/python; docs/store.md §5); ExampleConnector cannot be throttled, so for it only
+the computed (not measured) bytes / link is given. With --turn2-tokens N, a third process serves
 turn 2 of the conversation, P + N new tokens: its time to first token, the tokens restored and the
 bytes the store grew by (what turn 2 wrote). With --cold (root), the page cache is dropped before
 the second and the turn-2 processes, so their restores read the disk (the model is loaded before
@@ -35,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 from pathlib import Path
 
 RUN = Path(__file__).resolve().parent.parent / "tests" / "vllm" / "run_vllm.py"
@@ -93,7 +95,10 @@ def connector(mode: str, store: Path, link: float) -> str:
                            "kv_connector_extra_config": {"shared_storage_path": str(store)}})
     extra = {"store": str(store), "codec": mode}
     if link:
-        extra["link_gbps"] = link
+        # Each connector opens the store once: one shared read bucket (per_object=0) is one
+        # emulated link per connector process; writes unlimited.
+        extra["store"] = (f"throttle://?store={urllib.parse.quote(str(store), safe='')}"
+                          f"&read_rate={round(link * 1e9)}&write_rate=0&per_object=0")
     if chunk:
         extra["chunk_tokens"] = int(chunk)
     return json.dumps({"kv_connector": "TqkvConnector", "kv_connector_module_path": "tqkv.vllm",

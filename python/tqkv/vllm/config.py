@@ -53,7 +53,7 @@ def parse_config(extra: Dict[str, Any], block_size: int) -> Dict[str, Any]:
     """Checks kv_connector_extra_config; returns the connector's settings. Only codec and key
     means present are passed on to the library, so absent ones take its defaults."""
     known = {"store", "codec", "exact_tokens", "key_means", "chunk_tokens", "read_only",
-             "namespace", "link_gbps", "async_save", "save_queue"}
+             "namespace", "async_save", "save_queue"}
     unknown = set(extra) - known
     if unknown:
         raise ValueError(f"tqkv connector: unknown kv_connector_extra_config keys {sorted(unknown)}"
@@ -79,13 +79,6 @@ def parse_config(extra: Dict[str, Any], block_size: int) -> Dict[str, Any]:
                              "chunk stores an exact tail); the first applies to the prompt's "
                              "first chunk")
         save_kwargs["exact_head"] = int(first)
-    try:
-        link = float(extra.get("link_gbps", 0))
-    except (TypeError, ValueError):
-        link = -1.0
-    if not 0 <= link < float("inf"):  # also refuses NaN
-        raise ValueError(f"tqkv connector: link_gbps {extra['link_gbps']!r} is not a number >= 0"
-                         " (GB/s; 0: no emulated link)")
     async_save = extra.get("async_save", True)
     if not isinstance(async_save, bool):
         raise ValueError(f"tqkv connector: async_save {async_save!r} is not true or false")
@@ -95,7 +88,7 @@ def parse_config(extra: Dict[str, Any], block_size: int) -> Dict[str, Any]:
                          "(chunks waiting to be written)")
     return {"store": str(extra["store"]), "chunk_tokens": chunk, "namespace": ns,
             "read_only": bool(extra.get("read_only", False)), "save_kwargs": save_kwargs,
-            "link_gbps": link, "async_save": async_save, "save_queue": queue}
+            "async_save": async_save, "save_queue": queue}
 
 
 def model_identity(vllm_config: Any) -> Tuple[str, Dict[str, Any]]:

@@ -12,7 +12,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats
 from vllm.logger import init_logger
 
-from .. import _store, _tqkv
+from .. import _store
 from .config import Stats, model_identity, parse_config
 from .scheduler import Scheduler
 from .worker import Loader, paged_kv
@@ -70,11 +70,7 @@ class TqkvConnector(KVConnectorBase_V1):
         self._chunk = self._cfg["chunk_tokens"]
         self._ident, self._geo = model_identity(vllm_config)
         self._cache_dtype = vllm_config.cache_config.cache_dtype
-        link = self._cfg["link_gbps"]
-        # Benchmarks: reads pass one emulated link of link_gbps GB/s per connector (per process).
-        self._store = _store.Store(_tqkv.throttled_store(self._cfg["store"], link * 1e9, 0.0,
-                                                         False)) if link \
-            else _store.open_store(self._cfg["store"])
+        self._store = _store.open_store(self._cfg["store"])
         self._stats = Stats()
         self._reported: Dict[str, float] = {}
         is_scheduler = role == KVConnectorRole.SCHEDULER
@@ -95,13 +91,12 @@ class TqkvConnector(KVConnectorBase_V1):
             logger.warning("tqkv connector: set kv_load_failure_policy='recompute' so that a "
                            "chunk that fails to restore is recomputed, not a failed request")
         logger.info("tqkv connector (%s): store %s, chunk %d tokens, namespace %s, model %s, "
-                    "save options %s%s%s", "scheduler" if is_scheduler else "worker",
+                    "save options %s%s", "scheduler" if is_scheduler else "worker",
                     self._store.uri, self._chunk, self._cfg["namespace"], self._ident,
                     self._cfg["save_kwargs"] or "library defaults",
                     ", read-only" if self._cfg["read_only"] else
                     f", saves in the background (queue {self._cfg['save_queue']} chunks)"
-                    if async_save else ", saves in the step",
-                    f", reads through an emulated {link} GB/s link" if link else "")
+                    if async_save else ", saves in the step")
 
     # ---- scheduler side ----
     def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int):
