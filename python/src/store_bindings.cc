@@ -11,7 +11,6 @@
 #include "tqkv/container.h"
 #include "tqkv/describe.h"
 #include "tqkv/store_admin.h"
-#include "store/testing/store_testing.h"
 
 namespace tqkv::python {
 namespace {
@@ -129,18 +128,6 @@ void Verify(PyStore& ps, const std::string& key) {
   ThrowIfError(VerifyObject(*ps.store, key));
 }
 
-// Tests and benchmarks: the store at `uri` behind a bandwidth limit (src/store/testing/store_testing.h).
-std::unique_ptr<PyStore> Throttled(const std::string& uri, double read_bytes_per_sec,
-                                   double write_bytes_per_sec, bool per_object) {
-  std::unique_ptr<PyStore> base = Open(uri, true);
-  ThrottleOptions o;
-  o.read_bytes_per_sec = read_bytes_per_sec;
-  o.write_bytes_per_sec = write_bytes_per_sec;
-  o.per_object = per_object;
-  return std::unique_ptr<PyStore>(
-      new PyStore{std::make_unique<ThrottledStore>(std::move(base->store), o)});
-}
-
 }  // namespace
 
 void BindStore(nb::module_& m) {
@@ -157,8 +144,6 @@ void BindStore(nb::module_& m) {
       .def("describe_json", &DescribeJson, nb::arg("key"), nb::arg("chunks"))
       .def("verify", &Verify, nb::arg("key"));
   m.def("open_store", &Open, nb::arg("uri"), nb::arg("create"));
-  m.def("throttled_store", &Throttled, nb::arg("uri"), nb::arg("read_bytes_per_sec"),
-        nb::arg("write_bytes_per_sec"), nb::arg("per_object"));
   m.attr("PIN_FOREVER") = kPinForever;
 }
 

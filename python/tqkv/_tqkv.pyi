@@ -97,8 +97,6 @@ class Store:
 
 def open_store(uri: str, create: bool) -> Store: ...
 
-def throttled_store(uri: str, read_bytes_per_sec: float, write_bytes_per_sec: float, per_object: bool) -> Store: ...
-
 PIN_FOREVER: int = -1
 
 class Axes:

@@ -7,6 +7,7 @@ import pathlib
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 import tqkv
@@ -32,6 +33,20 @@ def test_public_api_is_documented():
             assert obj.__doc__ and len(obj.__doc__) > 30, name
     assert "out=" in tqkv.restore.__doc__ and "on_layer" in tqkv.restore.__doc__
     assert tqkv.CorruptionError.__doc__
+
+
+def test_development_module_opens_the_throttle_scheme(tmp_path, throttle_uri):
+    # The build tree's module registers throttle:// (TQKV_PYTHON_TEST_SCHEMES); the wheel does not
+    # (_check_installed).
+    uri = throttle_uri(tmp_path / "kv", read_rate=50e6, per_object=True)
+    s = tqkv.open_store(uri)
+    assert s.name == "throttled"
+    assert "read_rate=50000000&write_rate=0&per_object=1" in s.uri
+    k = np.ones((2, 8, 2, 128), np.float16)
+    tqkv.checkpoint(s, "s", k, k)
+    assert tqkv.open_store(s.uri).exists("s")  # its URI opens it again
+    with pytest.raises(tqkv.InvalidArgumentError, match="unknown store URI option"):
+        tqkv.open_store(uri + "&rate=1")
 
 
 PIP_TESTS = pytest.mark.skipif(os.environ.get("TQKV_TEST_PIP_INSTALL") != "1",
@@ -73,6 +88,12 @@ def _check_installed(venv, workdir):
         "s = tqkv.open_store(sys.argv[1])\n"
         "k = np.ones((2, 8, 2, 128), np.float16)\n"
         "tqkv.checkpoint(s, 's', k, k)\n"
+        "try:  # the test schemes are development builds' only\n"
+        "    tqkv.open_store('throttle://?store=memory%3A%2F%2F')\n"
+        "    sys.exit('the wheel opens throttle://')\n"
+        "except tqkv.InvalidArgumentError as e:\n"
+        "    assert 'unknown store scheme' in str(e), e\n"
+        "assert not hasattr(tqkv._tqkv, 'throttled_store')\n"
         "print(tqkv.__file__)\n")
     py = venv / "bin" / "python"
     out = subprocess.run([str(py), "-c", script, str(workdir / "kv")], check=True,
@@ -84,6 +105,13 @@ def _check_installed(venv, workdir):
     assert '"tokens": 8' in info
     assert pathlib.Path(out.strip()).with_name("_tqkv.pyi").is_file()
     assert pathlib.Path(out.strip()).with_name("py.typed").is_file()
+    # No test decorator linked in: their type names (RTTI) would survive install.strip.
+    modules = list(pathlib.Path(out.strip()).parent.glob("_tqkv*.so"))
+    assert modules
+    for module in modules:
+        data = module.read_bytes()
+        for name in (b"ThrottledStore", b"FaultInjectionStore"):
+            assert name not in data, (module, name)
 
 
 @PIP_TESTS
