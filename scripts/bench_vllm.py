@@ -144,6 +144,8 @@ def main() -> int:
     ap.add_argument("--reuse", action="store_true",
                     help="use the stores an earlier run left in --work (the same model, tokens "
                     "and modes): no first processes")
+    ap.add_argument("--turn2-only", action="store_true",
+                    help="with --reuse and --turn2-tokens: only the turn-2 processes")
     a = ap.parse_args()
     if a.cold:
         try:
@@ -156,6 +158,8 @@ def main() -> int:
     # (ompmultiprocessing.py), and none when that is every core: on 2 vCPUs the recompute run
     # would get one core and the connector runs two. Every mode gets the same cores.
     os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
+    if a.turn2_only and not (a.reuse and a.turn2_tokens):
+        ap.error("--turn2-only needs --reuse and --turn2-tokens")
     if a.link_gbps < 0 or a.turn2_tokens < 0 or a.tokens <= 0 or a.repeat < 1:
         ap.error("--tokens and --repeat must be > 0, --link-gbps and --turn2-tokens >= 0")
     rng = random.Random(0)
@@ -196,22 +200,22 @@ def main() -> int:
     # minute on a shared machine), then through the link
     second = {m: [] for m in modes}
     linked = {m: [] for m in modes if a.link_gbps and conns[m] and m != "example"}
-    for i in range(a.repeat):
+    for i in range(0 if a.turn2_only else a.repeat):
         for mode in modes:
             second[mode].append(ttft(serve(a.model, [warm, prompt], conns[mode], work,
                                            f"{mode}-second{i or ''}", max_len, a.cold)))
-    for i in range(a.repeat):
+    for i in range(0 if a.turn2_only else a.repeat):
         for mode in linked:
             conn = connector(mode, stores[mode], a.link_gbps)
             linked[mode].append(ttft(serve(a.model, [warm, prompt], conn, work,
                                            f"{mode}-link{i or ''}", max_len)))
     for mode in modes:
-        r = median_run(second[mode])
+        r = median_run(second[mode]) if second[mode] else {}
         r.update(res[mode])
         if a.link_gbps and mode == "example":
             r["link"] = {"computed_not_measured_read_s":
                          round(r["stored_bytes"] / (a.link_gbps * 1e9), 3)}
-        elif mode in linked:
+        elif linked.get(mode):
             r["link"] = median_run(linked[mode])
         res[mode] = r
     # turn 2 writes its new chunks: each tqkv repeat starts from turn 1's store again;

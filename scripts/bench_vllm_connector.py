@@ -77,9 +77,19 @@ def main():
            "cold": a.cold, "rows": []}
     gen = torch.Generator().manual_seed(0)
     for tokens in [int(t) for t in a.tokens.split(",")]:
+        if tokens % a.block:
+            sys.exit(f"--tokens {tokens}: not a whole number of {a.block}-token blocks")
         blocks = tokens // a.block
-        n = tokens // chunk
-        per = chunk // a.block
+        # the prompt's objects: full chunks, then its tail (fewer tokens than a chunk)
+        objs = [(f"c{i}", i * chunk, chunk) for i in range(tokens // chunk)]
+        if tokens % chunk:
+            objs.append(("tail", len(objs) * chunk, tokens % chunk))
+        n = len(objs)
+
+        def ops_of(first_tokens: bool):
+            return [ChunkOp(key, "m", list(range(at // a.block, (at + size) // a.block)), "r",
+                            at if first_tokens else 0, 0 if size == chunk else size)
+                    for key, at, size in objs]
         cache = {f"model.layers.{i}.attn": torch.randn(blocks, HEADS, a.block, 2 * DIM,
                                                         generator=gen).to(torch.bfloat16)
                  for i in range(LAYERS)}
@@ -92,15 +102,13 @@ def main():
                 store_dir = work / f"s-{tokens}-{codec}"
                 shutil.rmtree(store_dir, ignore_errors=True)
                 store = tqkv.open_store(str(store_dir))
-                ops = [ChunkOp(f"c{i}", "m", list(range(i * per, (i + 1) * per)), "r", i * chunk)
-                       for i in range(n)]
                 st = Stats()
                 ChunkWriter(store, {"codec": codec}, chunk, st, threaded=False,
-                            log=log).submit(ops, kv)
+                            log=log).submit(ops_of(True), kv)
                 row["save_writer_s"].append(st.snapshot()["save_seconds"])
-                row["chunk_bytes"] = sum(store.size(f"c{i}") for i in range(n))
-                ks, vs = zip(*(tqkv.restore(store, f"c{i}", dtype="bfloat16", array="torch")
-                               for i in range(n)))
+                row["chunk_bytes"] = sum(store.size(key) for key, _, _ in objs)
+                ks, vs = zip(*(tqkv.restore(store, key, dtype="bfloat16", array="torch")
+                               for key, _, _ in objs))
                 k, v = torch.cat(ks, 1).contiguous(), torch.cat(vs, 1).contiguous()
                 whole = tqkv.checkpoint(store, "whole", k, v, codec=codec, exact_tokens=(0, 0),
                                         model="m")
@@ -113,8 +121,7 @@ def main():
                             drop()
                         dst = {name: torch.zeros_like(x) for name, x in cache.items()}
                         kv2, _, _ = paged_kv(dst, geo, a.block, chunk, a.isa)
-                        loads = [ChunkOp(f"c{i}", "m", list(range(i * per, (i + 1) * per)), "r")
-                                 for i in range(n)]
+                        loads = ops_of(False)
                         st = Stats()
                         ld = Loader(store, st, log)
                         ld.start(loads, kv2)
