@@ -103,7 +103,7 @@ def main():
                 shutil.rmtree(store_dir, ignore_errors=True)
                 store = tqkv.open_store(str(store_dir))
                 st = Stats()
-                ChunkWriter(store, {"codec": codec}, chunk, st, threaded=False,
+                ChunkWriter(store, {"codec": codec}, st, threaded=False,
                             log=log).submit(ops_of(True), kv)
                 row["save_writer_s"].append(st.snapshot()["save_seconds"])
                 row["chunk_bytes"] = sum(store.size(key) for key, _, _ in objs)

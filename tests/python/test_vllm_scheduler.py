@@ -46,7 +46,7 @@ def conn(tmp_path):
     store = tqkv.open_store(str(tmp_path))
     cfg = parse_config({"store": str(tmp_path), "chunk_tokens": CHUNK, "codec": "fp16"}, BLOCK)
     sched = Scheduler(store, cfg, IDENT, GEO, BLOCK, Stats(), log, async_save=False)
-    writer = ChunkWriter(store, cfg["save_kwargs"], CHUNK, Stats(), threaded=False)
+    writer = ChunkWriter(store, cfg["save_kwargs"], Stats(), threaded=False)
     return SimpleNamespace(store=store, sched=sched, writer=writer)
 
 

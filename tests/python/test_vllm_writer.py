@@ -53,7 +53,7 @@ def test_saves_leave_the_caller_and_are_reported_when_done(tmp_path, pool, slow_
     kv, views = pool
     store = slow_store(tmp_path, 0.15)
     stats = Stats()
-    w = ChunkWriter(store, SAVE, BLOCK, stats, max_queue=8)
+    w = ChunkWriter(store, SAVE, stats, max_queue=8)
     t0 = time.perf_counter()
     w.submit([op("a", 3), op("a", 5), op("b", 7)], views)
     assert time.perf_counter() - t0 < 0.1  # three saves of ~0.15 s each run behind the caller
@@ -75,7 +75,7 @@ def test_saves_leave_the_caller_and_are_reported_when_done(tmp_path, pool, slow_
 def test_queue_is_bounded(tmp_path, pool, slow_store):
     _, views = pool
     stats = Stats()
-    w = ChunkWriter(slow_store(tmp_path, 0.05), SAVE, BLOCK, stats, max_queue=2)
+    w = ChunkWriter(slow_store(tmp_path, 0.05), SAVE, stats, max_queue=2)
     waited = w.submit([op("r", b) for b in range(6)], views)
     assert w.high_water == 2
     assert waited > 0.05  # the caller waited for room (at least one save)
@@ -87,7 +87,7 @@ def test_queue_is_bounded(tmp_path, pool, slow_store):
 
 def test_gil_is_released_while_saving(tmp_path, pool, slow_store):
     _, views = pool
-    w = ChunkWriter(slow_store(tmp_path, 0.6), SAVE, BLOCK, Stats())
+    w = ChunkWriter(slow_store(tmp_path, 0.6), SAVE, Stats())
     w.submit([op("g", 0)], views)
     # this thread keeps running Python while the writer's save is in the library
     gaps, last, t_end = [], time.perf_counter(), time.perf_counter() + 0.2
@@ -105,7 +105,7 @@ def test_a_failed_save_is_counted_not_raised(tmp_path, pool, caplog):
     _, views = pool
     store = tqkv.open_store(str(tmp_path))
     stats = Stats()
-    w = ChunkWriter(store, SAVE, BLOCK, stats)
+    w = ChunkWriter(store, SAVE, stats)
     bad = ChunkOp("c/bad", "test bad", [99], "e")  # no block 99 in the pool
     with caplog.at_level(logging.WARNING, logger="tqkv.vllm"):
         # e's later chunk is not written (a prompt is matched from its start: it could never be
@@ -126,7 +126,7 @@ def test_stored_chunk_is_not_written_again(tmp_path, pool):
     _, views = pool
     store = tqkv.open_store(str(tmp_path))
     stats = Stats()
-    w = ChunkWriter(store, SAVE, BLOCK, stats)
+    w = ChunkWriter(store, SAVE, stats)
     w.submit([op("s", 4)], views)
     w.wait_for(["s"])
     before = store.ls("c/")[0]["mtime_ns"]
@@ -139,7 +139,7 @@ def test_stored_chunk_is_not_written_again(tmp_path, pool):
 def test_inline_writer_saves_before_returning(tmp_path, pool):
     _, views = pool
     store = tqkv.open_store(str(tmp_path))
-    w = ChunkWriter(store, SAVE, BLOCK, Stats(), threaded=False)
+    w = ChunkWriter(store, SAVE, Stats(), threaded=False)
     w.submit([op("i", 0), op("i", 1)], views)
     assert store.exists("c/i0") and store.exists("c/i1")
     assert w.finished({"i"}) == set()  # nothing held back: vLLM frees the blocks itself
@@ -149,7 +149,7 @@ def test_inline_writer_saves_before_returning(tmp_path, pool):
 def test_close_writes_what_is_queued(tmp_path, pool, slow_store):
     _, views = pool
     store = slow_store(tmp_path, 0.05)
-    w = ChunkWriter(store, SAVE, BLOCK, Stats())
+    w = ChunkWriter(store, SAVE, Stats())
     w.submit([op("d", b) for b in range(4)], views)
     n, _ = w.close()
     assert n >= 2  # most were still queued

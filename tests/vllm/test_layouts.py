@@ -99,7 +99,7 @@ def test_save_and_restore_match_plain_restores(tmp_path, kind, block, device, co
     ids = [list(map(int, perm[i * per:(i + 1) * per])) for i in range(n_chunks)]
     ops = [ChunkOp(f"c{i}", f"model c{i}", ids[i], "r", i * chunk) for i in range(n_chunks)]
     stats = Stats()
-    w = ChunkWriter(store, {"codec": codec}, chunk, stats, threaded=False, log=log)
+    w = ChunkWriter(store, {"codec": codec}, stats, threaded=False, log=log)
     w.submit(ops, kv)
     assert stats.snapshot()["chunks_saved"] == n_chunks and stats.snapshot()["errors"] == 0
 
@@ -141,7 +141,7 @@ def test_chunks_keep_the_codecs_ratio(tmp_path, kind, block, device):
     store = tqkv.open_store(str(tmp_path / "s"))
     ops = [ChunkOp(f"c{i}", "m", list(range(i * per, (i + 1) * per)), "r", i * chunk)
            for i in range(n_chunks)]
-    w = ChunkWriter(store, {"codec": "tq3"}, chunk, Stats(), threaded=False, log=log)
+    w = ChunkWriter(store, {"codec": "tq3"}, Stats(), threaded=False, log=log)
     w.submit(ops, kv)
     chunks = sum(store.size(f"c{i}") for i in range(n_chunks))
     # the same tokens, one session, from the restored chunks' canonical arrays

@@ -83,8 +83,8 @@ class TqkvConnector(KVConnectorBase_V1):
         self._loader = Loader(self._store, self._stats, logger)
         self._writer: Optional[ChunkWriter] = None
         if not is_scheduler and not self._cfg["read_only"]:
-            self._writer = ChunkWriter(self._store, self._cfg["save_kwargs"], self._chunk,
-                                       self._stats, self._cfg["save_queue"],
+            self._writer = ChunkWriter(self._store, self._cfg["save_kwargs"], self._stats,
+                                       self._cfg["save_queue"],
                                        threaded=async_save, log=logger)
         if getattr(self._kv_transfer_config, "kv_load_failure_policy", "recompute") != \
                 "recompute":

@@ -24,7 +24,8 @@ def chunk_hashes(namespace: str, ident: str, tokens: List[int], chunk: int) -> L
     the model identity, chunk i-1's hash and chunk i's token ids."""
     out: List[str] = []
     for i in range(len(tokens) // chunk):
-        out.append(_link(namespace, ident, out[-1] if out else "", tokens[i * chunk:(i + 1) * chunk]))
+        parent = out[-1] if out else ""
+        out.append(_link(namespace, ident, parent, tokens[i * chunk:(i + 1) * chunk]))
     return out
 
 

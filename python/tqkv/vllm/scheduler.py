@@ -90,21 +90,28 @@ class Scheduler:
         hd = self._header(key)
         return hd is not None and self._fits(key, hd, chunk_model(self._ident, h), self._chunk)
 
+    def _tail_of(self, r: _Req, n: int, tokens: int) -> _Tail:
+        """The tail of ``tokens`` of the request's tokens after its first n full chunks."""
+        parent = r.hashes[n - 1] if n else ""
+        first = n * self._chunk
+        return _Tail(tail_key(self._ns, self._ident, parent),
+                     chunk_model(self._ident, tail_hash(self._ns, self._ident, parent,
+                                                        r.tokens[first:first + tokens])),
+                     first, tokens)
+
     def _tail(self, r: _Req, n: int, end: int) -> Optional[_Tail]:
         """The stored tail after the request's first n full chunks, when it holds the request's
         next tokens and ends at or before ``end``."""
-        parent = r.hashes[n - 1] if n else ""
-        first = n * self._chunk
-        key = tail_key(self._ns, self._ident, parent)
+        key = tail_key(self._ns, self._ident, r.hashes[n - 1] if n else "")
         hd = self._header(key)
         stored = int(hd.get("tokens") or 0) if hd is not None else 0
-        if not 0 < stored < self._chunk or stored % self._block or first + stored > end:
+        if not 0 < stored < self._chunk or stored % self._block or \
+                n * self._chunk + stored > end:
             return None
-        model = chunk_model(self._ident, tail_hash(self._ns, self._ident, parent,
-                                                   r.tokens[first:first + stored]))
-        if hd.get("model") != model:  # the tail of another prompt with these chunks: a miss
+        tail = self._tail_of(r, n, stored)
+        if hd.get("model") != tail.model:  # the tail of another prompt with these chunks: a miss
             return None
-        return _Tail(key, model, first, stored) if self._fits(key, hd, model, stored) else None
+        return tail if self._fits(key, hd, tail.model, stored) else None
 
     def reusable(self, r: _Req) -> int:
         """Where a request's reusable prefix ends: every whole block before its last token (vLLM
@@ -165,16 +172,8 @@ class Scheduler:
 
     def _tail_save(self, r: _Req) -> Optional[_Tail]:
         """The prompt's tail to store: its tokens after the full chunks, up to reusable()."""
-        end = self.reusable(r)
-        n = end // self._chunk
-        first = n * self._chunk
-        if end == first:
-            return None
-        parent = r.hashes[n - 1] if n else ""
-        return _Tail(tail_key(self._ns, self._ident, parent),
-                     chunk_model(self._ident, tail_hash(self._ns, self._ident, parent,
-                                                        r.tokens[first:end])),
-                     first, end - first)
+        n, rest = divmod(self.reusable(r), self._chunk)
+        return self._tail_of(r, n, rest) if rest else None
 
     def step(self, out: Any) -> StepOps:
         """build_connector_meta: the chunks to load and to save in this step."""

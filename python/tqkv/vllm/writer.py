@@ -49,11 +49,11 @@ class ChunkWriter:
     chunks of the same call are not written (a prompt is matched chunk by chunk from its start,
     so they could never be found)."""
 
-    def __init__(self, store: Any, save_kwargs: Dict[str, Any], tokens: int, stats: Any,
+    def __init__(self, store: Any, save_kwargs: Dict[str, Any], stats: Any,
                  max_queue: int = 64, threaded: bool = True, log: Any = logger) -> None:
         if max_queue < 1:
             raise ValueError(f"max_queue {max_queue}: at least 1")
-        self._store, self._tokens = store, tokens
+        self._store = store
         self._kwargs = {"alignment": CHUNK_ALIGNMENT, **save_kwargs}
         self._stats, self._log, self._max = stats, log, max_queue
         self._cv = threading.Condition()
