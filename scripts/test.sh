@@ -58,6 +58,7 @@ trap 'bash scripts/stop-test-servers.sh || true; stage_summary' EXIT
 # (pyproject.toml); with paths taken relative to the repository it hits the plain build's cache.
 if command -v ccache >/dev/null; then
   export CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache
+  export CMAKE_CUDA_COMPILER_LAUNCHER=ccache
   export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
 fi
 

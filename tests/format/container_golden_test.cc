@@ -14,6 +14,7 @@
 #include "format/container_test_util.h"
 #include "tqkv/checkpoint.h"
 #include "tqkv/memory_store.h"
+#include "test_paths.h"
 
 namespace tqkv {
 namespace {
@@ -116,7 +117,7 @@ std::vector<Golden> Goldens() {
 }
 
 std::string Path(const char* file) {
-  return std::string(TQKV_SOURCE_DIR) + "/fuzz/corpus/container/" + file;
+  return tqkv::test::SourceDir() + "/fuzz/corpus/container/" + file;
 }
 
 TEST(ContainerGoldenTest, SeedsParseAndAreReproducedByTheWriter) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "format/container_test_util.h"
+#include "test_paths.h"
 
 namespace tqkv::testing_format {
 namespace {
@@ -166,7 +167,7 @@ TEST(ContainerLimits, LimitSeedsInTheFuzzCorpus) {
     ASSERT_FALSE(seed.bytes.empty());
     EXPECT_LE(seed.bytes.size(), 65536u);  // the fuzz run's -max_len
     EXPECT_EQ(OpenAndReadAll(seed.bytes).ok(), seed.accepted);
-    const std::string path = std::string(TQKV_SOURCE_DIR) + "/fuzz/corpus/container/" + seed.file;
+    const std::string path = tqkv::test::SourceDir() + "/fuzz/corpus/container/" + seed.file;
     if (write) {
       std::ofstream(path, std::ios::binary)
           .write(reinterpret_cast<const char*>(seed.bytes.data()),

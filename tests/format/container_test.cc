@@ -11,6 +11,7 @@
 #include "format/container_layout.h"
 #include "format/container_parse.h"
 #include "format/container_test_util.h"
+#include "test_paths.h"
 
 namespace tqkv {
 namespace {
@@ -669,7 +670,7 @@ ContainerHeader Aligned64(ContainerHeader h) {
 // docs/format.md §11's worked examples name each header body's size: the writer's, in order
 // (the version-4 example once said 204, forgetting engine_state_len: issue 34).
 TEST(ContainerDocsTest, WorkedExampleHeaderSizesAreTheWriters) {
-  std::ifstream in(std::string(TQKV_SOURCE_DIR) + "/docs/format.md");
+  std::ifstream in(tqkv::test::SourceDir() + "/docs/format.md");
   ASSERT_TRUE(in.good());
   const std::string doc((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const size_t example = doc.find("## 11. Example");

@@ -10,12 +10,13 @@
 #include <vector>
 
 #include "tqkv/types.h"
+#include "test_paths.h"
 
 namespace tqkv {
 namespace {
 
 nlohmann::json Cases() {
-  std::ifstream in(std::string(TQKV_SOURCE_DIR) + "/tests/data/compare_cases.json");
+  std::ifstream in(tqkv::test::SourceDir() + "/tests/data/compare_cases.json");
   return nlohmann::json::parse(in);
 }
 

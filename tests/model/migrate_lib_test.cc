@@ -8,6 +8,7 @@
 #include "model/model_test_util.h"
 #include "store/store_test_util.h"
 #include "bench/migrate/migrate.h"
+#include "test_paths.h"
 
 namespace tqkv {
 namespace {
@@ -59,7 +60,7 @@ TEST(MigrateLibrary, StoriesFp16IsExactThroughTheWorker) {
   o.tokens = 100;
   o.steps = 6;
   o.threads = 2;
-  o.worker_command = {std::string(TQKV_BINARY_DIR) + "/tqkv-bench", "migrate-worker"};
+  o.worker_command = {tqkv::test::BinaryDir() + "/tqkv-bench", "migrate-worker"};
   std::string progress;
   o.progress = [&](std::string_view text) { progress += text; };
   auto report = RunMigrate(o);

@@ -14,6 +14,7 @@
 
 #include "model/ggml_types.h"
 #include "model/gguf.h"
+#include "test_paths.h"
 
 namespace tqkv::model::testing {
 
@@ -25,7 +26,7 @@ inline bool FileExists(const std::string& path) {
 // $TQKV_SHARED_DIR, else <source>/../shared.
 inline std::string SharedDir() {
   if (const char* e = std::getenv("TQKV_SHARED_DIR"); e != nullptr && *e != '\0') return e;
-  return std::string(TQKV_SOURCE_DIR) + "/../shared";
+  return tqkv::test::SourceDir() + "/../shared";
 }
 inline std::string StoriesDir() { return SharedDir() + "/models/stories260K"; }
 inline std::string StoriesBin() { return StoriesDir() + "/stories260K.bin"; }

@@ -25,6 +25,7 @@
 #include "store/store_test_util.h"
 #include "tqkv/store.h"
 #include "tqkv/store_admin.h"
+#include "test_paths.h"
 
 namespace tqkv {
 namespace {
@@ -556,7 +557,7 @@ TEST(S3ReplicatedTest, RestoreWorksWithOneVolumeServerStopped) {
   if (!why.empty()) GTEST_SKIP() << why;
   testing_util::ScratchDir dir;
   ASSERT_TRUE(dir.ok());
-  const std::string script = std::string("bash ") + TQKV_SOURCE_DIR + "/scripts/seaweedfs-replicated.sh";
+  const std::string script = "bash " + tqkv::test::SourceDir() + "/scripts/seaweedfs-replicated.sh";
   const std::string state = dir.path() + "/weed";
   FILE* p = ::popen((script + " start " + state).c_str(), "r");
   ASSERT_NE(p, nullptr);

@@ -22,6 +22,7 @@
 
 #include "store/store_test_util.h"
 #include "tqkv/store.h"
+#include "test_paths.h"
 
 namespace tqkv::testing_util {
 
@@ -66,7 +67,7 @@ inline const SharedServers& TestServers() {
     if (rc != nullptr) s->redis_cluster = rc;
     if (rc_skip != nullptr) s->redis_cluster_skip = rc_skip;
     if (need_redis || need_nfs || need_cluster || need_s3) {
-      const std::string cmd = std::string("bash ") + TQKV_SOURCE_DIR + "/scripts/start-test-servers.sh";
+      const std::string cmd = "bash " + tqkv::test::SourceDir() + "/scripts/start-test-servers.sh";
       FILE* p = ::popen(cmd.c_str(), "r");
       char line[4096];
       while (p != nullptr && std::fgets(line, sizeof(line), p) != nullptr) {

@@ -18,6 +18,7 @@
 
 #include "tqkv/status.h"
 #include "tqkv/store.h"
+#include "test_paths.h"
 
 namespace tqkv::testing_util {
 
@@ -30,7 +31,7 @@ class ScratchDir {
     struct statfs sfs {};
     constexpr long kTmpfsMagic = 0x01021994;
     if (::statfs(base.c_str(), &sfs) == 0 && static_cast<long>(sfs.f_type) == kTmpfsMagic) {
-      base = std::string(TQKV_BINARY_DIR) + "/test-tmp";
+      base = tqkv::test::BinaryDir() + "/test-tmp";
       std::filesystem::create_directories(base);
     }
     std::string tmpl = base + "/tqkv-store-test-XXXXXX";

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
+#include "test_paths.h"
 
 namespace tqkv::testing_util {
 
@@ -16,11 +17,11 @@ struct CmdResult {
   std::string out;   // stdout and stderr together
 };
 
-// Runs TQKV_BINARY_DIR/<program> with args; env: "NAME=value ..." set for this run only.
+// Runs <build dir>/<program> with args; env: "NAME=value ..." set for this run only.
 inline CmdResult RunProgram(const std::string& program, const std::string& args,
                             const std::string& env = "") {
   const std::string cmd =
-      env + " " + std::string(TQKV_BINARY_DIR) + "/" + program + " " + args + " 2>&1";
+      env + " " + tqkv::test::BinaryDir() + "/" + program + " " + args + " 2>&1";
   CmdResult r;
   FILE* p = popen(cmd.c_str(), "r");
   if (p == nullptr) return r;

@@ -17,6 +17,7 @@
 #include "tools/cli_util.h"
 #include "tqkv/llama_state.h"
 #include "tqkv/types.h"
+#include "test_paths.h"
 
 namespace {
 
@@ -132,7 +133,7 @@ TEST(SessionSafety, ExportFailureLeavesThePreviousFileAndNamesTheCause) {
   const std::vector<uint8_t> previous(1000, 0x5A);
   WriteAll(d + "/slot.bin", previous);
   // 64 KiB: the old file fits, the new one does not.
-  const CmdResult r = Shell("trap \"\" XFSZ; ulimit -f 64; exec " + std::string(TQKV_BINARY_DIR) +
+  const CmdResult r = Shell("trap \"\" XFSZ; ulimit -f 64; exec " + tqkv::test::BinaryDir() +
                             "/tqkv llama export " + d + "/big.tqkv --out " + d + "/slot.bin");
   EXPECT_EQ(r.status, 1) << r.out;
   EXPECT_NE(r.out.find("File too large"), std::string::npos) << r.out;
@@ -170,7 +171,7 @@ TEST(SessionSafety, LlamaInputsMustBeRegularFiles) {
 #else
     const std::string limit = "ulimit -v 4000000; ";
 #endif
-    CmdResult r = Shell(limit + "timeout 10 " + std::string(TQKV_BINARY_DIR) + "/tqkv " + args);
+    CmdResult r = Shell(limit + "timeout 10 " + tqkv::test::BinaryDir() + "/tqkv " + args);
     EXPECT_EQ(r.status, 1) << args << "\n" << r.out;
     EXPECT_NE(r.out.find("not a regular file"), std::string::npos) << args << "\n" << r.out;
     EXPECT_EQ(r.out.find("internal error"), std::string::npos) << r.out;

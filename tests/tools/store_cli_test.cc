@@ -12,6 +12,7 @@
 
 #include "store/store_test_util.h"
 #include "tools/cli_util.h"
+#include "test_paths.h"
 
 namespace {
 
@@ -22,7 +23,7 @@ using tqkv::testing_util::Tqkv;
 
 // Tqkv under `timeout`: a hang becomes exit status 124 instead of a stuck test.
 CmdResult TqkvWithTimeout(const std::string& args) {
-  const std::string cmd = "timeout 20 " + std::string(TQKV_BINARY_DIR) + "/tqkv " + args + " 2>&1";
+  const std::string cmd = "timeout 20 " + tqkv::test::BinaryDir() + "/tqkv " + args + " 2>&1";
   CmdResult r;
   FILE* p = popen(cmd.c_str(), "r");
   if (p == nullptr) return r;
