@@ -123,9 +123,10 @@ void InitFusedSplit(const SplitPlan& sp, const uint8_t* mask, FusedSplit<C>* f) 
   InitSplitMap(mask, sp.sub[0].dim + sp.sub[1].dim, &f->map);
 }
 
-// The rows the split encode asks for ahead, one per vector encoded: at that steady pace the rows
-// arrive while the encoders run. Asking for a block's rows at once (PrefetchRows) left the gather
-// waiting on memory: an eighth of the encode at AVX-512 on rows not in cache.
+// The rows the split encode asks for ahead, one per vector encoded (and that vector's code, for
+// writing): at that steady pace the rows arrive while the encoders run. Asking for a block's rows
+// at once (PrefetchRows) left the gather waiting on memory: an eighth of the encode at AVX-512 on
+// rows not in cache.
 inline constexpr size_t kSplitAhead = 16;
 
 // kNormBatch vectors per step: block b + 1 is gathered before block b is encoded, so the gather's
@@ -167,7 +168,10 @@ void SplitEncodeFused(const SplitPlan& sp, const void* x, size_t pitch, size_t n
     Norms<L>(x0, cnt, m0, n0);
     Norms<L>(x1, cnt, m1, n1);
     for (size_t b = 0; b < cnt; ++b) {
-      if (i0 + b + kSplitAhead < n) PrefetchRow(src + (i0 + b + kSplitAhead) * pitch, row_bytes);
+      if (i0 + b + kSplitAhead < n) {
+        PrefetchRow(src + (i0 + b + kSplitAhead) * pitch, row_bytes);
+        __builtin_prefetch(code + (i0 + b + kSplitAhead) * code_stride, 1, 3);  // to be written
+      }
       uint8_t* c = code + (i0 + b) * code_stride;
       f.c[0].encode(sp.sub[0], f.c[0], x0[b], n0[b], z, c + sp.norm_offset[0],
                     c + sp.planes_offset[0]);
