@@ -15,6 +15,8 @@ namespace tqkv::codec {
 // Vectors per kernel call (scratch of kBatch * head_dim floats) and per thread-pool piece.
 inline constexpr size_t kBatch = 64;
 inline constexpr size_t kGrain = 256;
+// Vectors per split_encode call: their codes (64 KiB at 64 bytes) stay cached for the NaN check.
+inline constexpr size_t kSplitPiece = 1024;
 
 // Resolves a spec for one head dimension (rotation kAuto, subset seeds, Lloyd-Max centroids).
 Result<CodecParams> ResolveParams(const CodecSpec& spec, uint32_t head_dim);

@@ -107,10 +107,15 @@ class TurboQuantCodec final : public Codec {
     const bool direct = dtype == DType::kF32;
     ParallelFor(pool, n, kGrain, [&](size_t b, size_t e) {
       if (params_.split()) {  // the split kernel converts each vector itself
-        k.split_encode(split_plan_, src + b * in_pitch, dtype, stride, e - b, meta.data(),
-                       codes + b * code_bytes_, code_bytes_);
         // A non-finite input makes the whole vector invalid, not just the subset holding it.
-        for (size_t i = b; i < e; ++i) PoisonIfAnyNaN(codes + i * code_bytes_);
+        // Checked per piece, while its codes are still in L1/L2 (after the whole range they
+        // came back from memory).
+        for (size_t p = b; p < e; p += kSplitPiece) {
+          const size_t pe = std::min(e, p + kSplitPiece);
+          k.split_encode(split_plan_, src + p * in_pitch, dtype, stride, pe - p, meta.data(),
+                         codes + p * code_bytes_, code_bytes_);
+          for (size_t i = p; i < pe; ++i) PoisonIfAnyNaN(codes + i * code_bytes_);
+        }
         return;
       }
       const PlannedSubset& sub = plan_.subsets()[0];

@@ -1046,6 +1046,9 @@ TEST(KernelsSimd, SplitEncodeDecodeMatchReference) {
       {64, 192, RotationKind::kKronecker, RotationKind::kKronecker, 3, 4},
       {256, 256, RotationKind::kHadamard, RotationKind::kHadamard2, 2, 3},
       {5, 12, RotationKind::kKronecker, RotationKind::kHaar, 3, 2},       // reference shapes
+      // The AVX2 in-register coders: Hadamard in 8 registers, Kronecker blocks of one register.
+      {64, 24, RotationKind::kHadamard2, RotationKind::kKronecker, 3, 2},
+      {64, 24, RotationKind::kHadamard, RotationKind::kKronecker, 8, 5},
   };
   for (const Shape& sh : shapes) {
     for (DType nd : {DType::kF32, DType::kF16}) {

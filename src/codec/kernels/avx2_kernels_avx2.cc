@@ -383,14 +383,12 @@ void MatVecTBatch(const float* mt, const float* const* x, size_t nv, size_t m, f
 }
 
 
-// kRegs (1..4) registers of z -> 32 index bytes (zero padded); with norm correction also adds the
-// squared centroids to csum, lane k taking elements 8r + k in order of r as Sum8 does.
+// kRegs (1..4) registers zr (the rest zero) -> 32 index bytes (zero padded); with norm correction
+// also adds the squared centroids to csum, lane k taking elements 8r + k in order of r as Sum8
+// does.
 template <int kBits, int kRegs>
-inline void QuantizeGroup(const SubsetPlan& plan, const Tables& t, const float* z, __m256* csum,
-                          uint8_t* idx) {
-  __m256 zr[4];
-#pragma GCC unroll 4
-  for (int r = 0; r < 4; ++r) zr[r] = r < kRegs ? _mm256_load_ps(z + 8 * r) : _mm256_setzero_ps();
+[[gnu::always_inline]] inline __m256i QuantizeIdx32(const SubsetPlan& plan, const Tables& t,
+                                                    const __m256* zr, __m256* csum) {
   __m256i q[4];
   Quantize4x8<kBits>(plan, t, zr, q);
 #pragma GCC unroll 4
@@ -402,7 +400,18 @@ inline void QuantizeGroup(const SubsetPlan& plan, const Tables& t, const float* 
       *csum = _mm256_add_ps(*csum, _mm256_mul_ps(c, c));
     }
   }
-  _mm256_store_si256(reinterpret_cast<__m256i*>(idx), PackIdx32(q[0], q[1], q[2], q[3]));
+  return PackIdx32(q[0], q[1], q[2], q[3]);
+}
+
+// kRegs registers of z to idx.
+template <int kBits, int kRegs>
+inline void QuantizeGroup(const SubsetPlan& plan, const Tables& t, const float* z, __m256* csum,
+                          uint8_t* idx) {
+  __m256 zr[4];
+#pragma GCC unroll 4
+  for (int r = 0; r < 4; ++r) zr[r] = r < kRegs ? _mm256_load_ps(z + 8 * r) : _mm256_setzero_ps();
+  const __m256i packed = QuantizeIdx32<kBits, kRegs>(plan, t, zr, csum);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(idx), packed);
 }
 
 // One vector with its norm (finite, not 0): rotation (forward; null for Haar: z then holds Q x
@@ -710,6 +719,85 @@ void EncodeVecFnT(const SubsetPlan& plan, const VecCoder& c, const float* xv, fl
             plan.norm_dtype, norm_out);
 }
 
+// kRegs (1..4) registers v * s as QuantizeGroup quantizes them from z: their kRegs bytes of each
+// plane to planes + p * pb, the centroids' squares (norm correction) added to *csum in the same
+// order: the split presets' subsets skip the route through z and idx (stores, then loads).
+template <int kBits, int kRegs>
+[[gnu::always_inline]] inline void QuantizeRegs(const SubsetPlan& plan, const Tables& t,
+                                                const __m256* v, __m256 s, __m256* csum,
+                                                uint8_t* planes, size_t pb) {
+  __m256 zr[4];
+#pragma GCC unroll 4
+  for (int r = 0; r < 4; ++r) zr[r] = r < kRegs ? _mm256_mul_ps(v[r], s) : _mm256_setzero_ps();
+  const __m256i idx = QuantizeIdx32<kBits, kRegs>(plan, t, zr, csum);
+#pragma GCC unroll 8
+  for (int p = 0; p < kBits; ++p) {
+    const int mask = _mm256_movemask_epi8(_mm256_slli_epi16(idx, 7 - p));  // as PackPlanesFromBytes
+    StorePlaneWord(planes + p * pb, kRegs, static_cast<uint32_t>(mask));
+  }
+}
+
+inline void StoreNormWithCsum(const SubsetPlan& plan, float norm, __m256 csum, uint8_t* norm_out) {
+  simd::StoreEncodedNorm<L>(plan, norm, plan.norm_correction ? L::Reduce(csum) : 0.0f, norm_out);
+}
+
+// Hadamard kinds with m = 8 R (R 1..8): rotation, scale and quantization in registers.
+template <int kBits, int R, int kTwo>
+void EncodeVecHadamard(const SubsetPlan& plan, const VecCoder& c, const float* xv, float norm,
+                       float*, uint8_t* norm_out, uint8_t* planes) {
+  if (simd::EncodeDegenerate(plan, norm, norm_out, planes)) return;
+  __m256 v[R];
+  simd::HadamardRegs<L, R, kTwo>(plan, xv, v);
+  const __m256 s = _mm256_set1_ps(plan.enc_scale / norm);
+  __m256 csum = _mm256_setzero_ps();
+  internal::Unroll<(R + 3) / 4>([&](auto gc) {
+    constexpr int g = decltype(gc)::value;
+    QuantizeRegs<kBits, (R - 4 * g < 4 ? R - 4 * g : 4)>(plan, c.t, v + 4 * g, s, &csum,
+                                                         planes + 4 * g, R);
+  });
+  StoreNormWithCsum(plan, norm, csum, norm_out);
+}
+
+// Kronecker with q = kQ blocks of 8 R (R 1..4): each block quantized as soon as it is mixed (a
+// block is R bytes of each plane), so the 16 registers hold the blocks and one block's sums.
+template <int kBits, int R, int kQ>
+void EncodeVecKron(const SubsetPlan& plan, const VecCoder& c, const float* xv, float norm, float*,
+                   uint8_t* norm_out, uint8_t* planes) {
+  if (simd::EncodeDegenerate(plan, norm, norm_out, planes)) return;
+  const __m256 s = _mm256_set1_ps(plan.enc_scale / norm);
+  __m256 csum = _mm256_setzero_ps();
+  simd::KronRegs<L, R, kQ>(plan, xv, [&](int a, const __m256* acc) {
+    QuantizeRegs<kBits, R>(plan, c.t, acc, s, &csum, planes + a * R, kQ * R);
+  });
+  StoreNormWithCsum(plan, norm, csum, norm_out);
+}
+
+// The split presets' subsets (Hadamard up to 64 floats, Kronecker q = 3 with blocks up to 32) in
+// registers; the rest through EncodeVecFnT.
+template <int kBits>
+EncodeVecFn PickEncodeVec(const SubsetPlan& p) {
+  if (p.rotation == RotationKind::kKronecker) {
+    if (p.dim != 3 * p.block) return EncodeVecFnT<kBits>;
+    switch (p.block) {
+      case 8: return EncodeVecKron<kBits, 1, 3>;
+      case 16: return EncodeVecKron<kBits, 2, 3>;
+      case 32: return EncodeVecKron<kBits, 4, 3>;
+    }
+    return EncodeVecFnT<kBits>;
+  }
+  if (p.rotation != RotationKind::kHadamard && p.rotation != RotationKind::kHadamard2) {
+    return EncodeVecFnT<kBits>;
+  }
+  const bool two = p.rotation == RotationKind::kHadamard2;
+  switch (p.dim) {
+    case 8: return two ? EncodeVecHadamard<kBits, 1, 1> : EncodeVecHadamard<kBits, 1, 0>;
+    case 16: return two ? EncodeVecHadamard<kBits, 2, 1> : EncodeVecHadamard<kBits, 2, 0>;
+    case 32: return two ? EncodeVecHadamard<kBits, 4, 1> : EncodeVecHadamard<kBits, 4, 0>;
+    case 64: return two ? EncodeVecHadamard<kBits, 8, 1> : EncodeVecHadamard<kBits, 8, 0>;
+  }
+  return EncodeVecFnT<kBits>;
+}
+
 template <int kBits>
 void DecodeVecFnT(const SubsetPlan& plan, const VecCoder& c, const uint8_t* norm_in,
                   const uint8_t* planes, float* vbuf, float* out) {
@@ -722,16 +810,17 @@ struct Coders {
   using L = avx2::Lanes;
   using VecCoder = ::tqkv::kernels::VecCoder;
   static void Init(const SubsetPlan& p, VecCoder* c) {
-    static constexpr EncodeVecFn kEnc[8] = {EncodeVecFnT<1>, EncodeVecFnT<2>, EncodeVecFnT<3>,
-                                            EncodeVecFnT<4>, EncodeVecFnT<5>, EncodeVecFnT<6>,
-                                            EncodeVecFnT<7>, EncodeVecFnT<8>};
+    using PickFn = EncodeVecFn (*)(const SubsetPlan&);
+    static constexpr PickFn kEnc[8] = {PickEncodeVec<1>, PickEncodeVec<2>, PickEncodeVec<3>,
+                                       PickEncodeVec<4>, PickEncodeVec<5>, PickEncodeVec<6>,
+                                       PickEncodeVec<7>, PickEncodeVec<8>};
     static constexpr DecodeVecFn kDec[8] = {DecodeVecFnT<1>, DecodeVecFnT<2>, DecodeVecFnT<3>,
                                             DecodeVecFnT<4>, DecodeVecFnT<5>, DecodeVecFnT<6>,
                                             DecodeVecFnT<7>, DecodeVecFnT<8>};
     InitTables(p, &c->t);
     c->forward = simd::PickForwardFn<L>(p);
     c->inverse = simd::PickInverseFn<L>(p);
-    c->encode = kEnc[p.bits - 1];
+    c->encode = kEnc[p.bits - 1](p);
     c->decode = kDec[p.bits - 1];
   }
   static bool Fusable(const SubsetPlan& p) {

@@ -357,24 +357,11 @@ void EncodeVecKron(const SubsetPlan& plan, const VecCoder& c, const float* xv, f
                    uint8_t* norm_out, uint8_t* planes) {
   if (simd::EncodeDegenerate(plan, norm, norm_out, planes)) return;
   constexpr int N = kQ * R;
-  __m512 t[N], v[N];
-#pragma GCC unroll 16
-  for (int r = 0; r < N; ++r) {
-    t[r] = _mm512_mul_ps(_mm512_loadu_ps(xv + 16 * r), _mm512_loadu_ps(plan.signs1 + 16 * r));
-  }
+  __m512 v[N];
+  simd::KronRegs<L, R, kQ>(plan, xv, [&](int a, const __m512* acc) {
 #pragma GCC unroll 4
-  for (int b = 0; b < kQ; ++b) simd::FwhtRegs<L, R>(t + b * R);
-#pragma GCC unroll 4
-  for (int a = 0; a < kQ; ++a) {
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) v[a * R + r] = _mm512_setzero_ps();
-#pragma GCC unroll 4
-    for (int a2 = 0; a2 < kQ; ++a2) {
-      const __m512 w = _mm512_set1_ps(plan.haar_t[a2 * kQ + a]);
-#pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) v[a * R + r] = _mm512_fmadd_ps(w, t[a2 * R + r], v[a * R + r]);
-    }
-  }
+    for (int r = 0; r < R; ++r) v[a * R + r] = acc[r];
+  });
   // One multiply by enc_scale / norm, as KronForward's.
   const __m512 s = _mm512_set1_ps(plan.enc_scale / norm);
   const float csum = QuantizeRegs<kBits, N>(plan, c, v, s, planes);

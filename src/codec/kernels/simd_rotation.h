@@ -199,6 +199,33 @@ void KronForward(const SubsetPlan& p, const float* x, float scale, float* z) {
   KronMixBlocks<L, R, kQ>(p.haar_t, t, p.dim / kB, &scale, nullptr, z);
 }
 
+// KronForward before its scale with the vector in registers (kQ R of them): the blocks' signed
+// FWHTs, then per output block a the kQ fmas in KronMix's order, handed to emit(a, acc) (R
+// registers) before the next block is mixed, so a coder can quantize a block while few are live.
+template <class L, int R, int kQ, class Emit>
+[[gnu::always_inline]] inline void KronRegs(const SubsetPlan& p, const float* x, Emit&& emit) {
+  using V = typename L::V;
+  constexpr int kN = L::kN;
+  V t[kQ * R];
+#pragma GCC unroll 16
+  for (int r = 0; r < kQ * R; ++r) t[r] = L::Mul(L::Load(x + kN * r), L::Load(p.signs1 + kN * r));
+#pragma GCC unroll 4
+  for (int b = 0; b < kQ; ++b) FwhtRegs<L, R>(t + b * R);
+#pragma GCC unroll 4
+  for (int a = 0; a < kQ; ++a) {
+    V acc[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) acc[r] = L::Zero();
+#pragma GCC unroll 4
+    for (int a2 = 0; a2 < kQ; ++a2) {
+      const V w = L::Set1(p.haar_t[a2 * kQ + a]);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) acc[r] = L::Fma(w, t[a2 * R + r], acc[r]);
+    }
+    emit(a, acc);
+  }
+}
+
 // out = signs * (Fwht of each block of KronMix(Q_q, v)) (v aligned).
 template <class L, int R, int kQ>
 void KronInverse(const SubsetPlan& p, const float* v, float* out) {
