@@ -62,7 +62,8 @@ Status RestoreBatch(Store& store, std::span<const BatchObject> objects, const La
 // Checkpoints each object's tokens from the paged tensors `src` (its tokens, else src.tokens) under its
 // key, each published atomically. The object's exact rows are the prompt's first
 // options.exact_head tokens that it holds (first_token); options.exact_tail must be 0, since a
-// prompt's last tokens change every turn. Failures as for RestoreBatch.
+// prompt's last tokens change every turn. Failures as for RestoreBatch: objects [0, done) are
+// stored; a later one that was in flight when an earlier one failed may have been published too.
 Status CheckpointBatch(Store& store, std::span<const BatchObject> objects,
                        const LayoutTensors& src, const CheckpointOptions& options,
                        const BatchOptions& batch = {}, BatchStats* stats = nullptr);

@@ -177,7 +177,8 @@ class ChunkWriter:
             error = str(e)
         if error is not None:
             self._stats.add(errors=len(ops) - done)
-            self._log.warning("tqkv connector: saving %s failed (and the %d chunks after it): %s",
+            self._log.warning("tqkv connector: saving %s failed (and the %d chunks after it, "
+                              "which no lookup reaches without it): %s",
                               ops[done].key, len(ops) - done - 1, error)
         secs = time.perf_counter() - t0
         written = done - skipped
