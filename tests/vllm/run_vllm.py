@@ -36,15 +36,23 @@ def main() -> int:
                     help="return this many logprobs per generated token (0: none)")
     ap.add_argument("--prefix-caching", action="store_true",
                     help="vLLM's own prefix cache on (off by default, so a hit is the connector's)")
+    ap.add_argument("--in-process", action="store_true",
+                    help="vLLM's engine and worker in this process (no engine-core and worker "
+                         "processes: each costs its own imports), the connector's metadata then "
+                         "passed without crossing a process")
     ap.add_argument("--out", default="")
     a = ap.parse_args()
 
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    if a.in_process:
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     from vllm import LLM, SamplingParams
 
     kwargs = dict(model=a.model, enforce_eager=True, max_model_len=a.max_model_len,
                   enable_prefix_caching=a.prefix_caching, seed=0)
+    if a.in_process:
+        kwargs["distributed_executor_backend"] = "uni"
     if a.connector:
         from vllm.config import KVTransferConfig
 
