@@ -693,22 +693,10 @@ void SplitScatter(const float* in0, size_t m0, const float* in1, size_t m1, size
 // Haar subsets keep the batched products (MatVecTBatch), so they, and shapes the reference
 // handles, take the batch-wise route through this table's kernels (SplitEncodeBatched).
 
-struct VecCoder;
-// One vector x of the plan with its norm: rotation, scale, quantize, pack (z: aligned scratch).
-using EncodeVecFn = void (*)(const SubsetPlan&, const VecCoder&, const float* x, float norm,
-                             float* z, uint8_t* norm_out, uint8_t* planes);
-// One vector back to out (vbuf: aligned scratch).
-using DecodeVecFn = void (*)(const SubsetPlan&, const VecCoder&, const uint8_t* norm_in,
-                             const uint8_t* planes, float* vbuf, float* out);
-
-// One subset's per-call state.
-struct VecCoder {
-  Tables t;
-  ForwardFn forward;
-  InverseFn inverse;
-  EncodeVecFn encode;
-  DecodeVecFn decode;
-};
+// One subset's per-call state (simd_split.h).
+struct VecCoder : simd::VecCoderBase<VecCoder, Tables, ForwardFn, InverseFn> {};
+using EncodeVecFn = VecCoder::EncodeFn;
+using DecodeVecFn = VecCoder::DecodeFn;
 
 template <int kBits>
 void EncodeVecFnT(const SubsetPlan& plan, const VecCoder& c, const float* xv, float norm,

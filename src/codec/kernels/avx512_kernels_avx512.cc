@@ -277,26 +277,15 @@ void DequantizeVec(const SubsetPlan& plan, const Tables& t, const uint8_t* norm_
 
 
 struct VecCoder;
-// One vector x of the plan with its norm: rotation, scale, quantize, pack (z: aligned scratch).
-using EncodeVecFn = void (*)(const SubsetPlan&, const VecCoder&, const float* x, float norm,
-                             float* z, uint8_t* norm_out, uint8_t* planes);
-// One vector back to out (vbuf: aligned scratch).
-using DecodeVecFn = void (*)(const SubsetPlan&, const VecCoder&, const uint8_t* norm_in,
-                             const uint8_t* planes, float* vbuf, float* out);
-
 // One vector to out as dtype, key means added first (mean null: none; a = scale * mean). vbuf,
 // obuf: aligned scratch.
 using DecodeToFn = void (*)(const SubsetPlan&, const VecCoder&, const uint8_t* norm_in,
                             const uint8_t* planes, float* vbuf, float* obuf, const float* mean,
                             float scale, void* out, DType dtype);
 
-// One subset's per-call state.
-struct VecCoder {
-  Tables t;
-  ForwardFn forward;  // the route through memory (Kronecker, Hadamard beyond 256)
-  InverseFn inverse;
-  EncodeVecFn encode;
-  DecodeVecFn decode;
+// One subset's per-call state (simd_split.h); forward is the route through memory (Kronecker,
+// Hadamard beyond 256).
+struct VecCoder : simd::VecCoderBase<VecCoder, Tables, ForwardFn, InverseFn> {
   DecodeToFn decode_to;
 };
 

@@ -27,6 +27,21 @@ namespace tqkv::kernels::simd {
 
 inline constexpr size_t kMaxSplitDim = 512;  // the fused route's d
 
+// What every ISA's VecCoder holds (Derived: that VecCoder, which its per-vector functions take):
+// the subset's tables, the rotation routes through memory, the encode and decode picked for it.
+template <class Derived, class TablesT, class ForwardT, class InverseT>
+struct VecCoderBase {
+  using EncodeFn = void (*)(const SubsetPlan&, const Derived&, const float* x, float norm,
+                            float* z, uint8_t* norm_out, uint8_t* planes);
+  using DecodeFn = void (*)(const SubsetPlan&, const Derived&, const uint8_t* norm_in,
+                            const uint8_t* planes, float* vbuf, float* out);
+  TablesT t;
+  ForwardT forward;
+  InverseT inverse;
+  EncodeFn encode;
+  DecodeFn decode;
+};
+
 // The group mask's data movement, worked out once per call: for chunk k of kN channels, where its
 // outlier and regular channels start in the subset vectors and the lane permutations. Gather and
 // scatter then need no mask bits, popcounts or table look-ups per vector.
