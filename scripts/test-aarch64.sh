@@ -25,10 +25,7 @@ if ((${#missing[@]})); then
   fi
 fi
 
-if command -v ccache >/dev/null; then
-  export CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache
-  export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
-fi
+source scripts/ccache-env.sh
 cmake -S tests/cross -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_TOOLCHAIN_FILE="$PWD/cmake/toolchains/aarch64-linux-gnu.cmake" >/dev/null
 ninja -C "$build" tqkv_codec_tests

@@ -22,14 +22,7 @@ bash scripts/install-deps.sh
 jobs=$(nproc)
 cache="${TQKV_CACHE_DIR:-$HOME/.cache/tqkv}"
 
-# ccache: the pip build of the Python test compiles the same sources with the same flags
-# (pyproject.toml); with paths taken relative to the repository it hits the plain build's cache,
-# and a fresh clone elsewhere hits an earlier clone's.
-if command -v ccache >/dev/null; then
-  export CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache
-  export CMAKE_CUDA_COMPILER_LAUNCHER=ccache
-  export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
-fi
+source scripts/ccache-env.sh  # every build below, pip's and the aarch64 one included
 stage prelude ""
 
 # The llama.cpp engine tests: the fetch lane runs them once the wheel is built, the main ctest
