@@ -4,10 +4,11 @@
 # ctest suite under AddressSanitizer + UBSan, and short libFuzzer runs of the two readers.
 # Exit status non-zero on any failure.
 #
-# Three lanes run side by side (scripts/lanes.sh), each with its log under build/test-logs/:
-#   fetch: the test servers, the models, the vLLM venv, the llama-cpp-python wheel (downloads and
-#          installs, cached outside the repository), then (once the build is there) the llama.cpp
-#          engine tests and pytest;
+# Four lanes run side by side (scripts/lanes.sh), each with its log under build/test-logs/:
+#   fetch: the test servers, the models, the llama-cpp-python wheel (downloads and builds, cached
+#          outside the repository), then (once the build is there) the llama.cpp engine tests and
+#          pytest;
+#   vllm:  the vLLM venv and model (downloads, cached outside the repository);
 #   main:  the build, ctest, tests/vllm;
 #   asan:  the sanitizer build, the fuzzers, the aarch64 tests, the sanitizer ctest.
 # Each lane waits only for what it uses; progress lines and the stage table (wall and CPU seconds
