@@ -29,12 +29,8 @@ using tqkv::model::testing::StoriesTok;
 constexpr const char* kPrompt = "/usr/share/common-licenses/GPL-3";
 
 using tqkv::testing_util::CmdResult;
+using tqkv::testing_util::JsonFile;
 using tqkv::testing_util::TqkvBench;
-
-nlohmann::json ReadJson(const std::string& path) {
-  std::ifstream f(path);
-  return nlohmann::json::parse(f, nullptr, false);
-}
 
 #define REQUIRE_PROMPT()                                                               \
   do {                                                                                 \
@@ -97,7 +93,7 @@ TEST(Migrate, StoriesFp16IsExactAndBf16IsClose) {
                      dir.path() + "/store --json " + json_path);
   ASSERT_EQ(c.status, 0) << c.out;
   EXPECT_NE(c.out.find("fp16"), std::string::npos) << c.out;  // the table
-  const auto j = ReadJson(json_path);
+  const auto j = JsonFile(json_path);
   ASSERT_FALSE(j.is_discarded());
   ExpectContract(j, 5);
   EXPECT_EQ(j["model"], "stories260K");
@@ -211,7 +207,7 @@ TEST(Migrate, StoriesGgufF32AndQ8Fp16Exact) {
                        dir.path() + "/store --json " + json_path + " --activations " +
                        cs.activations);
     ASSERT_EQ(c.status, 0) << c.out;
-    const auto j = ReadJson(json_path);
+    const auto j = JsonFile(json_path);
     ASSERT_FALSE(j.is_discarded());
     ASSERT_EQ(j["results"].size(), 2u);
     EXPECT_EQ(j["activations"], cs.activations);
@@ -239,7 +235,7 @@ TEST(Migrate, SmolLm2ShortFp16ExactTq4Close) {
                      " --tokens 300 --steps 20 --codec fp16 --codec tq4 --layer-codec 0:fp16"
                      " --threads 2 --store file://" + dir.path() + "/store --json " + json_path);
   ASSERT_EQ(c.status, 0) << c.out;
-  const auto j = ReadJson(json_path);
+  const auto j = JsonFile(json_path);
   ASSERT_FALSE(j.is_discarded());
   ExpectContract(j, 30);
   EXPECT_EQ(j["model"], "smollm2-135m");
@@ -285,7 +281,7 @@ TEST(Migrate, SmolLm2ExactTokensAreCloser) {
                      " --threads 2 --store file://" + dir.path() + "/store --json " +
                      dir.path() + "/e.json");
   ASSERT_EQ(c.status, 0) << c.out;
-  const auto j = ReadJson(dir.path() + "/e.json");
+  const auto j = JsonFile(dir.path() + "/e.json");
   ASSERT_FALSE(j.is_discarded());
   ExpectContract(j, 30);
   ASSERT_EQ(j["results"].size(), 3u);  // fp16 is not repeated
@@ -337,7 +333,7 @@ TEST(Migrate, SmolLm2CenteredKeysAreCloser) {
   ASSERT_EQ(plain.status, 0) << plain.out;
   CmdResult cent = TqkvBench(base + " --center-keys 64 --json " + dir.path() + "/c.json");
   ASSERT_EQ(cent.status, 0) << cent.out;
-  const auto p = ReadJson(dir.path() + "/p.json"), c = ReadJson(dir.path() + "/c.json");
+  const auto p = JsonFile(dir.path() + "/p.json"), c = JsonFile(dir.path() + "/c.json");
   ASSERT_FALSE(p.is_discarded());
   ASSERT_FALSE(c.is_discarded());
   ExpectContract(c, 30);

@@ -15,13 +15,9 @@
 namespace {
 
 using tqkv::testing_util::CmdResult;
+using tqkv::testing_util::JsonFile;
 using tqkv::testing_util::TqkvBench;
 using json = nlohmann::json;
-
-json ReadJson(const std::string& path) {
-  std::ifstream f(path);
-  return json::parse(f, nullptr, false);
-}
 
 std::string ReadText(const std::string& path) {
   std::ifstream f(path);
@@ -58,7 +54,7 @@ TEST(BenchRestoreCli, HostOnlyRunsKeepTheirOutput) {
   ASSERT_TRUE(dir.ok());
   CmdResult r = TqkvBench(Args(dir) + "--config tq3:direct --config fp16:buffered --no-quality");
   ASSERT_EQ(r.status, 0) << r.out;
-  const json j = ReadJson(dir.path() + "/out.json");
+  const json j = JsonFile(dir.path() + "/out.json");
   ASSERT_FALSE(j.is_discarded());
   EXPECT_FALSE(j.contains("gpu"));
   ASSERT_EQ(j["results"].size(), 2u);
@@ -81,7 +77,7 @@ TEST(BenchRestoreCli, LinkListAndBreakdown) {
   CmdResult r = TqkvBench(Args(dir) + "--config tq3:direct --config fp16:buffered --link-gbps 0,2 "
                                  "--no-quality");
   ASSERT_EQ(r.status, 0) << r.out;
-  const json j = ReadJson(dir.path() + "/out.json");
+  const json j = JsonFile(dir.path() + "/out.json");
   ASSERT_FALSE(j.is_discarded());
   ASSERT_EQ(j["results"].size(), 4u);
   EXPECT_EQ(j["link_gbps"], json::array({0.0, 2.0}));
@@ -115,13 +111,13 @@ TEST(BenchRestoreCli, BreakdownOfEveryRow) {
   ASSERT_TRUE(dir.ok());
   CmdResult r = TqkvBench(Args(dir) + "--config fp16:direct --breakdown --no-quality");
   ASSERT_EQ(r.status, 0) << r.out;
-  json j = ReadJson(dir.path() + "/out.json");
+  json j = JsonFile(dir.path() + "/out.json");
   ASSERT_EQ(j["results"].size(), 1u);
   EXPECT_GT(j["results"][0]["raw_read_gbps"].get<double>(), 0);
   EXPECT_GT(j["results"][0]["decode_capacity_fp16_gbps"].get<double>(), 0);
   r = TqkvBench(Args(dir) + "--config fp16:direct --breakdown --no-quality --max-memory 4096");
   ASSERT_EQ(r.status, 0) << r.out;
-  j = ReadJson(dir.path() + "/out.json");
+  j = JsonFile(dir.path() + "/out.json");
   EXPECT_TRUE(j["results"][0]["decode_capacity_fp16_gbps"].is_null());
   const json& row = j["results"][0];
   EXPECT_DOUBLE_EQ(row["bound_fp16_gbps"].get<double>(),
@@ -136,7 +132,7 @@ TEST(BenchRestoreCli, GpuRowsRunOrAreSkippedWithTheReason) {
   CmdResult r = TqkvBench(Args(dir) +
                      "--config tq3:direct --config fp16:buffered:gpu --config tq3:gds:gpu");
   ASSERT_EQ(r.status, 0) << r.out;
-  const json j = ReadJson(dir.path() + "/out.json");
+  const json j = JsonFile(dir.path() + "/out.json");
   ASSERT_FALSE(j.is_discarded());
   ASSERT_TRUE(j.contains("gpu")) << j.dump(2);
   ExpectHostContract(j["results"][0]);
@@ -186,7 +182,7 @@ TEST(BenchRestoreCli, OnlyGpuRowsWithoutADeviceIsAClearError) {
   CmdResult r = TqkvBench(Args(dir) + "--codec tq3 --io gds --target gpu --no-quality");
   ASSERT_NE(r.status, -1) << r.out;  // exited, did not crash
   if (r.status == 0) {
-    const json j = ReadJson(dir.path() + "/out.json");
+    const json j = JsonFile(dir.path() + "/out.json");
     ASSERT_EQ(j["results"].size(), 1u);
     EXPECT_EQ(j["results"][0]["target"], "gpu");
     return;

@@ -38,7 +38,7 @@ struct Cache {
   size_t elems = 0;
 };
 
-Cache MakeCache(const std::string& name) {
+Cache MakeBatchCache(const std::string& name) {
   Cache c{name, {}, kBlocks * kGeo.kv_heads * kBlock * 2 * kGeo.head_dim};
   LayoutTensors& t = c.t;
   t.geometry = kGeo;
@@ -129,7 +129,7 @@ TEST_P(Batch, RestoresEveryLayoutLikeEachObjectsOwnRestore) {
   ThreadPool pool(2);
   for (const char* layout : {"nhd", "hnd", "vec", "amx"}) {
     for (size_t in_flight : {1, 4}) {
-      Cache c = MakeCache(layout);
+      Cache c = MakeBatchCache(layout);
       Allocate(c);
       std::vector<BatchObject> objs;
       for (int i = 0; i < 3; ++i) objs.push_back({Key(i), kIds[i], "m" + std::to_string(i)});
@@ -162,7 +162,7 @@ TEST_P(Batch, RestoresEveryLayoutLikeEachObjectsOwnRestore) {
 
 TEST_P(Batch, AFailedObjectFailsTheLaterOnesAndAnotherModelIsNeverWritten) {
   Store(GetParam());
-  Cache c = MakeCache("vec");
+  Cache c = MakeBatchCache("vec");
   Allocate(c);
   std::vector<BatchObject> objs = {{Key(0), kIds[0], "m0"},
                                    {Key(1), kIds[1], "another model"},
@@ -203,7 +203,7 @@ TEST_P(Batch, AFailedObjectFailsTheLaterOnesAndAnotherModelIsNeverWritten) {
 
 TEST_P(Batch, CheckpointBatchStoresWhatEachObjectsOwnCheckpointStores) {
   // A 192-token prompt in a vec CPU cache, saved in 3 chunks, then restored.
-  Cache c = MakeCache("vec");
+  Cache c = MakeBatchCache("vec");
   Allocate(c);
   auto prompt = testing_util::MakeSession(kGeo, 3 * kChunk, DType::kBF16, 9);
   std::vector<int64_t> all;
@@ -266,7 +266,7 @@ TEST_P(Batch, CheckpointBatchStoresWhatEachObjectsOwnCheckpointStores) {
 
 TEST_P(Batch, AShorterLastObjectMovesItsOwnTokens) {
   // A 160-token prompt: two 64-token chunks and a last one of 32 tokens in block 11.
-  Cache c = MakeCache("vec");
+  Cache c = MakeBatchCache("vec");
   Allocate(c);
   const uint64_t total = 2 * kChunk + kBlock;
   auto prompt = testing_util::MakeSession(kGeo, total, DType::kBF16, 11);

@@ -16,7 +16,7 @@
 #include "tqkv/memory_store.h"
 #include "tqkv/synthetic.h"
 
-namespace tqkv {
+namespace tqkv::codec_guard_test {
 namespace {
 
 constexpr ModelGeometry kGeo{2, 2, 128};
@@ -192,4 +192,4 @@ TEST(CodecGuard, ZeroTokensRecordsNothing) {
 }
 
 }  // namespace
-}  // namespace tqkv
+}  // namespace tqkv::codec_guard_test

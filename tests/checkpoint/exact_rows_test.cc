@@ -17,7 +17,7 @@
 #include "tqkv/synthetic.h"
 #include "tqkv/thread_pool.h"
 
-namespace tqkv {
+namespace tqkv::exact_rows_test {
 namespace {
 
 using testing_util::MakeSession;
@@ -171,4 +171,4 @@ TEST(ExactRows, ParseExactTokens) {
 }
 
 }  // namespace
-}  // namespace tqkv
+}  // namespace tqkv::exact_rows_test

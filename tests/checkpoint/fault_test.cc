@@ -12,7 +12,7 @@
 #include "store/testing/store_testing.h"
 #include "tqkv/synthetic.h"
 
-namespace tqkv {
+namespace tqkv::fault_test {
 namespace {
 
 constexpr ModelGeometry kGeo{2, 2, 64};
@@ -156,4 +156,4 @@ TEST(CheckpointCorruption, ReadErrorsSurface) {
 }
 
 }  // namespace
-}  // namespace tqkv
+}  // namespace tqkv::fault_test

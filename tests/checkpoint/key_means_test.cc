@@ -12,7 +12,7 @@
 #include "tqkv/settings.h"
 #include "tqkv/memory_store.h"
 
-namespace tqkv {
+namespace tqkv::key_means_test {
 namespace {
 
 constexpr ModelGeometry kGeo{2, 2, 128};
@@ -125,4 +125,4 @@ TEST(KeyMeans, ParseAndFormat) {
 }
 
 }  // namespace
-}  // namespace tqkv
+}  // namespace tqkv::key_means_test

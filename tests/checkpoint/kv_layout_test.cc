@@ -12,7 +12,7 @@
 #include "tqkv/checkpoint.h"
 #include "tqkv/memory_store.h"
 
-namespace tqkv {
+namespace tqkv::kv_layout_test {
 namespace {
 
 constexpr ModelGeometry kGeo{3, 2, 64};
@@ -148,4 +148,4 @@ TEST(KvLayout, LayerReadyReportsEachDecodedLayerInOrder) {
 }
 
 }  // namespace
-}  // namespace tqkv
+}  // namespace tqkv::kv_layout_test

@@ -13,7 +13,7 @@
 #include "tqkv/memory_store.h"
 #include "tqkv/thread_pool.h"
 
-namespace tqkv {
+namespace tqkv::layout_restore_test {
 namespace {
 
 constexpr ModelGeometry kGeo{3, 2, 64};
@@ -157,4 +157,4 @@ TEST(LayoutRestoreRefuses, BadDestinations) {
 }
 
 }  // namespace
-}  // namespace tqkv
+}  // namespace tqkv::layout_restore_test

@@ -8,58 +8,58 @@
 namespace tqkv {
 namespace {
 
-CodecSpec Parse(const std::string& s) {
+CodecSpec ParseCodec(const std::string& s) {
   auto r = ParseCodecSpec(s);
   EXPECT_TRUE(r.ok()) << s << ": " << r.status().ToString();
   return r.ok() ? *r : CodecSpec{};
 }
 
 TEST(CodecSpec, RawPresets) {
-  EXPECT_EQ(Parse("fp16").kind, CodecKind::kRaw);
-  EXPECT_EQ(Parse("fp16").raw_dtype, DType::kF16);
-  EXPECT_EQ(Parse("bf16").raw_dtype, DType::kBF16);
-  EXPECT_EQ(Parse("fp32").raw_dtype, DType::kF32);
-  EXPECT_EQ(Parse("f32").raw_dtype, DType::kF32);
+  EXPECT_EQ(ParseCodec("fp16").kind, CodecKind::kRaw);
+  EXPECT_EQ(ParseCodec("fp16").raw_dtype, DType::kF16);
+  EXPECT_EQ(ParseCodec("bf16").raw_dtype, DType::kBF16);
+  EXPECT_EQ(ParseCodec("fp32").raw_dtype, DType::kF32);
+  EXPECT_EQ(ParseCodec("f32").raw_dtype, DType::kF32);
 }
 
 TEST(CodecSpec, TurboQuantPresets) {
   for (int b = 1; b <= 8; ++b) {
-    const CodecSpec s = Parse("tq" + std::to_string(b));
+    const CodecSpec s = ParseCodec("tq" + std::to_string(b));
     EXPECT_EQ(s.kind, CodecKind::kTurboQuant);
     EXPECT_EQ(s.bits, b);
     EXPECT_EQ(s.outlier_bits, 0);
   }
-  const CodecSpec a = Parse("tq2.5");
+  const CodecSpec a = ParseCodec("tq2.5");
   EXPECT_EQ(a.bits, 2);
   EXPECT_EQ(a.outlier_bits, 4);
   EXPECT_EQ(a.outlier_channels, 0);
   EXPECT_EQ(a.outlier_num, 1);
   EXPECT_EQ(a.outlier_den, 4);
-  const CodecSpec b = Parse("tq3.5");
+  const CodecSpec b = ParseCodec("tq3.5");
   EXPECT_EQ(b.bits, 3);
   EXPECT_EQ(b.outlier_bits, 5);
 }
 
 TEST(CodecSpec, Modifiers) {
-  const CodecSpec s = Parse("tq3,rot=haar,seed=7,norm=f16,nc=1");
+  const CodecSpec s = ParseCodec("tq3,rot=haar,seed=7,norm=f16,nc=1");
   EXPECT_EQ(s.bits, 3);
   EXPECT_EQ(s.rotation, RotationKind::kHaar);
   EXPECT_EQ(s.seed, 7u);
   EXPECT_EQ(s.norm_dtype, DType::kF16);
   EXPECT_TRUE(s.norm_correction);
-  const CodecSpec g = Parse("tq:b=4,split=32@5,rot=hd2,seed=0xff");
+  const CodecSpec g = ParseCodec("tq:b=4,split=32@5,rot=hd2,seed=0xff");
   EXPECT_EQ(g.bits, 4);
   EXPECT_EQ(g.outlier_bits, 5);
   EXPECT_EQ(g.outlier_channels, 32);
   EXPECT_EQ(g.rotation, RotationKind::kHadamard2);
   EXPECT_EQ(g.seed, 255u);
-  const CodecSpec f = Parse("tq:split=3/8@4");
+  const CodecSpec f = ParseCodec("tq:split=3/8@4");
   EXPECT_EQ(f.bits, 3);  // default
   EXPECT_EQ(f.outlier_num, 3);
   EXPECT_EQ(f.outlier_den, 8);
-  EXPECT_TRUE(Parse("tq3,qjl=1").qjl);
-  EXPECT_EQ(Parse("tq2.5,split=none").outlier_bits, 0);
-  EXPECT_EQ(Parse("tq:b=2,split=1/4@4"), Parse("tq2.5"));
+  EXPECT_TRUE(ParseCodec("tq3,qjl=1").qjl);
+  EXPECT_EQ(ParseCodec("tq2.5,split=none").outlier_bits, 0);
+  EXPECT_EQ(ParseCodec("tq:b=2,split=1/4@4"), ParseCodec("tq2.5"));
 }
 
 TEST(CodecSpec, RoundTrip) {
@@ -85,14 +85,14 @@ TEST(CodecSpec, RoundTrip) {
                         "tq3,seed=0xffffffffffffffff",
                         "tq:b=3,rot=hd",
                         "tq:b=2,split=1/4@4"}) {
-    const CodecSpec spec = Parse(s);
+    const CodecSpec spec = ParseCodec(s);
     const std::string formatted = FormatCodecSpec(spec);
-    EXPECT_EQ(Parse(formatted), spec) << s << " -> " << formatted;
+    EXPECT_EQ(ParseCodec(formatted), spec) << s << " -> " << formatted;
   }
-  EXPECT_EQ(FormatCodecSpec(Parse("tq:b=2,split=1/4@4")), "tq2.5");
-  EXPECT_EQ(FormatCodecSpec(Parse("tq:b=3")), "tq3");
-  EXPECT_EQ(FormatCodecSpec(Parse("tq3,seed=0xffffffffffffffff")), "tq3,seed=0xffffffffffffffff");
-  EXPECT_EQ(FormatCodecSpec(Parse("tq3,rot=auto,norm=f32,nc=0")), "tq3");
+  EXPECT_EQ(FormatCodecSpec(ParseCodec("tq:b=2,split=1/4@4")), "tq2.5");
+  EXPECT_EQ(FormatCodecSpec(ParseCodec("tq:b=3")), "tq3");
+  EXPECT_EQ(FormatCodecSpec(ParseCodec("tq3,seed=0xffffffffffffffff")), "tq3,seed=0xffffffffffffffff");
+  EXPECT_EQ(FormatCodecSpec(ParseCodec("tq3,rot=auto,norm=f32,nc=0")), "tq3");
 }
 
 TEST(CodecSpec, Errors) {

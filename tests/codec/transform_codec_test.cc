@@ -11,7 +11,7 @@
 #include "tqkv/simd.h"
 #include "tqkv/thread_pool.h"
 
-namespace tqkv {
+namespace tqkv::transform_codec_test {
 namespace {
 
 using testing_util::Data;
@@ -255,4 +255,4 @@ TEST(TransformCodecTest, BadMetadataIsRefusedNamingWhy) {
 }
 
 }  // namespace
-}  // namespace tqkv
+}  // namespace tqkv::transform_codec_test

@@ -274,9 +274,9 @@ TEST_P(StoreAdminTest, ReservedKeysRefusedAndLookAlikesSurviveGcPinned) {
   for (const auto& m : *sessions) EXPECT_EQ(m.pin_until_ns, kPinForever) << m.key;
 }
 
-const std::vector<Param> kParams = testing_util::ServerStoreParams("ad", false, "");
+const std::vector<Param> kAdminParams = testing_util::ServerStoreParams("ad", false, "");
 
-INSTANTIATE_TEST_SUITE_P(Stores, StoreAdminTest, ::testing::ValuesIn(kParams),
+INSTANTIATE_TEST_SUITE_P(Stores, StoreAdminTest, ::testing::ValuesIn(kAdminParams),
                          [](const ::testing::TestParamInfo<Param>& info) { return info.param.name; });
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdio>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include "test_paths.h"
@@ -44,6 +45,12 @@ inline CmdResult TqkvBench(const std::string& args, const std::string& env = "")
 inline nlohmann::json Json(const std::string& text) {
   const size_t b = text.find('{');
   return nlohmann::json::parse(text.substr(b == std::string::npos ? 0 : b), nullptr, false);
+}
+
+// A JSON file a command wrote (discarded JSON if unreadable).
+inline nlohmann::json JsonFile(const std::string& path) {
+  std::ifstream f(path);
+  return nlohmann::json::parse(f, nullptr, false);
 }
 
 }  // namespace tqkv::testing_util
