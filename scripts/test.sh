@@ -8,9 +8,10 @@
 #   fetch: the test servers, the models, the llama-cpp-python wheel (downloads and builds, cached
 #          outside the repository), then (once the build is there) the llama.cpp engine tests and
 #          pytest;
-#   vllm:  the vLLM venv and model (downloads, cached outside the repository);
+#   vllm:  the vLLM venv and model (downloads, cached outside the repository), then the aarch64
+#          tests;
 #   main:  the build, ctest, tests/vllm;
-#   asan:  the sanitizer build, the fuzzers, the aarch64 tests, the sanitizer ctest.
+#   asan:  the sanitizer build, the fuzzers, the sanitizer ctest.
 # Each lane waits only for what it uses; progress lines and the stage table (wall and CPU seconds
 # of every stage) come out on the console, each lane's log after it.
 set -euo pipefail
@@ -85,6 +86,18 @@ vllm_lane() {
     "$(cat "$LANES_DIR/vllm-python")" scripts/vllm_model.py >/dev/null || rc=$?
   fi
   mark vllm "$rc"
+
+  # This lane is idle from here: the aarch64 build and its tests under qemu.
+  echo "== aarch64: the codec tests cross-compiled and run under qemu (scalar and NEON kernels)"
+  stage vllm aarch64
+  rc=0
+  bash scripts/test-aarch64.sh || rc=$?
+  if [ "$rc" -eq 3 ]; then
+    echo "warning: the aarch64 cross toolchain or qemu could not be installed; the aarch64 tests skip" |
+      tee /dev/fd/3
+  elif [ "$rc" -ne 0 ]; then
+    return "$rc"
+  fi
 }
 
 servers_env() {  # the servers' URIs, for the store tests
@@ -153,17 +166,6 @@ asan_lane() {
       -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 "$corpus/container" fuzz/corpus/container
     ./build-fuzz/llama_state_fuzz -max_total_time="$llama_secs" -max_len=65536 \
       -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 "$corpus/llama_state" fuzz/corpus/llama_state
-  fi
-
-  echo "== aarch64: the codec tests cross-compiled and run under qemu (scalar and NEON kernels)"
-  stage asan aarch64
-  local rc=0
-  bash scripts/test-aarch64.sh || rc=$?
-  if [ "$rc" -eq 3 ]; then
-    echo "warning: the aarch64 cross toolchain or qemu could not be installed; the aarch64 tests skip" |
-      tee /dev/fd/3
-  elif [ "$rc" -ne 0 ]; then
-    return "$rc"
   fi
 
   echo "== AddressSanitizer + UndefinedBehaviorSanitizer ctest"
