@@ -8,9 +8,9 @@
 #   fetch: the test servers, the models, the llama-cpp-python wheel (downloads and builds, cached
 #          outside the repository), then (once the build is there) the llama.cpp engine tests and
 #          pytest;
-#   vllm:  the vLLM venv and model (downloads, cached outside the repository), then the aarch64
-#          tests;
-#   main:  the build, ctest, tests/vllm;
+#   vllm:  the vLLM venv and model (downloads, cached outside the repository), the aarch64
+#          tests, then (once the build is there) tests/vllm;
+#   main:  the build, ctest;
 #   asan:  the sanitizer build, the fuzzers, the sanitizer ctest.
 # Each lane waits only for what it uses; progress lines and the stage table (wall and CPU seconds
 # of every stage) come out on the console, each lane's log after it.
@@ -85,9 +85,9 @@ vllm_lane() {
     await smollm2 fetch
     "$(cat "$LANES_DIR/vllm-python")" scripts/vllm_model.py >/dev/null || rc=$?
   fi
-  mark vllm "$rc"
+  local venv_rc=$rc
 
-  # This lane is idle from here: the aarch64 build and its tests under qemu.
+  # The aarch64 build and its tests under qemu while the main build compiles.
   echo "== aarch64: the codec tests cross-compiled and run under qemu (scalar and NEON kernels)"
   stage vllm aarch64
   rc=0
@@ -97,6 +97,19 @@ vllm_lane() {
       tee /dev/fd/3
   elif [ "$rc" -ne 0 ]; then
     return "$rc"
+  fi
+
+  echo "== vLLM connector: tests/vllm in the cached vLLM (CPU) venv of scripts/setup-vllm.sh"
+  stage vllm tests
+  await build main
+  if [ "$venv_rc" -eq 0 ]; then
+    PYTHONPATH=build/python "$(cat "$LANES_DIR/vllm-python")" -m pytest -s -q -p no:cacheprovider \
+      --durations=10 tests/vllm
+  elif [ "$venv_rc" -eq 3 ]; then
+    echo "warning: vLLM could not be installed from PyPI; tests/vllm skip" | tee /dev/fd/3
+  else
+    echo "vLLM's venv or model could not be made (status $venv_rc)"
+    return "$venv_rc"
   fi
 }
 
@@ -121,20 +134,6 @@ main_lane() {
   await smollm2 fetch
   servers_env
   ctest --test-dir build --output-on-failure -j "$jobs" -E "$llama_tests"
-
-  echo "== vLLM connector: tests/vllm in the cached vLLM (CPU) venv of scripts/setup-vllm.sh"
-  stage main vllm
-  local rc=0
-  await vllm vllm || rc=$?
-  if [ "$rc" -eq 0 ]; then
-    PYTHONPATH=build/python "$(cat "$LANES_DIR/vllm-python")" -m pytest -s -q -p no:cacheprovider \
-      --durations=10 tests/vllm
-  elif [ "$rc" -eq 3 ]; then
-    echo "warning: vLLM could not be installed from PyPI; tests/vllm skip" | tee /dev/fd/3
-  else
-    echo "vLLM's venv or model could not be made (status $rc)"
-    return "$rc"
-  fi
 }
 
 asan_lane() {
