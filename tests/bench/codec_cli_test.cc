@@ -4,7 +4,6 @@
 
 #include "tools/cli_util.h"
 
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -14,6 +13,7 @@
 namespace {
 
 using tqkv::testing_util::CmdResult;
+using tqkv::testing_util::JsonFile;
 using tqkv::testing_util::Tqkv;
 using tqkv::testing_util::TqkvBench;
 
@@ -25,8 +25,7 @@ TEST(Cli, SimdLevelFromTheEnvironment) {
   CmdResult ok = TqkvBench("codec --codec tq3 --vectors 64 --groups 1 --reps 1 --json " + json,
                       "TQKV_SIMD=scalar");
   ASSERT_EQ(ok.status, 0) << ok.out;
-  std::ifstream f(json);
-  const auto j = nlohmann::json::parse(f, nullptr, false);
+  const auto j = JsonFile(json);
   ASSERT_FALSE(j.is_discarded());
   EXPECT_EQ(j["results"][0]["simd"], "scalar");
 
@@ -53,8 +52,7 @@ TEST(Cli, BenchCodecInterleavesSimdLevels) {
   CmdResult ok = TqkvBench("codec --codec tq3 --codec kl:2.5 --vectors 64 --groups 1 --reps 2 "
                       "--simd scalar --simd " + best + " --json " + json);
   ASSERT_EQ(ok.status, 0) << ok.out;
-  std::ifstream f(json);
-  const auto j = nlohmann::json::parse(f, nullptr, false);
+  const auto j = JsonFile(json);
   ASSERT_FALSE(j.is_discarded());
   ASSERT_EQ(j["results"].size(), 4u) << j.dump();
   for (int c = 0; c < 2; ++c) {
