@@ -4,6 +4,7 @@ TQKV_TEST_PIP_INSTALL=1, as scripts/test.sh runs it) `pip install .` into a fres
 tqkv command."""
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -72,7 +73,21 @@ def _build_env():
             for var, name in (("CC", "CMAKE_C_COMPILER:"), ("CXX", "CMAKE_CXX_COMPILER:")):
                 if line.startswith(name):
                     env.setdefault(var, line.split("=", 1)[1])
+    # nanobind's headers and sources from this venv's copy (requirements-test.txt pins the version
+    # pyproject.toml's build requires): in pip's isolated build env they sit under a new random
+    # directory each time, which ccache takes for new files (45 s of CPU a build, every run).
+    import nanobind
+    assert nanobind.__version__ == _build_requirement("nanobind"), nanobind.__version__
+    env["CMAKE_ARGS"] = (env.get("CMAKE_ARGS", "") + " -Dnanobind_ROOT=" + nanobind.cmake_dir()).strip()
     return env
+
+
+def _build_requirement(name):
+    """The version pyproject.toml's [build-system] pins for `name`."""
+    text = (REPO / "pyproject.toml").read_text()
+    m = re.search(r'"%s==([^"]+)"' % re.escape(name), text)
+    assert m, name
+    return m.group(1)
 
 
 def _check_installed(venv, workdir):
