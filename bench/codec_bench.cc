@@ -33,7 +33,7 @@
 namespace tqkv::tools {
 namespace {
 
-struct Options {
+struct CodecBenchOptions {
   std::vector<std::string> codecs = {"fp16", "tq2", "tq2.5", "tq3", "tq3.5", "tq4"};
   uint32_t dim = 128;
   size_t vectors = 262144;
@@ -96,7 +96,7 @@ struct Case {
   std::vector<std::vector<double>> enc, dec;  // [level]: one sample per repetition
 };
 
-Status Run(const Options& o) {
+Status Run(const CodecBenchOptions& o) {
   const auto kind = ParseSyntheticKind(o.data);
   if (!kind) return Status::InvalidArgument("--data must be gaussian or kv");
   if (o.groups == 0 || o.vectors < o.groups)
@@ -264,7 +264,7 @@ Status Run(const Options& o) {
 }  // namespace
 
 void RegisterBenchCodec(CLI::App& app) {
-  auto opts = std::make_shared<Options>();
+  auto opts = std::make_shared<CodecBenchOptions>();
   CLI::App* cmd = app.add_subcommand("codec", "Codec speed and quality on synthetic vectors");
   cmd->add_option("--codec", opts->codecs, "Codec spec (repeatable)")->take_all();
   cmd->add_option("--dim", opts->dim, "Head dimension")->check(CLI::Range(1, 65535));
