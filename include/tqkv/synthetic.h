@@ -53,6 +53,8 @@ class SyntheticKv {
   ModelGeometry geometry_;
   uint64_t seed_;
   double rope_base_;
+  std::vector<double> rope_freq_;  // kv: base^(-2i/d) of pair i
+  std::vector<double> rope_low_;   // kv: sin, cos of l * rope_freq_[i], l < kChunk: [l * d/2 + i] * 2
 };
 
 }  // namespace tqkv
