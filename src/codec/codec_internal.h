@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "tqkv/codec.h"
@@ -56,6 +58,8 @@ Status CheckVectors(const char* what, const void* p, DType dtype, size_t n, size
 Status CheckMeanScale(size_t mean, size_t scale, uint32_t head_dim, size_t n);
 // span.size() >= n * per_item (no overflow).
 Status CheckSpan(const char* what, size_t have, size_t n, size_t per_item);
+// The error of a codec spec that does not parse: "codec spec '<spec>': <why>" (spec.cc).
+Status BadSpec(std::string_view spec, const std::string& why);
 
 }  // namespace tqkv::codec
 
