@@ -8,9 +8,9 @@
 #   fetch: the test servers, the models, the llama-cpp-python wheel (downloads and builds, cached
 #          outside the repository), then (once the build is there) the llama.cpp engine tests and
 #          pytest;
-#   vllm:  the vLLM venv and model (downloads, cached outside the repository), the aarch64
-#          tests, then (once the build is there) tests/vllm;
-#   main:  the build, ctest;
+#   vllm:  the vLLM venv and model (downloads, cached outside the repository), then (once the
+#          build is there) tests/vllm;
+#   main:  the build, ctest, the aarch64 tests;
 #   asan:  the sanitizer build, the fuzzers, the sanitizer ctest.
 # Each lane waits only for what it uses; progress lines and the stage table (wall and CPU seconds
 # of every stage) come out on the console, each lane's log after it.
@@ -87,18 +87,6 @@ vllm_lane() {
   fi
   local venv_rc=$rc
 
-  # The aarch64 build and its tests under qemu while the main build compiles.
-  echo "== aarch64: the codec tests cross-compiled and run under qemu (scalar and NEON kernels)"
-  stage vllm aarch64
-  rc=0
-  bash scripts/test-aarch64.sh || rc=$?
-  if [ "$rc" -eq 3 ]; then
-    echo "warning: the aarch64 cross toolchain or qemu could not be installed; the aarch64 tests skip" |
-      tee /dev/fd/3
-  elif [ "$rc" -ne 0 ]; then
-    return "$rc"
-  fi
-
   echo "== vLLM connector: tests/vllm in the cached vLLM (CPU) venv of scripts/setup-vllm.sh"
   stage vllm tests
   await build main
@@ -134,6 +122,19 @@ main_lane() {
   await smollm2 fetch
   servers_env
   ctest --test-dir build --output-on-failure -j "$jobs" -E "$llama_tests"
+
+  # The aarch64 build and its tests under qemu, here since the vLLM tests, the longest stage,
+  # should start as soon as the build is there.
+  echo "== aarch64: the codec tests cross-compiled and run under qemu (scalar and NEON kernels)"
+  stage main aarch64
+  local rc=0
+  bash scripts/test-aarch64.sh || rc=$?
+  if [ "$rc" -eq 3 ]; then
+    echo "warning: the aarch64 cross toolchain or qemu could not be installed; the aarch64 tests skip" |
+      tee /dev/fd/3
+  elif [ "$rc" -ne 0 ]; then
+    return "$rc"
+  fi
 }
 
 asan_lane() {
