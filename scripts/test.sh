@@ -27,10 +27,6 @@ cache="${TQKV_CACHE_DIR:-$HOME/.cache/tqkv}"
 source scripts/ccache-env.sh  # every build below, pip's and the aarch64 one included
 stage prelude ""
 
-# tests/vllm is the longest stage and a chain of single vLLM processes: it runs at normal
-# priority, the other suites below it (`$behind`), so they fill the cores it leaves idle.
-behind="nice -n 10"
-
 # The llama.cpp engine tests: the fetch lane runs them once the wheel is built, the main ctest
 # the rest.
 llama_tests='^llama\.(engine|migrate)$'
@@ -71,12 +67,12 @@ fetch_lane() {
     export TQKV_LLAMA_PYTHON
     TQKV_LLAMA_PYTHON=$(cat "$LANES_DIR/llama-python")
   fi
-  $behind ctest --test-dir build --output-on-failure -R "$llama_tests"
+  ctest --test-dir build --output-on-failure -R "$llama_tests"
 
   echo "== Python package: pytest on the build tree's package, and one fresh-venv pip install ."
   stage fetch pytest
   PYTHONPATH=build/python TQKV_CLI=build/tqkv TQKV_TEST_PIP_INSTALL=1 \
-    $behind build/pyvenv/bin/python -m pytest -q --durations=5 tests/python
+    build/pyvenv/bin/python -m pytest -q --durations=5 tests/python
 }
 
 # tests/vllm: the cached vLLM (CPU) venv and the SmolLM2 model in the form vLLM loads, in a lane of
@@ -125,14 +121,14 @@ main_lane() {
   await servers fetch || echo "warning: the test servers did not start; the tests start them"
   await smollm2 fetch
   servers_env
-  $behind ctest --test-dir build --output-on-failure -j "$jobs" -E "$llama_tests"
+  ctest --test-dir build --output-on-failure -j "$jobs" -E "$llama_tests"
 
   # The aarch64 build and its tests under qemu, here since the vLLM tests, the longest stage,
   # should start as soon as the build is there.
   echo "== aarch64: the codec tests cross-compiled and run under qemu (scalar and NEON kernels)"
   stage main aarch64
   local rc=0
-  $behind bash scripts/test-aarch64.sh || rc=$?
+  bash scripts/test-aarch64.sh || rc=$?
   if [ "$rc" -eq 3 ]; then
     echo "warning: the aarch64 cross toolchain or qemu could not be installed; the aarch64 tests skip" |
       tee /dev/fd/3
@@ -178,7 +174,7 @@ asan_lane() {
   await smollm2 fetch
   servers_env
   ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1 \
-    $behind ctest --test-dir build-asan --output-on-failure -j "$jobs" -LE slow
+    ctest --test-dir build-asan --output-on-failure -j "$jobs" -LE slow
 }
 
 trap 'kill "${LANE_PIDS[@]}" 2>/dev/null || true; bash scripts/stop-test-servers.sh || true; lanes_summary' EXIT
