@@ -12,6 +12,8 @@
 namespace tqkv {
 namespace {
 
+using codec::BadSpec;
+
 // A preset's bits as written after "tq" ("4", "2.5"), or empty when `label` is no bare preset.
 std::string_view PresetBits(std::string_view label) {
   if (label.size() < 3 || label.substr(0, 2) != "tq") return {};
@@ -29,14 +31,14 @@ Result<KvCodecSpec> ParsePresetFamily(std::string_view spec) {
   const std::string_view b = v == std::string_view::npos ? std::string_view{} : spec.substr(v + 1);
   const auto preset = [&](std::string_view bits, const char* which) -> Result<CodecSpec> {
     if (bits.empty() || PresetBits("tq" + std::string(bits)) != bits) {
-      return codec::BadSpec(spec, std::string(which) + " bits must be 1..8, 2.5 or 3.5 (kAvB, e.g. k4v2; "
+      return BadSpec(spec, std::string(which) + " bits must be 1..8, 2.5 or 3.5 (kAvB, e.g. k4v2; "
                                             "k:SPEC/v:SPEC for anything else)");
     }
     auto parsed = ParseCodecSpec("tq" + std::string(bits));
-    if (!parsed.ok()) return codec::BadSpec(spec, std::string(which) + ": " + parsed.status().message());
+    if (!parsed.ok()) return BadSpec(spec, std::string(which) + ": " + parsed.status().message());
     return parsed;
   };
-  if (v == std::string_view::npos) return codec::BadSpec(spec, "expected kAvB (e.g. k4v2) or k:SPEC/v:SPEC");
+  if (v == std::string_view::npos) return BadSpec(spec, "expected kAvB (e.g. k4v2) or k:SPEC/v:SPEC");
   TQKV_ASSIGN_OR_RETURN(CodecSpec k, preset(a, "K"));
   TQKV_ASSIGN_OR_RETURN(CodecSpec vs, preset(b, "V"));
   return KvCodecSpec{k, vs};
@@ -45,16 +47,16 @@ Result<KvCodecSpec> ParsePresetFamily(std::string_view spec) {
 // "k:SPEC/v:SPEC", each part a plain spec.
 Result<KvCodecSpec> ParseGeneral(std::string_view spec) {
   const size_t sep = spec.find("/v:");
-  if (sep == std::string_view::npos) return codec::BadSpec(spec, "k:SPEC wants /v:SPEC after it");
+  if (sep == std::string_view::npos) return BadSpec(spec, "k:SPEC wants /v:SPEC after it");
   const std::string_view k = spec.substr(2, sep - 2), v = spec.substr(sep + 3);
   const auto part = [&](std::string_view text, const char* which) -> Result<CodecSpec> {
-    if (text.empty()) return codec::BadSpec(spec, std::string("empty ") + which + " spec");
+    if (text.empty()) return BadSpec(spec, std::string("empty ") + which + " spec");
     if (text.find("/v:") != std::string_view::npos || text.substr(0, 2) == "k:" ||
         text.substr(0, 2) == "v:") {
-      return codec::BadSpec(spec, std::string(which) + " spec holds another K/V spec");
+      return BadSpec(spec, std::string(which) + " spec holds another K/V spec");
     }
     auto parsed = ParseCodecSpec(text);
-    if (!parsed.ok()) return codec::BadSpec(spec, std::string(which) + ": " + parsed.status().message());
+    if (!parsed.ok()) return BadSpec(spec, std::string(which) + ": " + parsed.status().message());
     return parsed;
   };
   TQKV_ASSIGN_OR_RETURN(CodecSpec ks, part(k, "K"));
@@ -72,7 +74,7 @@ Result<KvCodecSpec> ParseAuto(std::string_view spec) {
     from = b.substr(comma + 1);
     b = b.substr(0, comma);
     if (from.substr(0, 5) != "from=") {
-      return codec::BadSpec(spec, "auto:B takes one modifier, from=tq|kl|all (the candidate codecs)");
+      return BadSpec(spec, "auto:B takes one modifier, from=tq|kl|all (the candidate codecs)");
     }
     from = from.substr(5);
   }
@@ -80,7 +82,7 @@ Result<KvCodecSpec> ParseAuto(std::string_view spec) {
   const auto [ptr, ec] = std::from_chars(b.data(), b.data() + b.size(), bits);
   if (b.empty() || ec != std::errc() || ptr != b.data() + b.size() || !std::isfinite(bits) ||
       bits <= 0 || bits > 64) {
-    return codec::BadSpec(spec, "auto:B wants a budget of bits per value in (0, 64] (e.g. auto:3.4)");
+    return BadSpec(spec, "auto:B wants a budget of bits per value in (0, 64] (e.g. auto:3.4)");
   }
   TQKV_ASSIGN_OR_RETURN(CodecSpec placeholder, ParseCodecSpec(kAllocatorPlanCodec));
   KvCodecSpec out{placeholder, placeholder, bits};
@@ -90,7 +92,7 @@ Result<KvCodecSpec> ParseAuto(std::string_view spec) {
       return out;
     }
   }
-  return codec::BadSpec(spec, "from= must be tq (TurboQuant's presets), kl (the transform codec) or all");
+  return BadSpec(spec, "from= must be tq (TurboQuant's presets), kl (the transform codec) or all");
 }
 
 }  // namespace
@@ -99,7 +101,7 @@ Result<KvCodecSpec> ParseKvCodecSpec(std::string_view spec) {
   if (spec.substr(0, 5) == "auto:") return ParseAuto(spec);
   if (spec.substr(0, 2) == "k:") return ParseGeneral(spec);
   if (!spec.empty() && spec[0] == 'k' && spec.substr(0, 3) != "kl:") return ParsePresetFamily(spec);
-  if (spec.substr(0, 2) == "v:") return codec::BadSpec(spec, "the K part comes first: k:SPEC/v:SPEC");
+  if (spec.substr(0, 2) == "v:") return BadSpec(spec, "the K part comes first: k:SPEC/v:SPEC");
   TQKV_ASSIGN_OR_RETURN(CodecSpec both, ParseCodecSpec(spec));
   return KvCodecSpec{both, both};
 }

@@ -16,6 +16,8 @@ Status codec::BadSpec(std::string_view spec, const std::string& why) {
 
 namespace {
 
+using codec::BadSpec;
+
 bool ParseUint(std::string_view s, uint64_t max, uint64_t* out) {
   if (s.empty()) return false;
   int base = 10;
@@ -53,17 +55,17 @@ Status ParseSplit(std::string_view spec, std::string_view v, CodecSpec* out) {
   }
   const size_t at = v.find('@');
   if (at == std::string_view::npos)
-    return codec::BadSpec(spec, "split wants K@B or N/D@B, got '" + std::string(v) + "'");
+    return BadSpec(spec, "split wants K@B or N/D@B, got '" + std::string(v) + "'");
   uint64_t bits = 0;
   if (!ParseUint(v.substr(at + 1), 8, &bits) || bits < 1) {
-    return codec::BadSpec(spec, "split bits must be 1..8 in '" + std::string(v) + "'");
+    return BadSpec(spec, "split bits must be 1..8 in '" + std::string(v) + "'");
   }
   const std::string_view count = v.substr(0, at);
   const size_t slash = count.find('/');
   if (slash == std::string_view::npos) {
     uint64_t k = 0;
     if (!ParseUint(count, 65535, &k) || k == 0) {
-      return codec::BadSpec(spec, "split channel count must be 1..65535 in '" + std::string(v) + "'");
+      return BadSpec(spec, "split channel count must be 1..65535 in '" + std::string(v) + "'");
     }
     out->outlier_channels = static_cast<uint16_t>(k);
     out->outlier_num = 1;
@@ -72,7 +74,7 @@ Status ParseSplit(std::string_view spec, std::string_view v, CodecSpec* out) {
     uint64_t num = 0, den = 0;
     if (!ParseUint(count.substr(0, slash), 65535, &num) ||
         !ParseUint(count.substr(slash + 1), 65535, &den) || num == 0 || num >= den) {
-      return codec::BadSpec(spec, "split fraction must be N/D with 0 < N < D in '" + std::string(v) + "'");
+      return BadSpec(spec, "split fraction must be N/D with 0 < N < D in '" + std::string(v) + "'");
     }
     out->outlier_channels = 0;
     out->outlier_num = static_cast<uint16_t>(num);
@@ -86,18 +88,18 @@ Status ApplyModifier(std::string_view spec, std::string_view kv, CodecSpec* out,
                      std::vector<std::string_view>* seen) {
   const size_t eq = kv.find('=');
   if (eq == std::string_view::npos || eq == 0) {
-    return codec::BadSpec(spec, "expected key=value, got '" + std::string(kv) + "'");
+    return BadSpec(spec, "expected key=value, got '" + std::string(kv) + "'");
   }
   const std::string_view key = kv.substr(0, eq);
   const std::string_view v = kv.substr(eq + 1);
   for (auto s : *seen) {
-    if (s == key) return codec::BadSpec(spec, "key '" + std::string(key) + "' given twice");
+    if (s == key) return BadSpec(spec, "key '" + std::string(key) + "' given twice");
   }
   seen->push_back(key);
   uint64_t n = 0;
   if (key == "b") {
     if (!ParseUint(v, 8, &n) || n < 1)
-      return codec::BadSpec(spec, "b must be 1..8, got '" + std::string(v) + "'");
+      return BadSpec(spec, "b must be 1..8, got '" + std::string(v) + "'");
     out->bits = static_cast<uint8_t>(n);
   } else if (key == "split") {
     return ParseSplit(spec, v, out);
@@ -113,10 +115,10 @@ Status ApplyModifier(std::string_view spec, std::string_view kv, CodecSpec* out,
     } else if (v == "kron") {
       out->rotation = RotationKind::kKronecker;
     } else {
-      return codec::BadSpec(spec, "rot must be auto, hd, hd2, haar or kron, got '" + std::string(v) + "'");
+      return BadSpec(spec, "rot must be auto, hd, hd2, haar or kron, got '" + std::string(v) + "'");
     }
   } else if (key == "seed") {
-    if (!ParseUint(v, UINT64_MAX, &n)) return codec::BadSpec(spec, "seed must be an unsigned 64-bit number");
+    if (!ParseUint(v, UINT64_MAX, &n)) return BadSpec(spec, "seed must be an unsigned 64-bit number");
     out->seed = n;
   } else if (key == "norm") {
     if (v == "f32" || v == "fp32") {
@@ -124,13 +126,13 @@ Status ApplyModifier(std::string_view spec, std::string_view kv, CodecSpec* out,
     } else if (v == "f16" || v == "fp16") {
       out->norm_dtype = DType::kF16;
     } else {
-      return codec::BadSpec(spec, "norm must be f32 or f16, got '" + std::string(v) + "'");
+      return BadSpec(spec, "norm must be f32 or f16, got '" + std::string(v) + "'");
     }
   } else if (key == "nc" || key == "qjl") {
-    if (v != "0" && v != "1") return codec::BadSpec(spec, std::string(key) + " must be 0 or 1");
+    if (v != "0" && v != "1") return BadSpec(spec, std::string(key) + " must be 0 or 1");
     (key == "nc" ? out->norm_correction : out->qjl) = (v == "1");
   } else {
-    return codec::BadSpec(spec, "unknown key '" + std::string(key) + "' (b, split, rot, seed, norm, nc, qjl)");
+    return BadSpec(spec, "unknown key '" + std::string(key) + "' (b, split, rot, seed, norm, nc, qjl)");
   }
   return Status::Ok();
 }
@@ -149,11 +151,11 @@ Result<CodecSpec> ParseTransformSpec(std::string_view spec) {
   const bool frac_ok = dot == std::string_view::npos ||
                        (!frac.empty() && frac.size() <= 3 && ParseUint(frac, 999, &f));
   if (whole.size() != 1 || !ParseUint(whole, 8, &w) || !frac_ok || frac.find('x') != frac.npos) {
-    return codec::BadSpec(spec, "kl:B wants B bits per value, 1 to 8 with at most 3 decimals (e.g. kl:2.5)");
+    return BadSpec(spec, "kl:B wants B bits per value, 1 to 8 with at most 3 decimals (e.g. kl:2.5)");
   }
   for (size_t i = frac.size(); i < 3; ++i) f *= 10;
   const uint64_t milli = w * 1000 + f;
-  if (milli < 1000 || milli > 8000) return codec::BadSpec(spec, "kl:B wants 1 <= B <= 8");
+  if (milli < 1000 || milli > 8000) return BadSpec(spec, "kl:B wants 1 <= B <= 8");
   out.kl_milli = static_cast<uint32_t>(milli);
   for (size_t i = 1; i < parts.size(); ++i) {
     const std::string_view kv = parts[i];
@@ -162,7 +164,7 @@ Result<CodecSpec> ParseTransformSpec(std::string_view spec) {
     } else if (kv == "norm=f32" || kv == "norm=fp32") {
       out.norm_dtype = DType::kF32;
     } else {
-      return codec::BadSpec(spec, "kl:B takes only norm=f16|f32, got '" + std::string(kv) + "'");
+      return BadSpec(spec, "kl:B takes only norm=f16|f32, got '" + std::string(kv) + "'");
     }
   }
   return out;
@@ -178,7 +180,7 @@ constexpr Preset kSplitPresets[] = {{"tq2.5", 2, 4}, {"tq3.5", 3, 5}};
 
 Result<CodecSpec> ParseCodecSpec(std::string_view spec) {
   CodecSpec out;
-  if (spec.empty()) return codec::BadSpec(spec, "empty");
+  if (spec.empty()) return BadSpec(spec, "empty");
   if (spec.substr(0, 3) == "kl:") return ParseTransformSpec(spec);
   std::string_view head = spec;
   std::string_view rest;
@@ -188,16 +190,16 @@ Result<CodecSpec> ParseCodecSpec(std::string_view spec) {
   if (colon != std::string_view::npos && (comma == std::string_view::npos || colon < comma)) {
     head = spec.substr(0, colon);
     rest = spec.substr(colon + 1);
-    if (head != "tq") return codec::BadSpec(spec, "only 'tq:' takes the general key=value form (and 'kl:B')");
+    if (head != "tq") return BadSpec(spec, "only 'tq:' takes the general key=value form (and 'kl:B')");
     general = true;
-    if (rest.empty()) return codec::BadSpec(spec, "no keys after 'tq:'");
+    if (rest.empty()) return BadSpec(spec, "no keys after 'tq:'");
   } else if (comma != std::string_view::npos) {
     head = spec.substr(0, comma);
     rest = spec.substr(comma + 1);
-    if (rest.empty()) return codec::BadSpec(spec, "trailing ','");
+    if (rest.empty()) return BadSpec(spec, "trailing ','");
   }
   if (head == "fp16" || head == "f16" || head == "bf16" || head == "fp32" || head == "f32") {
-    if (!rest.empty()) return codec::BadSpec(spec, "raw codecs take no modifiers");
+    if (!rest.empty()) return BadSpec(spec, "raw codecs take no modifiers");
     out.kind = CodecKind::kRaw;
     out.raw_dtype = *ParseDType(head);
     return out;
@@ -217,7 +219,7 @@ Result<CodecSpec> ParseCodecSpec(std::string_view spec) {
     matched = true;
   }
   if (!matched) {
-    return codec::BadSpec(spec, "unknown codec '" + std::string(head) +
+    return BadSpec(spec, "unknown codec '" + std::string(head) +
                          "' (fp16, bf16, fp32, tq1..tq8, tq2.5, tq3.5, tq:key=value,..., kl:B)");
   }
   std::vector<std::string_view> seen;
@@ -226,8 +228,8 @@ Result<CodecSpec> ParseCodecSpec(std::string_view spec) {
       TQKV_RETURN_IF_ERROR(ApplyModifier(spec, kv, &out, &seen));
     }
   }
-  if (out.qjl && out.outlier_bits != 0) return codec::BadSpec(spec, "qjl=1 needs an unsplit codec");
-  if (out.qjl && out.bits < 2) return codec::BadSpec(spec, "qjl=1 needs b >= 2 (b-1 mse bits + 1 QJL bit)");
+  if (out.qjl && out.outlier_bits != 0) return BadSpec(spec, "qjl=1 needs an unsplit codec");
+  if (out.qjl && out.bits < 2) return BadSpec(spec, "qjl=1 needs b >= 2 (b-1 mse bits + 1 QJL bit)");
   return out;
 }
 
