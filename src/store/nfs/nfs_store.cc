@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <span>
@@ -44,20 +45,39 @@ struct NfsConfig {
   std::string uri;
 };
 
+// One async batch's state, on the heap: a batch abandoned with requests in flight is kept by its
+// Conn, since destroying the context later runs their callbacks (as cancelled).
+struct AsyncBatch {
+  struct Slot {
+    AsyncBatch* batch;
+    size_t index;
+    bool done;
+    Status result;
+  };
+  explicit AsyncBatch(size_t n, const std::function<Status(size_t, int, void*)>* done_fn)
+      : slots(n), on_done(done_fn) {}
+  std::vector<Slot> slots;
+  const std::function<Status(size_t, int, void*)>* on_done;  // the caller's: dead once abandoned
+  std::string timeout_error;  // what a request that libnfs timed out reports
+  size_t in_flight = 0;
+  bool abandoned = false;
+};
+
 // One mounted context; libnfs contexts are not thread-safe, so every call holds mu.
 struct Conn {
   std::mutex mu;
   nfs_context* ctx = nullptr;
   NfsConfig cfg;
-  // Set when an async batch had to be abandoned with requests in flight (their callbacks point
-  // into a dead frame): the context is never serviced again.
+  // Set when an async batch had to be abandoned with requests in flight: the context is never
+  // serviced again; the batches stay here until it is destroyed.
   bool broken = false;
+  std::vector<std::unique_ptr<AsyncBatch>> abandoned;
   Status Usable() const {
     return broken ? Status::IoError("nfs: connection to " + cfg.server + " failed earlier; reopen the store")
                   : Status::Ok();
   }
   ~Conn() {
-    if (ctx != nullptr) nfs_destroy_context(ctx);
+    if (ctx != nullptr) nfs_destroy_context(ctx);  // before `abandoned`: it runs their callbacks
   }
   std::string Error(std::string_view what, std::string_view path, int rc) const {
     return std::string(what) + " nfs://" + cfg.server + cfg.export_path + std::string(path) + ": " +
@@ -69,72 +89,78 @@ struct Conn {
     if (rc == -ENOSPC || rc == -EDQUOT) return Status::NoSpace(msg);
     return Status::IoError(msg);
   }
+  Status Abandon(std::unique_ptr<AsyncBatch> batch, Status why) {
+    batch->abandoned = true;
+    abandoned.push_back(std::move(batch));
+    broken = true;
+    return why;
+  }
 };
 
 // Runs n async operations with at most `depth` in flight; caller holds conn->mu. issue(i, cb,
 // priv) queues operation i; its callback result goes to on_done(i, status, data). Every queued
-// operation is waited for, even after an error (callbacks point into the caller's frame).
+// operation is waited for, even after an error. libnfs times out each request itself (the URI's
+// timeout, set on the context): a server that stops answering fails the batch and leaves the
+// context usable. The batch is abandoned (the context broken) only if that does not happen.
 Status RunAsync(Conn* conn, size_t n, uint32_t depth,
                 const std::function<int(size_t, nfs_cb, void*)>& issue,
                 const std::function<Status(size_t, int, void*)>& on_done) {
-  struct Slot {
-    size_t index;
-    int status;
-    void* data;
-    bool done;
-    Status result;
-    const std::function<Status(size_t, int, void*)>* on_done;
-    size_t* in_flight;
-  };
-  std::vector<Slot> slots(n);
-  size_t next = 0, in_flight = 0, completed = 0;
+  auto batch = std::make_unique<AsyncBatch>(n, &on_done);
+  batch->timeout_error = "nfs: no reply from nfs://" + conn->cfg.server + " for " +
+                         std::to_string(conn->cfg.timeout_s) + " s (the store URI's timeout)";
+  size_t next = 0, completed = 0;
   Status first;
   nfs_cb cb = [](int status, nfs_context*, void* data, void* priv) {
-    auto* s = static_cast<Slot*>(priv);
+    auto* s = static_cast<AsyncBatch::Slot*>(priv);
+    AsyncBatch* b = s->batch;
+    if (b->abandoned) return;
     s->done = true;
-    s->result = (*s->on_done)(s->index, status, data);
-    --*s->in_flight;
+    // libnfs reports its own timeout (and a cancel) as -EINTR.
+    s->result = status == -EINTR ? Status::IoError(b->timeout_error)
+                                 : (*b->on_done)(s->index, status, data);
+    --b->in_flight;
   };
+  // libnfs times each request out at the URI's timeout from when it was queued; this bound (no
+  // reply at all for longer) is only a backstop.
+  const int backstop_polls = static_cast<int>(conn->cfg.timeout_s) + 4;
   int idle_polls = 0;
   while (completed < n) {
-    while (first.ok() && next < n && in_flight < depth) {
-      Slot& s = slots[next];
-      s = Slot{next, 0, nullptr, false, Status::Ok(), &on_done, &in_flight};
+    while (first.ok() && next < n && batch->in_flight < depth) {
+      AsyncBatch::Slot& s = batch->slots[next];
+      s = AsyncBatch::Slot{batch.get(), next, false, Status::Ok()};
       const int rc = issue(next, cb, &s);
       if (rc < 0) {
         first = conn->Err("queue request on", "", rc);
         break;
       }
-      ++in_flight;
+      ++batch->in_flight;
       ++next;
     }
-    if (in_flight == 0) break;
+    if (batch->in_flight == 0) break;
     pollfd pfd{nfs_get_fd(conn->ctx), static_cast<short>(nfs_which_events(conn->ctx)), 0};
     const int pr = ::poll(&pfd, 1, 1000);
     if (pr < 0 && errno != EINTR) {
-      conn->broken = true;
-      return Status::FromErrno("poll", "nfs socket", errno);
+      return conn->Abandon(std::move(batch), Status::FromErrno("poll", "nfs socket", errno));
     }
-    // Polls are 1 s each: no reply for the URI's timeout ends the batch (a stopped server).
-    if (pr == 0 && ++idle_polls >= static_cast<int>(conn->cfg.timeout_s)) {
-      conn->broken = true;
-      return Status::IoError("nfs: no reply from nfs://" + conn->cfg.server + " for " +
-                             std::to_string(conn->cfg.timeout_s) + " s (the store URI's timeout)");
+    if (pr == 0 && ++idle_polls >= backstop_polls) {
+      Status why = Status::IoError(batch->timeout_error);
+      return conn->Abandon(std::move(batch), std::move(why));
     }
     if (pr > 0) idle_polls = 0;
     if (nfs_service(conn->ctx, pr > 0 ? pfd.revents : 0) < 0) {
-      conn->broken = true;
-      return Status::IoError("nfs: connection to " + conn->cfg.server + " failed: " +
-                             nfs_get_error(conn->ctx));
+      return conn->Abandon(std::move(batch),
+                           Status::IoError("nfs: connection to " + conn->cfg.server +
+                                           " failed: " + nfs_get_error(conn->ctx)));
     }
     completed = 0;
     for (size_t i = 0; i < next; ++i) {
-      if (slots[i].done) {
+      const AsyncBatch::Slot& s = batch->slots[i];
+      if (s.done) {
         ++completed;
-        if (!slots[i].result.ok() && first.ok()) first = slots[i].result;
+        if (!s.result.ok() && first.ok()) first = s.result;
       }
     }
-    if (!first.ok() && in_flight == 0) break;
+    if (!first.ok() && batch->in_flight == 0) break;
   }
   return first;
 }
