@@ -403,9 +403,15 @@ class NfsStore final : public Store, public SessionAdmin {
     // it) can make that handle stale in between: look it up again.
     int rc = -ESTALE;
     // A lookup racing a rename on the server can also miss the name for a moment (ENOENT).
-    for (int attempt = 0; attempt < 50 && (rc == -ESTALE || (rc == -ENOENT && attempt < 4));
+    // nfs-ganesha may also never answer a request on the handle of a file just replaced (it drops
+    // it for the client to send again, which libnfs does not): a LINK that timed out (-EINTR) is
+    // tried once more, and EEXIST then means the first one landed (the pin's name is ours alone).
+    int timeouts = 0;
+    for (int attempt = 0; attempt < 50 && (rc == -ESTALE || (rc == -ENOENT && attempt < 4) ||
+                                           (rc == -EINTR && timeouts++ < 1));
          ++attempt) {
       rc = nfs_link(conn_->ctx, final_path.c_str(), pin.c_str());
+      if (rc == -EEXIST && timeouts > 0) rc = 0;
     }
     if (rc == -ENOENT || rc == -ENOTDIR) {
       return Status::NotFound("nfs: no object " + std::string(key) + " in " + Uri());
