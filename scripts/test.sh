@@ -4,10 +4,11 @@
 # ctest suite under AddressSanitizer + UBSan, and short libFuzzer runs of the two readers.
 # Exit status non-zero on any failure.
 #
-# Four lanes run side by side (scripts/lanes.sh), each with its log under build/test-logs/:
-#   fetch: the test servers, the models, the llama-cpp-python wheel (downloads and builds, cached
-#          outside the repository), then (once the build is there) the llama.cpp engine tests and
-#          pytest;
+# Five lanes run side by side (scripts/lanes.sh), each with its log under build/test-logs/:
+#   fetch: the test servers, the models (downloads, cached outside the repository), then (once
+#          the build is there) pytest;
+#   llama: the llama-cpp-python wheel (a build, cached outside the repository), then the
+#          llama.cpp engine tests;
 #   vllm:  the vLLM venv and model (downloads, cached outside the repository), then (once the
 #          build is there) tests/vllm;
 #   main:  the build, ctest, the aarch64 tests;
@@ -27,7 +28,7 @@ cache="${TQKV_CACHE_DIR:-$HOME/.cache/tqkv}"
 source scripts/ccache-env.sh  # every build below, pip's and the aarch64 one included
 stage prelude ""
 
-# The llama.cpp engine tests: the fetch lane runs them once the wheel is built, the main ctest
+# The llama.cpp engine tests: the llama lane runs them once the wheel is built, the main ctest
 # the rest.
 llama_tests='^llama\.(engine|migrate)$'
 
@@ -43,36 +44,42 @@ fetch_lane() {
   stage fetch models
   bash scripts/fetch_smollm2.sh || echo "warning: SmolLM2 could not be fetched; its tests will skip"
   mark smollm2 0
-  # The llama.cpp tests (tests/llama/llama_engine_test.py, ctest llama.engine): the pinned
-  # llama-cpp-python, built once and cached outside the repository (scripts/build-llama-wheel.sh),
-  # and Gemma 3 270M. TQKV_SKIP_LLAMA=1 skips them; a failed build or download makes them skip.
+  # Gemma 3 270M for the llama.cpp tests (the llama lane).
   if [ -z "${TQKV_SKIP_LLAMA:-}" ]; then
     stage fetch gemma
     bash scripts/fetch_models.sh gemma3-270m ||
       echo "warning: Gemma 3 270M could not be fetched; its llama.cpp tests will skip"
-    stage fetch llama-cpp-python
+  fi
+  mark gemma 0
+
+  # pytest, here since this lane is idle once the downloads are done: it needs the build's tqkv
+  # and Python package.
+  echo "== Python package: pytest on the build tree's package, and one fresh-venv pip install ."
+  stage fetch pytest
+  await build main
+  PYTHONPATH=build/python TQKV_CLI=build/tqkv TQKV_TEST_PIP_INSTALL=1 \
+    build/pyvenv/bin/python -m pytest -q --durations=5 tests/python
+}
+
+# The llama.cpp tests (tests/llama/llama_engine_test.py, ctest llama.engine): the pinned
+# llama-cpp-python, built once and cached outside the repository (scripts/build-llama-wheel.sh),
+# and Gemma 3 270M. TQKV_SKIP_LLAMA=1 skips them; a failed build or download makes them skip. A
+# lane of its own: an empty cache builds the wheel for minutes, and nothing else waits for it.
+llama_lane() {
+  if [ -z "${TQKV_SKIP_LLAMA:-}" ]; then
+    stage llama llama-cpp-python
     if nice -n 5 bash scripts/build-llama-wheel.sh "$cache/venv-llama-cpp-python-0.3.36"; then
-      echo "$cache/venv-llama-cpp-python-0.3.36/bin/python" >"$LANES_DIR/llama-python"
+      export TQKV_LLAMA_PYTHON="$cache/venv-llama-cpp-python-0.3.36/bin/python"
     else
       echo "warning: llama-cpp-python could not be built; the llama.cpp tests will skip"
     fi
   fi
-
-  # The llama.cpp engine tests and pytest, here since this lane is idle once the wheel is there:
-  # they need the build's tqkv and Python package.
   echo "== llama.cpp: the engine tests with the pinned llama-cpp-python"
-  stage fetch llama
+  stage llama tests
   await build main
-  if [ -f "$LANES_DIR/llama-python" ]; then
-    export TQKV_LLAMA_PYTHON
-    TQKV_LLAMA_PYTHON=$(cat "$LANES_DIR/llama-python")
-  fi
+  await smollm2 fetch
+  await gemma fetch
   ctest --test-dir build --output-on-failure -R "$llama_tests"
-
-  echo "== Python package: pytest on the build tree's package, and one fresh-venv pip install ."
-  stage fetch pytest
-  PYTHONPATH=build/python TQKV_CLI=build/tqkv TQKV_TEST_PIP_INSTALL=1 \
-    build/pyvenv/bin/python -m pytest -q --durations=5 tests/python
 }
 
 # tests/vllm: the cached vLLM (CPU) venv and the SmolLM2 model in the form vLLM loads, in a lane of
@@ -179,6 +186,7 @@ asan_lane() {
 
 trap 'kill "${LANE_PIDS[@]}" 2>/dev/null || true; bash scripts/stop-test-servers.sh || true; lanes_summary' EXIT
 lane fetch fetch_lane
+lane llama llama_lane
 lane main main_lane
 lane vllm vllm_lane
 lane asan asan_lane
