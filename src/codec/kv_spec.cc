@@ -32,13 +32,15 @@ Result<KvCodecSpec> ParsePresetFamily(std::string_view spec) {
   const auto preset = [&](std::string_view bits, const char* which) -> Result<CodecSpec> {
     if (bits.empty() || PresetBits("tq" + std::string(bits)) != bits) {
       return BadSpec(spec, std::string(which) + " bits must be 1..8, 2.5 or 3.5 (kAvB, e.g. k4v2; "
-                                            "k:SPEC/v:SPEC for anything else)");
+                                                "k:SPEC/v:SPEC for anything else)");
     }
     auto parsed = ParseCodecSpec("tq" + std::string(bits));
     if (!parsed.ok()) return BadSpec(spec, std::string(which) + ": " + parsed.status().message());
     return parsed;
   };
-  if (v == std::string_view::npos) return BadSpec(spec, "expected kAvB (e.g. k4v2) or k:SPEC/v:SPEC");
+  if (v == std::string_view::npos) {
+    return BadSpec(spec, "expected kAvB (e.g. k4v2) or k:SPEC/v:SPEC");
+  }
   TQKV_ASSIGN_OR_RETURN(CodecSpec k, preset(a, "K"));
   TQKV_ASSIGN_OR_RETURN(CodecSpec vs, preset(b, "V"));
   return KvCodecSpec{k, vs};

@@ -118,7 +118,9 @@ Status ApplyModifier(std::string_view spec, std::string_view kv, CodecSpec* out,
       return BadSpec(spec, "rot must be auto, hd, hd2, haar or kron, got '" + std::string(v) + "'");
     }
   } else if (key == "seed") {
-    if (!ParseUint(v, UINT64_MAX, &n)) return BadSpec(spec, "seed must be an unsigned 64-bit number");
+    if (!ParseUint(v, UINT64_MAX, &n)) {
+      return BadSpec(spec, "seed must be an unsigned 64-bit number");
+    }
     out->seed = n;
   } else if (key == "norm") {
     if (v == "f32" || v == "fp32") {
@@ -132,7 +134,8 @@ Status ApplyModifier(std::string_view spec, std::string_view kv, CodecSpec* out,
     if (v != "0" && v != "1") return BadSpec(spec, std::string(key) + " must be 0 or 1");
     (key == "nc" ? out->norm_correction : out->qjl) = (v == "1");
   } else {
-    return BadSpec(spec, "unknown key '" + std::string(key) + "' (b, split, rot, seed, norm, nc, qjl)");
+    return BadSpec(spec,
+                   "unknown key '" + std::string(key) + "' (b, split, rot, seed, norm, nc, qjl)");
   }
   return Status::Ok();
 }
@@ -151,7 +154,8 @@ Result<CodecSpec> ParseTransformSpec(std::string_view spec) {
   const bool frac_ok = dot == std::string_view::npos ||
                        (!frac.empty() && frac.size() <= 3 && ParseUint(frac, 999, &f));
   if (whole.size() != 1 || !ParseUint(whole, 8, &w) || !frac_ok || frac.find('x') != frac.npos) {
-    return BadSpec(spec, "kl:B wants B bits per value, 1 to 8 with at most 3 decimals (e.g. kl:2.5)");
+    return BadSpec(spec,
+                   "kl:B wants B bits per value, 1 to 8 with at most 3 decimals (e.g. kl:2.5)");
   }
   for (size_t i = frac.size(); i < 3; ++i) f *= 10;
   const uint64_t milli = w * 1000 + f;
@@ -190,7 +194,9 @@ Result<CodecSpec> ParseCodecSpec(std::string_view spec) {
   if (colon != std::string_view::npos && (comma == std::string_view::npos || colon < comma)) {
     head = spec.substr(0, colon);
     rest = spec.substr(colon + 1);
-    if (head != "tq") return BadSpec(spec, "only 'tq:' takes the general key=value form (and 'kl:B')");
+    if (head != "tq") {
+      return BadSpec(spec, "only 'tq:' takes the general key=value form (and 'kl:B')");
+    }
     general = true;
     if (rest.empty()) return BadSpec(spec, "no keys after 'tq:'");
   } else if (comma != std::string_view::npos) {
@@ -220,7 +226,8 @@ Result<CodecSpec> ParseCodecSpec(std::string_view spec) {
   }
   if (!matched) {
     return BadSpec(spec, "unknown codec '" + std::string(head) +
-                         "' (fp16, bf16, fp32, tq1..tq8, tq2.5, tq3.5, tq:key=value,..., kl:B)");
+                             "' (fp16, bf16, fp32, tq1..tq8, tq2.5, tq3.5, tq:key=value,..., "
+                             "kl:B)");
   }
   std::vector<std::string_view> seen;
   if (!rest.empty()) {
@@ -229,7 +236,9 @@ Result<CodecSpec> ParseCodecSpec(std::string_view spec) {
     }
   }
   if (out.qjl && out.outlier_bits != 0) return BadSpec(spec, "qjl=1 needs an unsplit codec");
-  if (out.qjl && out.bits < 2) return BadSpec(spec, "qjl=1 needs b >= 2 (b-1 mse bits + 1 QJL bit)");
+  if (out.qjl && out.bits < 2) {
+    return BadSpec(spec, "qjl=1 needs b >= 2 (b-1 mse bits + 1 QJL bit)");
+  }
   return out;
 }
 

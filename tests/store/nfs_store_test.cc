@@ -98,8 +98,9 @@ class StallableRelay {
       if (fds[0].revents & POLLIN) Accept();
       for (size_t i = 0; i < polled; ++i) {
         auto& [c, u] = pairs_[i];
-        const bool open = c < 0 || ((!(fds[1 + 2 * i].revents & (POLLIN | POLLHUP)) || Pass(c, u)) &&
-                                    (!(fds[2 + 2 * i].revents & (POLLIN | POLLHUP)) || Pass(u, c)));
+        if (c < 0) continue;
+        const auto ready = [&](size_t k) { return (fds[k].revents & (POLLIN | POLLHUP)) != 0; };
+        const bool open = (!ready(1 + 2 * i) || Pass(c, u)) && (!ready(2 + 2 * i) || Pass(u, c));
         if (!open) {  // either side closed: close both (poll skips the -1s)
           ::close(c);
           ::close(u);

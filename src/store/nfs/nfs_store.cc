@@ -45,6 +45,12 @@ struct NfsConfig {
   std::string uri;
 };
 
+// What a batch reports when a request got no reply within the timeout.
+Status NoReply(const NfsConfig& cfg) {
+  return Status::IoError("nfs: no reply from nfs://" + cfg.server + " for " +
+                         std::to_string(cfg.timeout_s) + " s (the store URI's timeout)");
+}
+
 // One async batch's state, on the heap: a batch abandoned with requests in flight is kept by its
 // Conn, since destroying the context later runs their callbacks (as cancelled).
 struct AsyncBatch {
@@ -54,11 +60,12 @@ struct AsyncBatch {
     bool done;
     Status result;
   };
-  explicit AsyncBatch(size_t n, const std::function<Status(size_t, int, void*)>* done_fn)
-      : slots(n), on_done(done_fn) {}
+  AsyncBatch(size_t n, const NfsConfig* config,
+             const std::function<Status(size_t, int, void*)>* done_fn)
+      : slots(n), cfg(config), on_done(done_fn) {}
   std::vector<Slot> slots;
+  const NfsConfig* cfg;  // its Conn's, which keeps an abandoned batch
   const std::function<Status(size_t, int, void*)>* on_done;  // the caller's: dead once abandoned
-  std::string timeout_error;  // what a request that libnfs timed out reports
   size_t in_flight = 0;
   bool abandoned = false;
 };
@@ -105,9 +112,7 @@ struct Conn {
 Status RunAsync(Conn* conn, size_t n, uint32_t depth,
                 const std::function<int(size_t, nfs_cb, void*)>& issue,
                 const std::function<Status(size_t, int, void*)>& on_done) {
-  auto batch = std::make_unique<AsyncBatch>(n, &on_done);
-  batch->timeout_error = "nfs: no reply from nfs://" + conn->cfg.server + " for " +
-                         std::to_string(conn->cfg.timeout_s) + " s (the store URI's timeout)";
+  auto batch = std::make_unique<AsyncBatch>(n, &conn->cfg, &on_done);
   size_t next = 0, completed = 0;
   Status first;
   nfs_cb cb = [](int status, nfs_context*, void* data, void* priv) {
@@ -116,8 +121,7 @@ Status RunAsync(Conn* conn, size_t n, uint32_t depth,
     if (b->abandoned) return;
     s->done = true;
     // libnfs reports its own timeout (and a cancel) as -EINTR.
-    s->result = status == -EINTR ? Status::IoError(b->timeout_error)
-                                 : (*b->on_done)(s->index, status, data);
+    s->result = status == -EINTR ? NoReply(*b->cfg) : (*b->on_done)(s->index, status, data);
     --b->in_flight;
   };
   // libnfs times each request out at the URI's timeout from when it was queued; this bound (no
@@ -143,8 +147,7 @@ Status RunAsync(Conn* conn, size_t n, uint32_t depth,
       return conn->Abandon(std::move(batch), Status::FromErrno("poll", "nfs socket", errno));
     }
     if (pr == 0 && ++idle_polls >= backstop_polls) {
-      Status why = Status::IoError(batch->timeout_error);
-      return conn->Abandon(std::move(batch), std::move(why));
+      return conn->Abandon(std::move(batch), NoReply(conn->cfg));
     }
     if (pr > 0) idle_polls = 0;
     if (nfs_service(conn->ctx, pr > 0 ? pfd.revents : 0) < 0) {
@@ -407,11 +410,13 @@ class NfsStore final : public Store, public SessionAdmin {
     // it for the client to send again, which libnfs does not): a LINK that timed out (-EINTR) is
     // tried once more, and EEXIST then means the first one landed (the pin's name is ours alone).
     int timeouts = 0;
-    for (int attempt = 0; attempt < 50 && (rc == -ESTALE || (rc == -ENOENT && attempt < 4) ||
-                                           (rc == -EINTR && timeouts++ < 1));
-         ++attempt) {
+    for (int attempt = 0; attempt < 50; ++attempt) {
       rc = nfs_link(conn_->ctx, final_path.c_str(), pin.c_str());
+      if (rc == -EINTR) ++timeouts;
       if (rc == -EEXIST && timeouts > 0) rc = 0;
+      const bool again = rc == -ESTALE || (rc == -ENOENT && attempt < 3) ||
+                         (rc == -EINTR && timeouts < 2);
+      if (!again) break;
     }
     if (rc == -ENOENT || rc == -ENOTDIR) {
       return Status::NotFound("nfs: no object " + std::string(key) + " in " + Uri());
