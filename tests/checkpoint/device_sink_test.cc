@@ -27,7 +27,7 @@ namespace {
 // the output tensors (canonical layout, f16).
 class FakeDevice final : public RestoreDevice {
  public:
-  FakeDevice(const ContainerHeader& h, const DevicePlan& plan) : h_(h), plan_(plan) {
+  FakeDevice(const ContainerHeader& h, const DevicePlan& plan) : h_(h) {
     meta_.assign(plan.meta_total, 0);
     means_.assign(plan.means_total, 0);
     tensors_.assign(2 * h.geometry.layers,
@@ -107,7 +107,6 @@ class FakeDevice final : public RestoreDevice {
   }
 
   const ContainerHeader& h_;
-  const DevicePlan& plan_;
   std::vector<std::unique_ptr<Codec>> codecs_;
   std::vector<std::vector<uint8_t>> host_, dev_;
   std::vector<bool> held_;

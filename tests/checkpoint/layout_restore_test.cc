@@ -44,7 +44,7 @@ class LayoutRestore : public ::testing::TestWithParam<const char*> {
     ASSERT_TRUE(ValidateKvLayout(layout, kGeo, kTokens, elems).ok());
     std::vector<std::vector<uint16_t>> k(kGeo.layers, std::vector<uint16_t>(elems, kUntouched));
     std::vector<std::vector<uint16_t>> v = k;
-    LayoutTensors dst{kGeo, DType::kF16, kTokens, layout, elems, {}, {}};
+    LayoutTensors dst{kGeo, DType::kF16, kTokens, layout, elems, {}, {}, {}};
     for (uint32_t l = 0; l < kGeo.layers; ++l) {
       dst.k.push_back(k[l].data());
       dst.v.push_back(v[l].data());
@@ -130,7 +130,7 @@ TEST(LayoutRestoreRefuses, BadDestinations) {
   KvLayout hnd;
   hnd.token_stride = kGeo.head_dim;
   hnd.head_stride = kTokens * kGeo.head_dim;
-  LayoutTensors dst{kGeo, DType::kF16, kTokens, hnd, elems, {}, {}};
+  LayoutTensors dst{kGeo, DType::kF16, kTokens, hnd, elems, {}, {}, {}};
   for (uint32_t l = 0; l < kGeo.layers; ++l) {
     dst.k.push_back(t.data());
     dst.v.push_back(t.data());

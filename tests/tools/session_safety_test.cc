@@ -21,6 +21,19 @@
 
 namespace {
 
+// gcc defines __SANITIZE_ADDRESS__; clang 14 answers only __has_feature.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kUnderAsan = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kUnderAsan = true;
+#else
+constexpr bool kUnderAsan = false;
+#endif
+#else
+constexpr bool kUnderAsan = false;
+#endif
+
 using tqkv::testing_util::CmdResult;
 using tqkv::testing_util::ScratchDir;
 using tqkv::testing_util::Tqkv;
@@ -166,11 +179,7 @@ TEST(SessionSafety, LlamaInputsMustBeRegularFiles) {
     // Bounded here so that a build without the rule fails rather than fills memory (by address
     // space, except under AddressSanitizer, which reserves terabytes of it; the children's peak
     // RSS is checked below either way).
-#if defined(__SANITIZE_ADDRESS__)
-    const std::string limit;
-#else
-    const std::string limit = "ulimit -v 4000000; ";
-#endif
+    const std::string limit = kUnderAsan ? "" : "ulimit -v 4000000; ";
     CmdResult r = Shell(limit + "timeout 10 " + tqkv::test::BinaryDir() + "/tqkv " + args);
     EXPECT_EQ(r.status, 1) << args << "\n" << r.out;
     EXPECT_NE(r.out.find("not a regular file"), std::string::npos) << args << "\n" << r.out;

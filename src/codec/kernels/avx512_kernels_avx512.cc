@@ -13,7 +13,9 @@
 // gcc 12's AVX-512 intrinsics pass _mm512_undefined_*() as the unused merge operand, which its own
 // -Wuninitialized flags once inlined; the operand is never read.
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)  // gcc's own group
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 #include <algorithm>
 #include <cmath>

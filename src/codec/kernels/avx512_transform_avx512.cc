@@ -6,7 +6,9 @@
 // gcc 12's AVX-512 intrinsics pass _mm512_undefined_*() as the unused merge operand (see
 // avx512_kernels_avx512.cc).
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)  // gcc's own group
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 #include <algorithm>
 #include <cstring>
