@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "store/loopback_listener.h"
 #include "store/shared_store_servers.h"
 #include "tqkv/store.h"
 
@@ -28,15 +29,10 @@ TEST(NfsStoreTest, AServerThatNeverAnswersIsAnErrorAfterTheTimeout) {
   if (OpenStore("nfs://").status().message().find("unknown store scheme") != std::string::npos) {
     GTEST_SKIP() << "this build has no nfs:// store";
   }
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  ASSERT_EQ(::listen(fd, 64), 0);  // never accepted: connections wait in the backlog
-  socklen_t len = sizeof(a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  const std::string port = std::to_string(ntohs(a.sin_port));
+  const auto listener = testing_util::ListenOnLoopback(64);  // never accepted
+  ASSERT_GE(listener.fd, 0);
+  const int fd = listener.fd;
+  const std::string port = std::to_string(listener.port);
   auto s = OpenStore("nfs://127.0.0.1/export/a/b?nfsport=" + port + "&mountport=" + port +
                      "&timeout=1");
   ASSERT_FALSE(s.ok());
@@ -61,15 +57,9 @@ TEST(NfsStoreTest, AServerThatNeverAnswersIsAnErrorAfterTheTimeout) {
 class StallableRelay {
  public:
   explicit StallableRelay(int upstream_port) : upstream_port_(upstream_port) {
-    listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ok_ = ::bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
-          ::listen(listen_fd_, 16) == 0;
-    socklen_t len = sizeof(a);
-    ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
+    const auto listener = testing_util::ListenOnLoopback(16);
+    listen_fd_ = listener.fd;
+    port_ = listener.port;
     thread_ = std::thread([this] { Run(); });
   }
   ~StallableRelay() {
@@ -81,7 +71,7 @@ class StallableRelay {
     }
     ::close(listen_fd_);
   }
-  bool ok() const { return ok_; }
+  bool ok() const { return listen_fd_ >= 0; }
   int port() const { return port_; }
   void Stall(bool on) { stalled_ = on; }
 
@@ -138,7 +128,6 @@ class StallableRelay {
   }
 
   int upstream_port_, listen_fd_ = -1, port_ = 0;
-  bool ok_ = false;
   std::atomic<bool> stop_{false}, stalled_{false};
   std::vector<std::pair<int, int>> pairs_;  // (client, upstream), the relay thread's only
   std::thread thread_;

@@ -13,6 +13,7 @@
 #include <string>
 #include <thread>
 
+#include "store/loopback_listener.h"
 #include "store/redis/redis_slot.h"
 #include "tqkv/store.h"
 
@@ -23,16 +24,10 @@ namespace {
 class FakeNode {
  public:
   explicit FakeNode(std::string reply) : reply_(std::move(reply)) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(a);
-    if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&a), len) != 0 || ::listen(fd_, 1) != 0 ||
-        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-      return;
-    }
-    port_ = ntohs(a.sin_port);
+    const auto listener = testing_util::ListenOnLoopback(1);
+    fd_ = listener.fd;
+    if (fd_ < 0) return;
+    port_ = listener.port;
     timeval tv{10, 0};  // never hang the test if the client does not connect
     ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     thread_ = std::thread([this] {
@@ -83,15 +78,10 @@ TEST(RedisStoreTest, ClusterRedirectionIsAClearUnsupportedError) {
 // command fails after the URI's timeout and is not retried (issue 49, item 11; docs/store.md
 // §7 states the bound). Only one connection is made.
 TEST(RedisStoreTest, AServerThatNeverAnswersIsAnErrorAfterTheTimeout) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), len), 0);
-  ASSERT_EQ(::listen(fd, 64), 0);  // never accepted: connections wait in the backlog
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  auto s = OpenStore("redis://127.0.0.1:" + std::to_string(ntohs(a.sin_port)) + "/t?timeout=1");
+  const auto listener = testing_util::ListenOnLoopback(64);  // never accepted
+  ASSERT_GE(listener.fd, 0);
+  const int fd = listener.fd;
+  auto s = OpenStore("redis://127.0.0.1:" + std::to_string(listener.port) + "/t?timeout=1");
   ASSERT_FALSE(s.ok());
   if (s.status().message().find("unknown store scheme") != std::string::npos) {
     ::close(fd);

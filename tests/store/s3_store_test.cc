@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "store/loopback_listener.h"
 #include "store/shared_store_servers.h"
 #include "store/store_internal.h"
 #include "store/store_test_util.h"
@@ -153,17 +154,10 @@ TEST(S3ClientTest, UriOptionErrorsNameTheKindOfValue) {
 class FakeS3 {
  public:
   explicit FakeS3(std::string response) : response_(std::move(response)) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
-        ::listen(fd_, 16) != 0) {
-      return;
-    }
-    socklen_t len = sizeof(a);
-    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
+    const auto listener = testing_util::ListenOnLoopback(16);
+    fd_ = listener.fd;
+    if (fd_ < 0) return;
+    port_ = listener.port;
     thread_ = std::thread([this] {
       for (;;) {
         const int c = ::accept(fd_, nullptr, nullptr);
@@ -257,16 +251,11 @@ TEST(S3ClientTest, AServerThatNeverAnswersIsAnErrorWithinTheDeadline) {
     GTEST_SKIP() << "this build has no s3:// store";
   }
   ScopedEnv k("AWS_ACCESS_KEY_ID", "AKTEST"), sk("AWS_SECRET_ACCESS_KEY", "secret");
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  ASSERT_EQ(::listen(fd, 64), 0);  // never accepted: connections wait in the backlog
-  socklen_t len = sizeof(a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  const auto listener = testing_util::ListenOnLoopback(64);  // never accepted
+  ASSERT_GE(listener.fd, 0);
+  const int fd = listener.fd;
   // 21 tries of a 1 s stall each would take over 21 s; the deadline ends it after 2.
-  auto s = OpenStore("s3://bkt/p?endpoint=http://127.0.0.1:" + std::to_string(ntohs(a.sin_port)) +
+  auto s = OpenStore("s3://bkt/p?endpoint=http://127.0.0.1:" + std::to_string(listener.port) +
                      "&region=us-east-1&retries=20&timeout=1&deadline=2");
   ::close(fd);
   ASSERT_FALSE(s.ok());
@@ -282,17 +271,10 @@ TEST(S3ClientTest, AServerThatNeverAnswersIsAnErrorWithinTheDeadline) {
 class RangeFakeS3 {
  public:
   explicit RangeFakeS3(std::vector<uint8_t> object) : object_(std::move(object)) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
-        ::listen(fd_, 64) != 0) {
-      return;
-    }
-    socklen_t len = sizeof(a);
-    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
+    const auto listener = testing_util::ListenOnLoopback(64);
+    fd_ = listener.fd;
+    if (fd_ < 0) return;
+    port_ = listener.port;
     thread_ = std::thread([this] {
       for (;;) {
         const int c = ::accept(fd_, nullptr, nullptr);
